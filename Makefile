@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv if needed, install crosslip, run the default workflow
+#   make test   the same set-up, then the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.crosslip-installed
+CORES ?= all
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/snakemake --lint
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_pipeline.py
+
+clean:
+	rm -rf results .snakemake

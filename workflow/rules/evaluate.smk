@@ -1,0 +1,67 @@
+rule certify:
+    input:
+        data=f"{RESULTS}/data/{{dataset}}.npz",
+        model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
+        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+        lib=lib("certify", "models"),
+    output:
+        f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
+    params:
+        n_points=config["certify"]["n_points"],
+        rtol=config["certify"]["rtol"],
+        device=config["device"],
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    log:
+        f"{RESULTS}/logs/certify/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/certify/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    script:
+        "../scripts/certify.py"
+
+
+rule attack:
+    input:
+        data=f"{RESULTS}/data/{{dataset}}.npz",
+        model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
+        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+        lib=lib("attacks", "models"),
+    output:
+        f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
+    params:
+        n_points=config["attack"]["n_points"],
+        rtol=config["attack"]["rtol"],
+        max_steps=config["attack"]["max_steps"],
+        device=config["device"],
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    log:
+        f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    script:
+        "../scripts/attack.py"
+
+
+rule instances:
+    input:
+        certify=f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
+        attack=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
+        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+        lib=lib("pipeline"),
+    output:
+        f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet",
+    log:
+        f"{RESULTS}/logs/instances/{{dataset}}/{{model}}.log",
+    conda:
+        ENV
+    script:
+        "../scripts/instances.py"

@@ -1,0 +1,22 @@
+rule train:
+    input:
+        data=f"{RESULTS}/data/{{dataset}}.npz",
+        lib=lib("train", "models", "regularizers"),
+    output:
+        model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
+        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+    params:
+        hyper=lambda wc: GRID[wc.model],
+        device=config["device"],
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    log:
+        f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    script:
+        "../scripts/train.py"
