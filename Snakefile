@@ -6,7 +6,11 @@
 from pathlib import Path
 
 
-configfile: str(Path(workflow.basedir) / "config.yaml")
+# The embedded default; a --configfile on the command line replaces it entirely (so a preset
+# defines its whole grid instead of being merged into the default one).
+if not workflow.overwrite_configfiles:
+
+    configfile: str(Path(workflow.basedir) / "config.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -10,14 +10,26 @@ Shapes: ``U`` is (H, d), ``b`` (H,), ``W`` (K, H), ``c`` (K,).
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .io import atomic_path
+
+
+def softplus(z: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``log(1 + exp(alpha z)) / alpha``, computed stably and *exactly* everywhere.
+
+    ``torch.nn.functional.softplus`` switches to the identity above ``alpha z > 20``; there
+    its derivative is 1 instead of ``sigmoid(alpha z)``, which is smaller by up to 2e-9.
+    The bounds of Proposition 2.3 use ``sigma' = sigmoid(alpha z)``, so the network must
+    compute exactly the function they are about: ``logaddexp(alpha z, 0) / alpha`` is stable
+    for any z and its derivative is exactly ``sigmoid(alpha z)``.
+    """
+    return torch.logaddexp(alpha * z, torch.zeros_like(z)) / alpha
 
 
 class SoftplusNet(nn.Module):
@@ -77,7 +89,7 @@ class SoftplusNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``f(x)``, shape (n, K), for ``x`` of shape (n, d)."""
-        h = F.softplus(self.preactivation(x), beta=self.alpha)
+        h = softplus(self.preactivation(x), self.alpha)
         return self.output_layer(self.dropout(h))
 
     def class_gradients(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,11 +103,13 @@ def class_gradients(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     else exact automatic differentiation (one backward pass per class)."""
     if hasattr(model, "class_gradients"):
         return model.class_gradients(x)
-    x = x.detach().requires_grad_(True)
-    out = model(x)
-    grads = [
-        torch.autograd.grad(out[:, k].sum(), x, retain_graph=True)[0] for k in range(out.shape[1])
-    ]
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        out = model(x)
+        grads = [
+            torch.autograd.grad(out[:, k].sum(), x, retain_graph=k < out.shape[1] - 1)[0]
+            for k in range(out.shape[1])
+        ]
     return torch.stack(grads, dim=1)
 
 
@@ -113,7 +127,12 @@ def save_model(model: SoftplusNet, path: Path | str, meta: dict[str, Any] | None
 
 def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> SoftplusNet:
     """Load a model written by :func:`save_model` without unpickling arbitrary objects."""
-    payload = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(
+            f"{path}: refused to load (not a plain weights file; it may contain code): {exc}"
+        ) from exc
     if not isinstance(payload, dict) or payload.get("format") != "crosslip.SoftplusNet/1":
         raise ValueError(f"{path}: not a crosslip model file")
     model = SoftplusNet(**json.loads(payload["hyper"]))

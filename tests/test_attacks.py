@@ -1,0 +1,121 @@
+"""Box-constrained L2 adversarial samples (Section 4): exactness and validity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from crosslip.attacks import BoxL2Problem, project_l2_box, upper_bound_l2
+from crosslip.certify import certify_softplus
+
+from .helpers import random_net, random_points
+
+
+def random_instances(n, d, seed):
+    """Rows with degenerate cases: zero entries of v, points on the box faces, c >= 0,
+    infeasible right-hand sides."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g, dtype=torch.float64)
+    x[torch.rand(n, d, generator=g) < 0.2] = 0.0
+    x[torch.rand(n, d, generator=g) < 0.2] = 1.0
+    v = torch.randn(n, d, generator=g, dtype=torch.float64)
+    v[torch.rand(n, d, generator=g) < 0.2] = 0.0
+    cap = BoxL2Problem.build(x, v).capacity
+    frac = torch.rand(n, generator=g, dtype=torch.float64) * 1.2  # > 1: infeasible
+    c = -frac * cap
+    c[:3] = torch.tensor([0.0, 0.5, -0.0])  # already satisfied
+    return x, v, c, cap
+
+
+def test_l2_box_projection_satisfies_kkt():
+    x, v, c, cap = random_instances(400, 30, 0)
+    prob = BoxL2Problem.build(x, v)
+    delta, lam, feasible = prob.solve(-c)
+    assert torch.equal(feasible, -c <= cap * (1 + 1e-12))
+    inner = (v * delta).sum(1)
+    f = feasible
+    # primal feasibility: box always, half-space when feasible
+    assert torch.all(x + delta >= -1e-15) and torch.all(x + delta <= 1 + 1e-15)
+    assert torch.all(inner[f] <= c[f] + 1e-9 * (1 + c[f].abs()))
+    # stationarity: delta = clip(-lambda v, -x, 1-x) with lambda >= 0
+    lam_f = lam[f]
+    assert torch.all(lam_f >= 0)
+    clip = torch.minimum(torch.maximum(-lam_f[:, None] * v[f], -x[f]), 1 - x[f])
+    assert torch.allclose(delta[f], clip, atol=1e-12)
+    # complementary slackness: lambda > 0 => constraint active
+    act = lam_f > 0
+    assert torch.allclose(inner[f][act], c[f][act], atol=1e-9, rtol=1e-9)
+    assert torch.all(delta[c >= 0] == 0)
+    # infeasible rows: flagged, and delta is the box point with the smallest <v, delta>
+    inf = ~feasible
+    assert inf.any()
+    assert torch.allclose(inner[inf], -cap[inf], rtol=1e-12)
+    assert not torch.isnan(delta).any()
+
+
+def test_l2_box_projection_matches_a_qp_solver():
+    x, v, c, cap = random_instances(40, 8, 1)
+    delta, feasible = project_l2_box(x, v, c)
+    for i in range(len(x)):
+        if not feasible[i]:
+            continue
+        xi, vi, ci = x[i].numpy(), v[i].numpy(), float(c[i])
+        res = minimize(
+            lambda z: 0.5 * z @ z,
+            np.zeros_like(xi),
+            jac=lambda z: z,
+            method="SLSQP",
+            bounds=list(zip(-xi, 1 - xi, strict=True)),
+            constraints=[{"type": "ineq", "fun": lambda z, vi=vi, ci=ci: ci - vi @ z,
+                          "jac": lambda z, vi=vi: -vi}],
+            options={"ftol": 1e-14, "maxiter": 500},
+        )
+        assert res.success, res.message
+        assert float(delta[i].norm()) == pytest.approx(np.linalg.norm(res.x), rel=1e-6, abs=1e-9)
+
+
+def test_linear_classifier_upper_bound_equals_exact_distance():
+    """Interior points whose boundary projection stays in the box: upper = lower = distance."""
+    g = torch.Generator().manual_seed(3)
+    d, k = 20, 4
+    lin = torch.nn.Linear(d, k).double()
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(k, d, generator=g, dtype=torch.float64))
+        lin.bias.zero_()
+    x = 0.5 + 0.01 * torch.randn(50, d, generator=g, dtype=torch.float64)
+    logits = lin(x)
+    pred = logits.argmax(1)
+    W = lin.weight.detach()  # noqa: N806
+    diff = W[pred][:, None, :] - W[None]
+    dist = ((logits.gather(1, pred[:, None]) - logits) / diff.norm(dim=-1)).detach()
+    dist, j = dist.scatter(1, pred[:, None], float("inf")).min(1)
+    step = diff[torch.arange(len(x)), j]
+    proj = x - dist[:, None] * step / step.norm(dim=1, keepdim=True)
+    assert torch.all((proj > 0) & (proj < 1))  # the unconstrained projection is in the box
+    ub = upper_bound_l2(lin, x, rtol=1e-6, max_steps=60)
+    assert torch.all(ub.success)
+    assert torch.allclose(ub.norm, dist, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed,d,k,h,scale", [(0, 10, 3, 16, 2.0), (1, 30, 10, 32, 4.0),
+                                              (2, 5, 5, 8, 1.0)])
+def test_upper_bounds_are_valid_adversarials_and_above_guarantees(seed, d, k, h, scale):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(60, d, seed)
+    ub = upper_bound_l2(net, x)
+    pred = net(x).argmax(1)
+    adv = x + ub.delta
+    s = ub.success
+    assert s.float().mean() > 0.5
+    assert torch.all(adv >= 0) and torch.all(adv <= 1)
+    with torch.no_grad():
+        out = net(adv[s])
+    other = out.scatter(1, pred[s][:, None], -float("inf")).max(1).values
+    assert torch.all(other > out.gather(1, pred[s][:, None]).squeeze(1))
+    assert torch.equal(out.argmax(1), ub.adv_class[s])
+    assert torch.allclose(ub.delta[s].norm(dim=1), ub.norm[s])
+    assert torch.all(torch.isinf(ub.norm[~s])) and torch.all(ub.target[~s] == -1)
+    lower = certify_softplus(net, x)["guarantee_local"]
+    assert torch.all(ub.norm >= lower)

@@ -1,0 +1,116 @@
+"""The workflow itself: dry run, lint, a tiny config end to end, nothing to redo after."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from crosslip.pipeline import INSTANCE_SCHEMA
+from crosslip.report import SUMMARY_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+TINY = {
+    "datasets": ["mnist5k"],
+    "model": {"hidden": 16},
+    "train": {
+        "epochs": 1,
+        "grid": {
+            "none": {"lr": [0.2], "lambda": [0.0]},
+            "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
+        },
+    },
+    "certify": {"n_points": 15},
+    "attack": {"n_points": 15},
+}
+
+
+def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir)]
+    if config is not None:
+        cfg = workdir / "config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        cmd += ["--configfile", str(cfg)]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("tiny")
+    proc = snakemake(work, "--cores", "2", config=TINY)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work
+
+
+def test_default_config_dry_run(tmp_path):
+    proc = snakemake(tmp_path, "-n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    for rule, count in [("prepare_data", 1), ("train", 4), ("certify", 4), ("attack", 4),
+                        ("instances", 4), ("aggregate", 1)]:  # fmt: skip
+        assert any(line.split() == [rule, str(count)] for line in out.splitlines()), rule
+    assert not (tmp_path / "results").exists()
+
+
+def test_lint_is_clean():
+    proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_bad_config_is_rejected_before_any_job(tmp_path):
+    bad = {**TINY, "train": {**TINY["train"], "epochs": -3}}
+    proc = snakemake(tmp_path, "--cores", "1", config=bad)
+    assert proc.returncode != 0
+    assert "epochs" in proc.stderr and "-3" in proc.stderr
+    typo = {**TINY, "certfy": {"n_points": 3}}
+    proc = snakemake(tmp_path, "--cores", "1", config=typo)
+    assert proc.returncode != 0 and "certfy" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_tiny_run_writes_parquet_with_schema(tiny_run):
+    files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
+    assert [f.stem for f in files] == ["cross_lipschitz-lr0.2-lam0.001-seed0",
+                                       "none-lr0.2-lam0-seed0"]  # fmt: skip
+    for f in files:
+        table = pq.read_table(f)
+        assert table.schema.equals(INSTANCE_SCHEMA, check_metadata=False)
+        df = table.to_pandas()
+        assert len(df) == 15 and df["test_index"].is_unique
+        assert (df["model_id"] == f.stem).all()
+        assert df["guarantee_local"].notna().all() and (df["guarantee_local"] >= 0).all()
+        ok = df["attack_success"]
+        assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
+        assert (df["correct"] == (df["pred"] == df["label"])).all()
+    everything = pd.read_parquet(tiny_run / "results" / "instances")
+    assert len(everything) == 30
+
+
+def test_tiny_run_writes_table_figure_logs(tiny_run):
+    res = tiny_run / "results"
+    summary = pd.read_csv(res / "tables" / "summary.csv")
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    assert len(summary) == 2 and (summary["status"] == "ok").all()
+    assert summary["test_error"].between(0, 1).all()
+    assert (summary["mean_upper_bound"] >= summary["mean_guarantee_local"]).all()
+    md = (res / "tables" / "summary.md").read_text()
+    assert md.count("\n") == 4 and "cross_lipschitz" in md
+    for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
+        assert (res / "figures" / f"bounds_vs_error.{ext}").read_bytes()[:4] == magic
+    assert (res / "logs" / "train" / "mnist5k" / "none-lr0.2-lam0-seed0.log").stat().st_size > 0
+    assert (res / "benchmarks" / "certify" / "mnist5k" / "none-lr0.2-lam0-seed0.tsv").exists()
+    assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))
+
+
+def test_second_run_has_nothing_to_do(tiny_run):
+    proc = snakemake(tiny_run, "-n", config=TINY)
+    assert proc.returncode == 0, proc.stderr
+    assert "Nothing to be done" in proc.stdout + proc.stderr

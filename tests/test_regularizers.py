@@ -1,0 +1,65 @@
+"""Cross-Lipschitz regularization (Section 3): closed form = autograd definition."""
+
+from __future__ import annotations
+
+import torch
+
+from crosslip.regularizers import (
+    cross_lipschitz_autograd,
+    cross_lipschitz_softplus,
+    weight_decay,
+)
+
+from .helpers import random_net, random_points
+
+
+def definition(net, x):
+    """Eq. (eq:crosslip) literally: 1/(nK^2) sum_i sum_{l,m} ||grad f_l - grad f_m||^2,
+    with gradients from jacrev and the double sum written out."""
+    jac = torch.func.vmap(torch.func.jacrev(lambda z: net(z[None])[0]))(x)  # (n, K, d)
+    n, k, _ = jac.shape
+    total = 0.0
+    for l in range(k):  # noqa: E741
+        for m in range(k):
+            total = total + (jac[:, l] - jac[:, m]).pow(2).sum()
+    return total / (n * k * k)
+
+
+def test_closed_form_equals_definition_and_autograd():
+    for seed, (d, k, h) in enumerate([(3, 2, 4), (10, 5, 16), (20, 10, 32)]):
+        net = random_net(d, k, h, seed, scale=2.0)
+        x = random_points(7, d, seed)
+        ref = definition(net, x)
+        closed = cross_lipschitz_softplus(net, x)
+        auto = cross_lipschitz_autograd(net, x)
+        assert torch.allclose(closed, ref, rtol=1e-10), (closed, ref)
+        assert torch.allclose(auto, ref, rtol=1e-10)
+
+
+def test_closed_form_gradients_equal_autograd_gradients():
+    net = random_net(12, 6, 20, 5, scale=2.0)
+    x = random_points(9, 12, 5)
+    params = [p for p in net.parameters()]
+    g_closed = torch.autograd.grad(cross_lipschitz_softplus(net, x), params, allow_unused=True)
+    g_ref = torch.autograd.grad(definition(net, x), params, allow_unused=True)
+    for a, b in zip(g_closed, g_ref, strict=True):
+        if b is None:  # the output bias does not enter any input gradient
+            assert a is None or torch.allclose(a, torch.zeros_like(a))
+            continue
+        assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_cross_lipschitz_is_invariant_to_adding_a_common_function():
+    """Section 3: adding the same g to every output leaves Omega unchanged."""
+    net = random_net(6, 4, 10, 9)
+    x = random_points(5, 6, 9)
+    before = cross_lipschitz_softplus(net, x)
+    with torch.no_grad():
+        net.output_layer.weight += net.output_layer.weight[0].clone()  # f_j += f_0, all j
+    assert torch.allclose(cross_lipschitz_softplus(net, x), before, rtol=1e-10)
+
+
+def test_weight_decay_is_squared_norm_of_weights():
+    net = random_net(4, 3, 5, 1)
+    expected = net.hidden_layer.weight.pow(2).sum() + net.output_layer.weight.pow(2).sum()
+    assert torch.allclose(weight_decay(net), expected)

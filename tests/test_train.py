@@ -1,0 +1,82 @@
+"""Training: determinism, divergence handling, a sensible error on the embedded data."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+
+from crosslip.data import load_dataset
+from crosslip.models import SoftplusNet, load_model, save_model
+from crosslip.train import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def mnist5k():
+    return load_dataset("mnist5k")
+
+
+def test_short_training_reaches_sensible_error(mnist5k):
+    ds = mnist5k
+    for reg, lam in (("none", 0.0), ("cross_lipschitz", 1e-3)):
+        cfg = TrainConfig(regularizer=reg, lam=lam, lr=0.2, epochs=3, hidden=256)
+        res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+        assert res.metrics["status"] == "ok"
+        assert res.metrics["test_error"] < 0.15, res.metrics["test_error"]
+        losses = [c["loss"] for c in res.metrics["curve"]]
+        assert losses[-1] < losses[0]
+        if reg == "cross_lipschitz":
+            assert all(c["penalty"] > 0 for c in res.metrics["curve"])
+
+
+def test_training_is_deterministic_for_a_seed(mnist5k):
+    ds = mnist5k
+    cfg = TrainConfig(regularizer="cross_lipschitz", lam=1e-3, epochs=1, hidden=32, seed=3)
+    a = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
+    b = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
+    c = train(TrainConfig(**{**cfg.__dict__, "seed": 4}), ds.x_train[:512], ds.y_train[:512],
+              ds.x_test, ds.y_test, 10).model  # fmt: skip
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k])
+    assert not torch.equal(a.U, c.U)
+
+
+def test_diverging_run_is_recorded(mnist5k):
+    ds = mnist5k
+    cfg = TrainConfig(regularizer="weight_decay", lam=1.0, lr=1e30, epochs=2, hidden=16)
+    res = train(cfg, ds.x_train[:256], ds.y_train[:256], ds.x_test, ds.y_test, 10)
+    assert res.metrics["status"] == "diverged"
+    assert res.metrics["test_error"] is None
+
+
+def test_bad_hyperparameters_are_rejected():
+    with pytest.raises(ValueError, match="unknown regularizer 'l3'"):
+        TrainConfig(regularizer="l3")
+    with pytest.raises(ValueError, match="lambda = 0"):
+        TrainConfig(regularizer="none", lam=0.1)
+
+
+def test_model_file_round_trip(tmp_path):
+    net = SoftplusNet(7, 3, hidden=5, alpha=10.0, bias=False)
+    save_model(net, tmp_path / "m.pt", meta={"dataset": "x"})
+    back = load_model(tmp_path / "m.pt")
+    assert back.hyper == net.hyper
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, back.state_dict()[k])
+    assert sorted(os.listdir(tmp_path)) == ["m.pt"]  # no temporary file left
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > evil-was-here",))
+
+
+def test_malicious_model_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open(tmp_path / "evil.pt", "wb") as fh:
+        pickle.dump({"format": "crosslip.SoftplusNet/1", "x": _Evil()}, fh, protocol=2)
+    with pytest.raises(ValueError, match="refused to load"):
+        load_model(tmp_path / "evil.pt")
+    assert not (tmp_path / "evil-was-here").exists()
