@@ -56,7 +56,7 @@ def test_l2_box_projection_satisfies_kkt():
 
 
 def test_l2_box_projection_matches_a_qp_solver():
-    x, v, c, cap = random_instances(40, 8, 1)
+    x, v, c, _cap = random_instances(40, 8, 1)
     delta, feasible = project_l2_box(x, v, c)
     for i in range(len(x)):
         if not feasible[i]:
@@ -68,8 +68,13 @@ def test_l2_box_projection_matches_a_qp_solver():
             jac=lambda z: z,
             method="SLSQP",
             bounds=list(zip(-xi, 1 - xi, strict=True)),
-            constraints=[{"type": "ineq", "fun": lambda z, vi=vi, ci=ci: ci - vi @ z,
-                          "jac": lambda z, vi=vi: -vi}],
+            constraints=[
+                {
+                    "type": "ineq",
+                    "fun": lambda z, vi=vi, ci=ci: ci - vi @ z,
+                    "jac": lambda z, vi=vi: -vi,
+                }
+            ],
             options={"ftol": 1e-14, "maxiter": 500},
         )
         assert res.success, res.message
@@ -87,7 +92,7 @@ def test_linear_classifier_upper_bound_equals_exact_distance():
     x = 0.5 + 0.01 * torch.randn(50, d, generator=g, dtype=torch.float64)
     logits = lin(x)
     pred = logits.argmax(1)
-    W = lin.weight.detach()  # noqa: N806
+    W = lin.weight.detach()
     diff = W[pred][:, None, :] - W[None]
     dist = ((logits.gather(1, pred[:, None]) - logits) / diff.norm(dim=-1)).detach()
     dist, j = dist.scatter(1, pred[:, None], float("inf")).min(1)
@@ -99,8 +104,9 @@ def test_linear_classifier_upper_bound_equals_exact_distance():
     assert torch.allclose(ub.norm, dist, rtol=1e-4)
 
 
-@pytest.mark.parametrize("seed,d,k,h,scale", [(0, 10, 3, 16, 2.0), (1, 30, 10, 32, 4.0),
-                                              (2, 5, 5, 8, 1.0)])
+@pytest.mark.parametrize(
+    "seed,d,k,h,scale", [(0, 10, 3, 16, 2.0), (1, 30, 10, 32, 4.0), (2, 5, 5, 8, 1.0)]
+)
 def test_upper_bounds_are_valid_adversarials_and_above_guarantees(seed, d, k, h, scale):
     net = random_net(d, k, h, seed, scale)
     x = random_points(60, d, seed)

@@ -78,7 +78,9 @@ def test_prop23_bound_survives_gradient_ascent_in_ball(d, k, h, seed, scale):
             with torch.no_grad():
                 y += 0.05 * step / step.norm(dim=1, keepdim=True).clamp_min(1e-12)
                 delta = y - x
-                y.copy_(x + delta * torch.clamp(r[:, None] / delta.norm(dim=1, keepdim=True), max=1))
+                y.copy_(
+                    x + delta * torch.clamp(r[:, None] / delta.norm(dim=1, keepdim=True), max=1)
+                )
         final = grad_diff_norms(net, y.detach(), pred)[:, j]
         assert torch.all(final <= lip[:, j] * (1 + 1e-9) + 1e-12)
 
@@ -89,7 +91,10 @@ def test_global_bound_holds_everywhere(d, k, h, seed, scale):
     x = random_points(8, d, seed)
     pred = net(x).argmax(1)
     glob = global_bound(net, pred)
-    far = torch.randn(8, 500, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 5
+    far = (
+        torch.randn(8, 500, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        * 5
+    )
     for i in range(len(x)):
         actual = grad_diff_norms(net, far[i], pred[i].repeat(500)).max(0).values
         assert torch.all(actual <= glob[i] * (1 + 1e-9))
@@ -98,7 +103,7 @@ def test_global_bound_holds_everywhere(d, k, h, seed, scale):
 def test_linear_model_guarantee_is_exact_distance():
     gen = torch.Generator().manual_seed(7)
     d, k, n = 12, 5, 200
-    W = torch.randn(k, d, generator=gen, dtype=torch.float64)  # noqa: N806
+    W = torch.randn(k, d, generator=gen, dtype=torch.float64)
     b = torch.randn(k, generator=gen, dtype=torch.float64)
     x = torch.randn(n, d, generator=gen, dtype=torch.float64)
     logits = x @ W.T + b
@@ -152,7 +157,9 @@ def test_zero_margin_and_constant_model():
     assert cert.guarantee[1] == pytest.approx(2.0)
     zero = theorem21(m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64))
     assert math.isinf(zero.guarantee[0])  # no gradient difference anywhere: never changes
-    capped = theorem21(m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64), r_max=5.0)
+    capped = theorem21(
+        m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64), r_max=5.0
+    )
     assert capped.guarantee[0] == pytest.approx(5.0)
 
 
@@ -170,8 +177,12 @@ def test_no_attack_inside_certified_ball_changes_the_decision(d, k, h, seed, sca
     pr = pred.repeat_interleave(restarts)
     rr = radius.repeat_interleave(restarts)[:, None]
     init = torch.randn(xr.shape, generator=gen, dtype=torch.float64)
-    delta = (init / init.norm(dim=1, keepdim=True) * rr * torch.rand(len(xr), 1, generator=gen,
-                                                                      dtype=torch.float64))
+    delta = (
+        init
+        / init.norm(dim=1, keepdim=True)
+        * rr
+        * torch.rand(len(xr), 1, generator=gen, dtype=torch.float64)
+    )
     for _ in range(100):
         delta.requires_grad_(True)
         out = net(xr + delta)
@@ -180,7 +191,9 @@ def test_no_attack_inside_certified_ball_changes_the_decision(d, k, h, seed, sca
         (grad,) = torch.autograd.grad(marg.sum(), delta)
         with torch.no_grad():
             delta = delta - 0.1 * rr * grad / grad.norm(dim=1, keepdim=True).clamp_min(1e-12)
-            delta = delta * torch.clamp(rr / delta.norm(dim=1, keepdim=True).clamp_min(1e-30), max=1)
+            delta = delta * torch.clamp(
+                rr / delta.norm(dim=1, keepdim=True).clamp_min(1e-30), max=1
+            )
     with torch.no_grad():
         out = net(xr + delta)
     assert torch.all(out.argmax(1) == pr)
