@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import os
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,22 +45,24 @@ class RemoteFile:
     decompressed: bool = True
 
 
-def content_sha256(path: Path, decompressed: bool = True) -> str:
-    """SHA-256 of a file's content; gunzipped first if ``decompressed`` and it is gzip."""
+def content_sha256(path: Path, gunzip: bool | None = None) -> str:
+    """SHA-256 of a file's content, gunzipped first if ``gunzip`` (default: name ends .gz)."""
     h = hashlib.sha256()
-    opener = gzip.open if (decompressed and Path(path).suffix == ".gz") else open
+    if gunzip is None:
+        gunzip = Path(path).suffix == ".gz"
+    opener = gzip.open if gunzip else open
     try:
         with opener(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-    except (OSError, EOFError) as exc:  # truncated or not gzip at all
+    except (OSError, EOFError, zlib.error) as exc:  # truncated, damaged or not gzip
         raise ChecksumError(f"{path}: cannot be read ({exc})") from exc
     return h.hexdigest()
 
 
 def verify(path: Path, spec: RemoteFile) -> None:
     """Raise :class:`ChecksumError` unless ``path`` holds exactly the published content."""
-    got = content_sha256(path, spec.decompressed)
+    got = content_sha256(path, spec.decompressed and spec.name.endswith(".gz"))
     if got != spec.sha256:
         raise ChecksumError(
             f"{path}: checksum mismatch (sha256 {got[:12]}…, expected {spec.sha256[:12]}…); "
@@ -66,8 +70,8 @@ def verify(path: Path, spec: RemoteFile) -> None:
         )
 
 
-def _download(url: str, dest: Path, timeout: float) -> None:
-    """Stream ``url`` to ``dest`` through a temporary file in the same folder."""
+def _download(url: str, dest: Path, spec: RemoteFile, timeout: float) -> None:
+    """Stream ``url`` to a temporary file beside ``dest``, verify it, then rename it."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
@@ -80,10 +84,10 @@ def _download(url: str, dest: Path, timeout: float) -> None:
                 copied += len(chunk)
             if length is not None and copied != int(length):
                 raise OSError(f"transfer interrupted: {copied} of {length} bytes")
+        verify(Path(tmp), spec)
         os.replace(tmp, dest)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def fetch_files(
@@ -120,14 +124,16 @@ def fetch_files(
         errors = []
         for url in spec.urls:
             try:
-                _download(url, cached, timeout)
-                verify(cached, spec)
+                _download(url, cached, spec, timeout)
                 paths[spec.name] = cached
                 break
-            except ChecksumError as exc:
-                cached.unlink(missing_ok=True)
-                errors.append(f"{url}: {exc}")
-            except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            except (
+                ChecksumError,
+                urllib.error.URLError,
+                http.client.HTTPException,
+                OSError,
+                TimeoutError,
+            ) as exc:
                 errors.append(f"{url}: {exc}")
         else:
             failures.append(f"  {spec.name}  ({'; '.join(errors) or 'no URL'})")

@@ -7,6 +7,7 @@ An IDX file starts with a 4-byte magic number ``0x00 0x00 <dtype> <ndim>`` follo
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,8 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
     if len(raw) < header:
         raise IdxFormatError(f"{name}: truncated IDX header")
     shape = tuple(int(s) for s in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
+    if any(s < 0 for s in shape):
+        raise IdxFormatError(f"{name}: negative dimension in IDX header {shape}")
     dtype = _DTYPES[code]
     expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(raw) != expected:
@@ -49,5 +52,10 @@ def parse_idx(raw: bytes, name: str = "<bytes>") -> np.ndarray:
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file, gzip-compressed (``.gz``) or not."""
     path = Path(path)
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise IdxFormatError(f"{path}: damaged gzip file ({exc})") from exc
     return parse_idx(raw, str(path))

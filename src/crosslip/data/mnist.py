@@ -30,8 +30,9 @@ CHECKSUMS = {
 }
 
 
-def remote_files(base_urls: tuple[str, ...] = BASE_URLS) -> list[RemoteFile]:
+def remote_files(base_urls: tuple[str, ...] | None = None) -> list[RemoteFile]:
     """The four official files with their checksums and download URLs."""
+    base_urls = BASE_URLS if base_urls is None else base_urls
     return [
         RemoteFile(name, sha, tuple(base + name for base in base_urls))
         for name, sha in CHECKSUMS.items()
