@@ -576,6 +576,20 @@ def mnist_mirror() -> Path:
     return MNIST_MIRROR
 
 
+def assert_mnist_layout(ds: Dataset, name: str, n_train: int, n_test: int) -> None:
+    """Shapes, dtypes and 8-bit pixels scaled into [0, 1] of an MNIST-like dataset."""
+    assert ds.name == name
+    assert ds.x_train.shape == (n_train, 784) and ds.x_test.shape == (n_test, 784)
+    assert ds.y_train.shape == (n_train,) and ds.y_test.shape == (n_test,)
+    assert ds.x_train.dtype == ds.x_test.dtype == np.float32
+    assert ds.y_train.dtype == ds.y_test.dtype == np.int64
+    for x in (ds.x_train, ds.x_test):
+        assert x.min() >= 0.0 and x.max() == 1.0  # scaled by 255, not left in 0..255
+        k = x * 255
+        np.testing.assert_array_equal(k, np.rint(k))
+    assert ds.shape == (28, 28, 1) and ds.num_classes == 10 and ds.dim == 784
+
+
 @pytest.fixture(scope="module")
 def mnist_full(mnist_mirror, tmp_path_factory) -> tuple[Dataset, Path]:
     cache = tmp_path_factory.mktemp("mnist-cache")
@@ -588,14 +602,9 @@ def mnist_full(mnist_mirror, tmp_path_factory) -> tuple[Dataset, Path]:
 
 def test_mnist_from_mirror_shapes_and_ranges(mnist_full):
     ds, _ = mnist_full
-    assert ds.name == "mnist"
-    assert ds.x_train.shape == (60000, 784) and ds.x_test.shape == (10000, 784)
-    assert ds.y_train.shape == (60000,) and ds.y_test.shape == (10000,)
-    assert ds.x_train.dtype == ds.x_test.dtype == np.float32
-    assert ds.y_train.dtype == ds.y_test.dtype == np.int64
+    assert_mnist_layout(ds, "mnist", 60000, 10000)
     for x in (ds.x_train, ds.x_test):
-        assert x.min() == 0.0 and x.max() == 1.0
-    assert ds.shape == (28, 28, 1) and ds.num_classes == 10 and ds.dim == 784
+        assert x.min() == 0.0
     assert set(np.unique(ds.y_train)) == set(range(10)) == set(np.unique(ds.y_test))
 
 
@@ -711,18 +720,7 @@ def mnist5k() -> Dataset:
 
 
 def test_mnist5k_shapes_and_ranges(mnist5k):
-    ds = mnist5k
-    assert ds.name == "mnist5k"
-    assert ds.x_train.shape == (4000, 784) and ds.x_test.shape == (1000, 784)
-    assert ds.y_train.shape == (4000,) and ds.y_test.shape == (1000,)
-    assert ds.x_train.dtype == ds.x_test.dtype == np.float32
-    assert ds.y_train.dtype == ds.y_test.dtype == np.int64
-    for x in (ds.x_train, ds.x_test):
-        assert x.min() >= 0.0 and x.max() <= 1.0
-        assert x.max() == 1.0  # really scaled by 255, not left in 0..255 or 0..1/255
-        k = x * 255
-        np.testing.assert_array_equal(k, np.rint(k))
-    assert ds.shape == (28, 28, 1) and ds.num_classes == 10 and ds.dim == 784
+    assert_mnist_layout(mnist5k, "mnist5k", 4000, 1000)
 
 
 def test_mnist5k_stratified_counts(mnist5k):

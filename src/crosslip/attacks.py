@@ -176,33 +176,32 @@ def _upper_bound_batch(model, x, lo, hi, rtol, max_steps) -> UpperBound:
     rows_all = torch.arange(m, device=x.device)
     t_lo = torch.zeros(m, dtype=x.dtype, device=x.device)
     t_hi = torch.full((m,), torch.inf, dtype=x.dtype, device=x.device)
+    n_lo = torch.zeros(m, dtype=x.dtype, device=x.device)  # ||delta(t_lo)||, ||delta(t_hi)||
+    n_hi = torch.full((m,), torch.inf, dtype=x.dtype, device=x.device)
+
+    def step(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Try ``t`` on ``rows``; move t_hi (changed) or t_lo (unchanged) there."""
+        delta, ch, _ = attempt(t, rows)
+        norm = delta.norm(dim=1)
+        t_hi[rows[ch]], n_hi[rows[ch]] = t[ch], norm[ch]
+        t_lo[rows[~ch]], n_lo[rows[~ch]] = t[~ch], norm[~ch]
+        return ch
+
     t = torch.minimum(t0, cap)
     pending = rows_all.clone()
     for _ in range(64):  # expansion: double t until the prediction changes or capacity
         if len(pending) == 0:
             break
-        _, ch, _ = attempt(t[pending], pending)
-        t_hi[pending[ch]] = t[pending[ch]]
-        miss = pending[~ch]
-        t_lo[miss] = t[miss]
-        at_cap = t[miss] >= cap[miss]
-        pending = miss[~at_cap]
+        miss = pending[~step(t[pending], pending)]
+        pending = miss[t[miss] < cap[miss]]
         t[pending] = torch.minimum(2 * t[pending].clamp_min(1e-12), cap[pending])
     ok = torch.isfinite(t_hi)
     active = rows_all[ok]
     for _ in range(max_steps):  # bisection on t between unchanged t_lo and changed t_hi
+        active = active[(n_hi[active] - n_lo[active]) > rtol * n_hi[active]]
         if len(active) == 0:
             break
-        d_lo, _, _ = prob.solve(t_lo[active], active)
-        d_hi, _, _ = prob.solve(t_hi[active], active)
-        n_lo, n_hi = d_lo.norm(dim=1), d_hi.norm(dim=1)
-        active = active[(n_hi - n_lo) > rtol * n_hi]
-        if len(active) == 0:
-            break
-        mid = 0.5 * (t_lo[active] + t_hi[active])
-        _, ch, _ = attempt(mid, active)
-        t_hi[active[ch]] = mid[ch]
-        t_lo[active[~ch]] = mid[~ch]
+        step(0.5 * (t_lo[active] + t_hi[active]), active)
     # final, verified samples
     norm = torch.full((m,), torch.inf, dtype=x.dtype, device=x.device)
     delta_rows = torch.zeros_like(xs)

@@ -110,6 +110,13 @@ def train_stage(
     return res.metrics
 
 
+def _empty_frame(columns: list[str]) -> pd.DataFrame:
+    """No rows, the columns typed as in INSTANCE_SCHEMA (for a model that diverged)."""
+    return pd.DataFrame(
+        {c: pd.Series(dtype=INSTANCE_SCHEMA.field(c).type.to_pandas_dtype()) for c in columns}
+    )
+
+
 def _points(data: Path | str, n_points: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
     ds = load_prepared(data)
     idx = eval_indices(len(ds.y_test), n_points)
@@ -128,12 +135,7 @@ def certify_stage(
     """L2 guarantees (local: Prop. 2.3, global: ||w_c - w_j|| ||U||) for the eval points."""
     idx, x, y = _points(data, n_points)
     if read_json(metrics)["status"] != "ok":
-        df = pd.DataFrame(
-            {
-                c: pd.Series(dtype=INSTANCE_SCHEMA.field(c).type.to_pandas_dtype())
-                for c in CERTIFY_COLUMNS
-            }
-        )
+        df = _empty_frame(CERTIFY_COLUMNS)
     else:
         dev = resolve_device(device)
         net = load_model(model)
@@ -160,12 +162,7 @@ def attack_stage(
     """Paper's L2 upper bounds (Section 4 + search on the right-hand side) for the eval points."""
     idx, x, _ = _points(data, n_points)
     if read_json(metrics)["status"] != "ok":
-        df = pd.DataFrame(
-            {
-                c: pd.Series(dtype=INSTANCE_SCHEMA.field(c).type.to_pandas_dtype())
-                for c in ATTACK_COLUMNS
-            }
-        )
+        df = _empty_frame(ATTACK_COLUMNS)
     else:
         dev = resolve_device(device)
         net = load_model(model)
