@@ -1,0 +1,49 @@
+"""Robustness guarantees (lower bounds): Theorem 2.1 and the bounds it needs.
+
+* :mod:`.search`: Theorem 2.1 as one generic, batched search over R.
+* :mod:`.softplus_bounds`: local bounds of the one-hidden-layer net (Proposition 2.3, interval
+  bounds for any p, box-constrained ranges), the global bound, and their minimum.
+* :mod:`.kernel_bounds`: Proposition 2.2 (Gaussian-kernel models) and their certification.
+* :mod:`.engine`: every guarantee of a net for a batch of points (the pipeline's columns).
+* :mod:`.reference`: straightforward per-point implementations (test oracles, baselines).
+"""
+
+from .engine import KINDS, certify_softplus
+from .kernel_bounds import KernelProp22Bound, certify_kernel
+from .search import Certificate, LipschitzFn, margins, min_ratio, theorem21
+from .softplus_bounds import (
+    IntervalBound,
+    MinBound,
+    PreactivationRange,
+    Prop23Bound,
+    dual_exponent,
+    global_bound,
+)
+
+
+def linear_lipschitz(W, pred, q: float = 2.0) -> LipschitzFn:
+    """For a linear model ``f = W x + c`` the cross-Lipschitz constant ``||w_c - w_j||_q`` is
+    exact and constant, and Theorem 2.1 gives the exact p-distance to the decision boundary
+    (the paper's tightness remark after Theorem 2.1). Used as a test oracle."""
+    lip = (W[pred][:, None, :] - W[None, :, :]).norm(p=q, dim=-1)
+    return lambda idx, r: lip[idx]
+
+
+__all__ = [
+    "KINDS",
+    "Certificate",
+    "IntervalBound",
+    "KernelProp22Bound",
+    "LipschitzFn",
+    "MinBound",
+    "PreactivationRange",
+    "Prop23Bound",
+    "certify_kernel",
+    "certify_softplus",
+    "dual_exponent",
+    "global_bound",
+    "linear_lipschitz",
+    "margins",
+    "min_ratio",
+    "theorem21",
+]

@@ -1,0 +1,107 @@
+"""Every guarantee of the one-hidden-layer net for a batch of points, in one call.
+
+Columns (all per point, shape (n,)); "guarantee" always means Theorem 2.1's radius:
+
+=====================  =====================================================================
+``pred``, ``margin``   predicted class c and ``f_c - max_{j != c} f_j``
+``guarantee_local``    L2, Proposition 2.3 (the paper's local guarantee); ``radius_local``,
+                       ``bound_class`` (j attaining the minimum), ``evaluations`` (R tried)
+``guarantee_global``   L2, global constant ``||w_c - w_j||_2 ||U||_2`` (no search needed)
+``guarantee_l2``       L2, tightest: ``min(Prop. 2.3, interval, global)`` (``radius_l2``)
+``guarantee_l1``       L1 (q = inf), interval bound
+``guarantee_linf``     Linf (q = 1), interval bound
+``guarantee_*_box``    the same three, for perturbations that keep ``x + delta`` in
+                       ``[0, 1]^d`` only (never to be compared with the unconstrained ones)
+=====================  =====================================================================
+
+Every reported value is ``alpha(R)`` of Theorem 2.1 at an evaluated R. A combined guarantee
+is the maximum of its own search and of the guarantees it is built from (each is valid for
+it), so it is never below any of them. A set of perturbations that is smaller (box) can
+only have a larger guarantee, and the unconstrained one is valid for it: the same rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from ..models import SoftplusNet
+from .search import certificate_columns, margins, min_ratio, theorem21
+from .softplus_bounds import (
+    IntervalBound,
+    MinBound,
+    PreactivationRange,
+    Prop23Bound,
+    global_bound,
+)
+
+#: The guarantee families :func:`certify_softplus` can compute.
+KINDS = ("local", "global", "l2", "l1", "linf", "box")
+
+
+def certify_softplus(
+    net: SoftplusNet,
+    x: torch.Tensor,
+    rtol: float = 1e-3,
+    dtype: torch.dtype = torch.float64,
+    batch_size: int = 1024,
+    kinds: tuple[str, ...] = KINDS,
+) -> dict[str, torch.Tensor]:
+    """Guarantees of the one-hidden-layer net for the points ``x`` (n, d); see the module
+    docstring for the columns. ``kinds`` selects the families (``"local"`` and ``"global"``
+    are always computed when ``"l2"`` is requested; ``"box"`` adds the ``*_box`` column of
+    each requested p-norm and needs ``x`` in ``[0, 1]^d``). Computation in ``dtype``
+    (float64 by default: Proposition 2.3 is a difference of sums), on ``x.device``, in
+    batches of ``batch_size`` points; results on the CPU.
+    """
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown guarantee kinds {sorted(unknown)}; choose from {KINDS}")
+    kinds = tuple(kinds)
+    if "l2" in kinds:
+        kinds = tuple(dict.fromkeys(("local", "global", *kinds)))
+    net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
+    out: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        spec = torch.linalg.matrix_norm(net.U, ord=2)  # point-independent: once for all
+        for i in range(0, len(x), batch_size):
+            part = _certify_batch(net, x[i : i + batch_size].to(dtype), rtol, kinds, spec)
+            for k, v in part.items():
+                out.setdefault(k, []).append(v.cpu())
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def _certify_batch(
+    net: SoftplusNet, x: torch.Tensor, rtol: float, kinds: tuple[str, ...], spec: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    logits = net(x)
+    pred = logits.argmax(1)
+    m = margins(logits, pred)
+    res: dict[str, torch.Tensor] = {"pred": pred, "margin": m.min(1).values}
+    glob = global_bound(net, pred, x.dtype, spectral_norm=spec)
+    ball2 = PreactivationRange(net, x, pred, p=2)
+    if "local" in kinds:
+        res.update(certificate_columns(pred, m, theorem21(m, Prop23Bound(ball2), rtol=rtol)))
+    if "global" in kinds:
+        res["guarantee_global"] = min_ratio(m, glob)[0]
+    boxes = (False, True) if "box" in kinds else (False,)
+    for box in boxes:
+        suffix = "_box" if box else ""
+        if "l2" in kinds:
+            rng = PreactivationRange(net, x, pred, p=2, box=True) if box else ball2
+            cert = theorem21(m, MinBound(rng, glob), rtol=rtol)
+            parts = [cert.guarantee, res["guarantee_local"], res["guarantee_global"]]
+            if box:
+                parts.append(res["guarantee_l2"])
+            res["guarantee_l2" + suffix] = torch.stack(parts).max(0).values
+            res["radius_l2" + suffix] = cert.radius
+        for name, p in (("l1", 1), ("linf", math.inf)):
+            if name in kinds:
+                rng = PreactivationRange(net, x, pred, p=p, box=box)
+                g = theorem21(m, IntervalBound(rng), rtol=rtol).guarantee
+                if box:
+                    g = torch.maximum(g, res["guarantee_" + name])
+                res["guarantee_" + name + suffix] = g
+    return res
