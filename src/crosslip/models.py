@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .io import atomic_path
+from .kernels import GaussianKernelModel
 
 
 def softplus(z: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -113,10 +114,27 @@ def class_gradients(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(grads, dim=1)
 
 
-def save_model(model: SoftplusNet, path: Path | str, meta: dict[str, Any] | None = None) -> None:
-    """Save weights and constructor arguments, atomically; loadable with ``weights_only``."""
+#: Weights-only file formats: format tag -> how to rebuild the module from ``hyper``.
+FORMATS = {
+    "crosslip.SoftplusNet/1": lambda h: SoftplusNet(**h),
+    "crosslip.GaussianKernelModel/1": lambda h: GaussianKernelModel(
+        torch.zeros(h["n_centers"], h["in_dim"]), h["num_classes"], h["gamma"]
+    ),
+}
+
+
+def _format_of(model: nn.Module) -> str:
+    tag = f"crosslip.{type(model).__name__}/1"
+    if tag not in FORMATS:
+        raise TypeError(f"cannot save a {type(model).__name__}: known formats {list(FORMATS)}")
+    return tag
+
+
+def save_model(model: nn.Module, path: Path | str, meta: dict[str, Any] | None = None) -> None:
+    """Save weights and constructor arguments, atomically; loadable with ``weights_only``.
+    Works for :class:`SoftplusNet` and :class:`~crosslip.kernels.GaussianKernelModel`."""
     payload = {
-        "format": "crosslip.SoftplusNet/1",
+        "format": _format_of(model),
         "hyper": json.dumps(model.hyper),
         "meta": json.dumps(meta or {}),
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -125,7 +143,7 @@ def save_model(model: SoftplusNet, path: Path | str, meta: dict[str, Any] | None
         torch.save(payload, tmp)
 
 
-def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> SoftplusNet:
+def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> nn.Module:
     """Load a model written by :func:`save_model` without unpickling arbitrary objects."""
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
@@ -133,8 +151,10 @@ def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> So
         raise ValueError(
             f"{path}: refused to load (not a plain weights file; it may contain code): {exc}"
         ) from exc
-    if not isinstance(payload, dict) or payload.get("format") != "crosslip.SoftplusNet/1":
-        raise ValueError(f"{path}: not a crosslip model file")
-    model = SoftplusNet(**json.loads(payload["hyper"]))
-    model.load_state_dict(payload["state_dict"])
+    if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
+        raise ValueError(f"{path}: not a crosslip model file (known formats: {list(FORMATS)})")
+    model = FORMATS[payload["format"]](json.loads(payload["hyper"]))
+    state = payload["state_dict"]
+    model = model.to(dtype=next(iter(state.values())).dtype)
+    model.load_state_dict(state)
     return model.eval()

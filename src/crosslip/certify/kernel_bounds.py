@@ -1,0 +1,371 @@
+r"""Local cross-Lipschitz bound of Proposition 2.2 for Gaussian-kernel classifiers (p = q = 2).
+
+Setting (Section 2.2). ``f_j(y) = sum_r alpha_jr k(x_r, y)`` with ``k(x, y) = exp(-gamma
+||x - y||^2)`` (:class:`crosslip.kernels.GaussianKernelModel`), predicted class ``c`` at ``x``,
+``beta_r = alpha_jr - alpha_cr``. Theorem 2.1 needs, for every ``j != c``, an upper bound
+``L_j(R) >= max_{y in B_2(x, R)} ||grad f_j(y) - grad f_c(y)||_2``.
+
+Derivation, step by step
+------------------------
+1. ``grad_y k(x_r, y) = -2 gamma (y - x_r) k(x_r, y)``, hence (paper, eq. for the kernel case)
+   ``||grad f_j(y) - grad f_c(y)||^2 = sum_{r,s} beta_r beta_s <grad k_r, grad k_s>``
+   ``= 4 gamma^2 sum_{r,s} beta_r beta_s a_rs(y) e_rs(y)`` with the inner product
+   ``a_rs(y) = <y - x_r, y - x_s>`` and the exponential product
+   ``e_rs(y) = k(x_r, y) k(x_s, y) > 0``.
+
+2. Lemma 2.1. Write ``y = x + h``, ``||h|| <= R``, ``v = 2x - x_r - x_s``, ``S = ||v||``,
+   ``P = <x - x_r, x - x_s>``, ``D = ||x - x_r||^2 + ||x - x_s||^2``. Expanding,
+   ``a_rs(x + h) = P + phi(h)`` and ``e_rs(x + h) = exp(-gamma (D + 2 phi(h)))`` with the
+   same ``phi(h) = <h, v> + ||h||^2``. For ``||h|| = rho`` Cauchy-Schwarz gives
+   ``phi in [rho^2 - rho S, rho^2 + rho S]``, both ends attained at ``h = -+ rho v / S`` (any
+   ``h`` of norm ``rho`` if ``S = 0``). Over ``rho in [0, R]`` the upper end is largest at
+   ``rho = R`` and the lower end ``rho^2 - rho S`` (a convex parabola) is smallest at
+   ``rho = M = min(S / 2, R)``. So ``max phi = R S + R^2``, ``min phi = M^2 - M S`` and, as
+   ``a`` increases and ``e`` decreases with ``phi``::
+
+       a_hi = P + R S + R^2                       (max of a, at h = +R v/S)
+       a_lo = P - M S + M^2                       (min of a, at h = -M v/S)
+       e_hi = exp(-gamma (D - 2 M S + 2 M^2))     (max of e, at h = -M v/S)
+       e_lo = exp(-gamma (D + 2 R S + 2 R^2))     (min of e, at h = +R v/S)
+
+   (:func:`lemma21`). Each bound is attained, but ``a`` and ``e`` are extremal at opposite
+   ``h``, so the product bounds below are not attained jointly in general.
+
+3. Proposition 2.2: bound each term ``beta_r beta_s a e`` separately over the ball, four cases.
+   If ``beta_r beta_s >= 0`` we need an upper bound of ``a e``:
+
+   * (i) ``a_hi >= 0``: ``a e <= max(a, 0) e <= a_hi e <= a_hi e_hi`` (``e > 0``,
+     ``0 <= max(a, 0) <= a_hi``, then ``a_hi >= 0`` and ``e <= e_hi``);
+   * (ii) ``a_hi < 0``: ``a <= a_hi < 0``, so ``a e <= a_hi e <= a_hi e_lo`` (``a_hi < 0``
+     and ``e >= e_lo``).
+
+   Together ``a e <= T+ := max(a_hi, 0) e_hi + min(a_hi, 0) e_lo``; multiplying by
+   ``beta_r beta_s >= 0`` keeps the direction. If ``beta_r beta_s < 0`` we need a *lower*
+   bound of ``a e`` (multiplying by a negative number reverses it):
+
+   * (iii) ``a_lo >= 0``: ``a e >= a_lo e >= a_lo e_lo`` (``a >= a_lo >= 0``, ``e >= e_lo``);
+   * (iv) ``a_lo < 0``: ``a e >= a_lo e >= a_lo e_hi`` (``a >= a_lo``, ``e > 0``; then
+     ``a_lo < 0`` and ``e <= e_hi``).
+
+   Together ``a e >= T- := max(a_lo, 0) e_lo + min(a_lo, 0) e_hi``, so
+   ``beta_r beta_s a e <= beta_r beta_s T-``. Summing over all pairs,
+   ``||grad f_j(y) - grad f_c(y)||^2 <= 4 gamma^2 (sum_{bb >= 0} beta_r beta_s T+
+   + sum_{bb < 0} beta_r beta_s T-)`` for every ``y`` in the ball, and
+   ``L_j(R) = 2 gamma sqrt(...)``: exactly the paper's formula (the four cases are its four
+   max/min terms). The sum bounds a non-negative quantity, so it is ``>= 0`` up to rounding;
+   we clamp it at 0 before the square root. At ``R = 0`` all four bounds equal ``a(x), e(x)``
+   and ``L_j(0) = ||grad f_j(x) - grad f_c(x)||`` exactly.
+
+4. Monotonicity in R. ``R S + R^2`` grows with R; ``M`` is non-decreasing and
+   ``M^2 - M S`` is non-increasing in ``M`` on ``[0, S/2]``; hence ``a_hi`` and ``e_hi`` are
+   non-decreasing and ``a_lo`` and ``e_lo`` non-increasing in R. ``T+`` is ``a_hi e_hi``
+   (product of non-negative non-decreasing functions) where ``a_hi >= 0`` and ``a_hi e_lo``
+   (a negative factor moving towards 0 times a shrinking positive one: its magnitude
+   shrinks) where ``a_hi < 0``; both vanish at ``a_hi = 0``, so ``T+`` is continuous and
+   non-decreasing. Symmetrically ``T-`` is non-increasing. Each summand ``beta_r beta_s T+``
+   (``bb >= 0``) or ``beta_r beta_s T-`` (``bb < 0``) is non-decreasing, hence so is
+   ``L_j(R)``, as :func:`crosslip.certify.theorem21` requires.
+
+Batched evaluation (midpoint form)
+----------------------------------
+With the midpoint ``mu_rs = (x_r + x_s) / 2``, ``delta_rs = ||x_r - x_s|| / 2`` and
+``H_rs = ||x - mu_rs|| = S / 2``, the identities ``<y - x_r, y - x_s> = ||y - mu||^2 - delta^2``
+and ``||y - x_r||^2 + ||y - x_s||^2 = 2 ||y - mu||^2 + 2 delta^2`` turn the four bounds into
+functions of ``||y - mu|| in [t, H + R]``, ``t = max(H - R, 0) = H - M``::
+
+    a_hi = (H + R)^2 - delta^2         e_hi = exp(-2 gamma (t^2 + delta^2))
+    a_lo = t^2 - delta^2               e_lo = exp(-2 gamma ((H + R)^2 + delta^2))
+
+which are *algebraically identical* to the paper's (``P = H^2 - delta^2``, ``S = 2H``,
+``D = 2 H^2 + 2 delta^2``, ``H^2 - 2 M H + M^2 = t^2``). ``delta^2`` is shared by all points
+(one (n, n) array), only ``H`` (n, n) is per point, and every exponent is ``<= 0`` (no
+overflow whatever ``gamma`` and the data scale). With ``beta = b+ - b-`` (positive and
+negative parts), ``sum_{bb>=0} bb T+ + sum_{bb<0} bb T- = b+^T T+ b+ + b-^T T+ b-
+- 2 b+^T T- b-`` (``T-`` is symmetric). Per evaluation :class:`KernelProp22Bound` runs, for
+the tiles ``r in I, s in J`` with ``I <= J`` of the (symmetric) pair matrix and all points
+and classes at once, about 15 elementwise passes into reusable cache-sized buffers and two
+batched matmuls. :func:`prop22_reference` evaluates the paper's formula literally, as an
+oracle.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import torch
+
+from ..kernels import GaussianKernelModel
+from .search import certificate_columns, margins, theorem21
+
+DTYPE = torch.float64
+
+#: Elements of one tile buffer (k points x block x block) targeted by the automatic block
+#: size: 2**18 float64 = 2 MiB, so that the seven tile buffers stay in a 32 MiB L3 cache.
+TILE_ELEMENTS = 2**18
+
+
+def lemma21(
+    P: np.ndarray,
+    S: np.ndarray,
+    sq_r: np.ndarray,
+    sq_s: np.ndarray,
+    R: float,
+    gamma: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The four bounds of Lemma 2.1, literally as in the paper (broadcasting numpy arrays).
+
+    ``P = <x - x_r, x - x_s>``, ``S = ||2x - x_r - x_s||``, ``sq_r = ||x - x_r||^2``,
+    ``sq_s = ||x - x_s||^2``, ``M = min(S / 2, R)``. Returns ``(inner_max, inner_min,
+    exp_max, exp_min)``: the max and min over ``y in B_2(x, R)`` of ``<y - x_r, y - x_s>``
+    and of ``exp(-gamma ||x_r - y||^2) exp(-gamma ||x_s - y||^2)``.
+    """
+    M = np.minimum(S / 2.0, R)
+    inner_max = P + R * S + R**2
+    inner_min = P - M * S + M**2
+    exp_max = np.exp(-gamma * (sq_r + sq_s - 2.0 * M * S + 2.0 * M**2))
+    exp_min = np.exp(-gamma * (sq_r + sq_s + 2.0 * R * S + 2.0 * R**2))
+    return inner_max, inner_min, exp_max, exp_min
+
+
+class _Workspace:
+    """Named scratch buffers that grow on demand and are reused across calls and chunks
+    (fresh multi-MB allocations cost page faults on every call)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._store: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        numel = int(np.prod(shape))
+        buf = self._store.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != dtype:
+            buf = torch.empty(numel, dtype=dtype, device=self.device)
+            self._store[name] = buf
+        return buf[:numel].view(shape)
+
+
+class Prop22Shared:
+    """Point-independent data of the bound for one model, computed once and shared by the
+    chunks: the centers relative to their mean ``Xc`` (n, d), ``-delta^2`` and
+    ``-4 gamma delta^2`` with ``delta^2 = ||x_r - x_s||^2 / 4`` (n, n), ``||mu_rs - mean||^2``
+    (n, n), the coefficients in float64 and the scratch buffers. Memory: three (n, n)
+    float64 arrays."""
+
+    def __init__(self, model: GaussianKernelModel) -> None:
+        self.gamma = float(model.gamma)
+        X = model.centers.detach().to(DTYPE)
+        self.device = X.device
+        self.mean = X.mean(0)
+        self.Xc = X - self.mean
+        self.coef = model.coef.detach().to(DTYPE)
+        self.n = X.shape[0]
+        gram = self.Xc @ self.Xc.T
+        gram = 0.5 * (gram + gram.T)  # exactly symmetric, so everything below is too
+        g = gram.diagonal().clone()
+        g_sum = g[:, None] + g[None, :]
+        # -delta^2 = -(g_r + g_s - 2 G_rs) / 4 (exactly 0 on the diagonal)
+        self.neg_delta2 = torch.sub(gram, g_sum, alpha=0.5).mul_(0.5).clamp_max_(0.0)
+        self.neg_exp4 = (4.0 * self.gamma) * self.neg_delta2
+        self.mid_sq = g_sum.add_(gram, alpha=2.0).mul_(0.25)  # (g_r + g_s + 2 G_rs) / 4
+        del gram
+        self.workspace = _Workspace(self.device)
+
+
+class KernelProp22Bound:
+    """Proposition 2.2 for a chunk of points: ``(idx, r) -> L (k, K)`` for theorem21.
+
+    ``x`` (m, d), ``pred`` (m,). ``idx`` (k,) indexes the rows of ``x``; ``r`` (k,) are the
+    radii. Returns ``L_j(r)`` of shape (k, K), float64 (0 at ``j = pred``). Precomputes the
+    R-independent ``H_rs = ||x - (x_r + x_s)/2||`` for the chunk (m, n, n) and the positive
+    and negative parts of ``beta = coef_j - coef_c`` (m, K, n).
+
+    Each call walks the tiles ``(I, J)``, ``I <= J``, of a ``block``-partition of the pair
+    matrix (the summands are symmetric in r, s: an off-diagonal tile counts twice), all
+    ``k`` points at once per tile: half the work of the full matrix, and tile buffers that
+    stay in cache. ``block=None`` picks ``sqrt(TILE_ELEMENTS / m)`` (at least 64).
+    Memory: ``8 m n^2`` bytes for ``H`` plus about ``50 k block^2`` bytes of scratch and the
+    shared data (:class:`Prop22Shared`).
+    """
+
+    def __init__(
+        self,
+        model: GaussianKernelModel,
+        x: torch.Tensor,
+        pred: torch.Tensor,
+        shared: Prop22Shared | None = None,
+        block: int | None = None,
+    ) -> None:
+        self.shared = Prop22Shared(model) if shared is None else shared
+        sh = self.shared
+        self.gamma = sh.gamma
+        x = x.detach().to(device=sh.device, dtype=DTYPE)
+        pred = pred.to(sh.device)
+        self.m, n = x.shape[0], sh.n
+        self.K = sh.coef.shape[0]
+        xc = x - sh.mean
+        v = 0.5 * (xc * xc).sum(1)[:, None] - xc @ sh.Xc.T  # (m, n)
+        H = torch.empty(self.m, n, n, dtype=DTYPE, device=sh.device)
+        torch.add(sh.mid_sq, v[:, :, None], out=H)
+        H.add_(v[:, None, :]).clamp_min_(0.0).sqrt_()  # ||x - mu_rs||, (m, n, n)
+        self.H = H
+        beta = sh.coef[None, :, :] - sh.coef[pred][:, None, :]  # (m, K, n)
+        bp, bn = beta.clamp_min(0.0), (-beta).clamp_min(0.0)
+        self.bpn = torch.cat([bp, bn], dim=1)  # (m, 2K, n): [b+; b-]
+        self.bnp = torch.cat([bn, bp], dim=1)  # [b-; b+]
+        self._all = torch.arange(self.m, device=sh.device)
+        if block is None:
+            block = max(64, int((TILE_ELEMENTS / max(self.m, 1)) ** 0.5))
+        blocks = list(itertools.pairwise([*range(0, n, block), n]))
+        self.tiles = [(a, b, c, e) for i, (a, b) in enumerate(blocks) for c, e in blocks[i:]]
+
+    def __call__(self, idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        sh, ws = self.shared, self.shared.workspace
+        k, K, g = idx.numel(), self.K, self.gamma
+        idx = idx.to(sh.device)
+        full = k == self.m and torch.equal(idx, self._all)
+        bpn, bnp = (self.bpn, self.bnp) if full else (self.bpn[idx], self.bnp[idx])
+        R = r.detach().to(device=sh.device, dtype=DTYPE)[:, None, None]
+        total = torch.zeros(k, K, dtype=DTYPE, device=sh.device)
+        for i0, i1, j0, j1 in self.tiles:
+            shape = (k, i1 - i0, j1 - j0)
+            H = self.H[:, i0:i1, j0:j1]
+            if not full:
+                H = torch.index_select(H, 0, idx, out=ws.get("sel", shape, DTYPE))
+            nd2, ne4 = sh.neg_delta2[i0:i1, j0:j1], sh.neg_exp4[i0:i1, j0:j1]
+            e_lo, a_hi, e_hi, a_lo, t_plus = (ws.get(f"b{i}", shape, DTYPE) for i in range(5))
+            mask = ws.get("mask", shape, torch.bool)
+            # ||y - mu|| ranges over [t, H + R] with t = max(H - R, 0); the exponents are
+            # -2 gamma (a + 2 delta^2) = -2 gamma (||y - mu||^2 + delta^2).
+            u = torch.add(H, R, out=e_lo)  # H + R
+            torch.addcmul(nd2, u, u, out=a_hi)  # a_hi = (H + R)^2 - delta^2
+            torch.add(ne4, a_hi, alpha=-2.0 * g, out=e_lo).exp_()  # e_lo
+            t = torch.sub(H, R, out=e_hi).clamp_min_(0.0)  # t
+            torch.addcmul(nd2, t, t, out=a_lo)  # a_lo = t^2 - delta^2
+            torch.add(ne4, a_lo, alpha=-2.0 * g, out=e_hi).exp_()  # e_hi
+            # T+ = max(a_hi,0) e_hi + min(a_hi,0) e_lo; T- = max(a_lo,0) e_lo + min(a_lo,0) e_hi
+            torch.gt(a_hi, 0.0, out=mask)
+            torch.where(mask, e_hi, e_lo, out=t_plus).mul_(a_hi)
+            torch.gt(a_lo, 0.0, out=mask)
+            t_minus = a_hi  # a_hi is no longer needed
+            torch.where(mask, e_lo, e_hi, out=t_minus).mul_(a_lo)
+            # Pairs (r in I, s in J): sum (b+_r b+_s + b-_r b-_s) T+_rs
+            # - sum (b+_r b-_s + b-_r b+_s) T-_rs; an off-diagonal tile also stands for its
+            # mirror image (T+-, and both coefficient matrices, are symmetric): weight 2.
+            b_i = bpn[:, :, i0:i1]
+            s_plus = (torch.bmm(b_i, t_plus) * bpn[:, :, j0:j1]).sum(-1)  # (k, 2K)
+            s_minus = (torch.bmm(b_i, t_minus) * bnp[:, :, j0:j1]).sum(-1)
+            part = s_plus[:, :K] + s_plus[:, K:] - s_minus[:, :K] - s_minus[:, K:]
+            total.add_(part, alpha=1.0 if i0 == j0 else 2.0)
+        return 2.0 * g * total.clamp_min(0.0).sqrt()
+
+
+def default_chunk(n_centers: int, memory_bytes: int = 2**30, max_chunk: int = 8) -> int:
+    """Points per chunk: at most ``max_chunk``, and few enough that the chunk's ``H``
+    (``8 n^2`` bytes a point), the shared (n, n) arrays and the scratch fit in
+    ``memory_bytes``; at least 1."""
+    per_point = 8 * n_centers**2
+    fixed = 3 * 8 * n_centers**2 + 8 * 8 * TILE_ELEMENTS
+    return int(max(1, min(max_chunk, (memory_bytes - fixed) // per_point)))
+
+
+def _empty_result() -> dict[str, torch.Tensor]:
+    f, i = torch.zeros(0, dtype=DTYPE), torch.zeros(0, dtype=torch.long)
+    keys = ("pred", "margin", "guarantee_local", "radius_local", "bound_class", "evaluations")
+    return dict(zip(keys, (i, f, f, f, i, i), strict=True))
+
+
+def _as64(model: GaussianKernelModel) -> GaussianKernelModel:
+    if model.centers.dtype == DTYPE and model.coef.dtype == DTYPE:
+        return model
+    return copy.deepcopy(model).to(DTYPE)
+
+
+def certify_kernel(
+    model: GaussianKernelModel,
+    x: torch.Tensor,
+    rtol: float = 1e-3,
+    chunk: int | None = None,
+    memory_bytes: int = 2**30,
+) -> dict[str, torch.Tensor]:
+    """L2 guarantees (Theorem 2.1 + Proposition 2.2) of a Gaussian-kernel model at ``x``.
+
+    ``x`` (n, d). Works in float64 on the model's device, ``chunk`` points at a time (default
+    :func:`default_chunk`: 8 points, about 0.4 GiB, for 2000 centers). Returns per-point CPU
+    tensors of shape (n,): ``pred``, ``margin`` (``f_c - max_{j != c} f_j``),
+    ``guarantee_local``, ``radius_local`` (the R attaining it), ``bound_class`` and
+    ``evaluations`` (number of R evaluated).
+    """
+    model = _as64(model)
+    if len(x) == 0:
+        return _empty_result()
+    shared = Prop22Shared(model)
+    if chunk is None:
+        chunk = default_chunk(shared.n, memory_bytes)
+    out: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for i in range(0, len(x), chunk):
+            xb = x[i : i + chunk].to(device=shared.device, dtype=DTYPE)
+            logits = model(xb)
+            pred = logits.argmax(1)
+            m = margins(logits, pred)
+            cert = theorem21(m, KernelProp22Bound(model, xb, pred, shared), rtol=rtol)
+            for key, val in certificate_columns(pred, m, cert).items():
+                out.setdefault(key, []).append(val.cpu())
+    return {key: torch.cat(val) for key, val in out.items()}
+
+
+def prop22_reference(
+    model: GaussianKernelModel, x: torch.Tensor, pred: int | torch.Tensor, r: float
+) -> torch.Tensor:
+    """Proposition 2.2 for ONE point, literally: explicit (n, n) numpy arrays, the four cases
+    selected with ``np.where`` on the sign of ``beta_r beta_s`` and the max/min terms as
+    printed, one class at a time. ``x`` (d,), ``pred`` the class c, ``r`` the radius.
+    Returns ``L_j(r)`` for all j, shape (K,), float64 (0 at ``j = c``). Oracle and baseline.
+    """
+    X = model.centers.detach().to(DTYPE).cpu().numpy()
+    A = model.coef.detach().to(DTYPE).cpu().numpy()
+    gamma, R, c = float(model.gamma), float(r), int(pred)
+    xv = torch.as_tensor(x).detach().to(DTYPE).cpu().numpy().reshape(-1)
+    diff = xv[None, :] - X  # rows x - x_r, (n, d)
+    P = diff @ diff.T  # <x - x_r, x - x_s>
+    sq = np.diag(P).copy()  # ||x - x_r||^2
+    S = np.sqrt(np.maximum(sq[:, None] + sq[None, :] + 2.0 * P, 0.0))  # ||2x - x_r - x_s||
+    a_hi, a_lo, e_hi, e_lo = lemma21(P, S, sq[:, None], sq[None, :], R, gamma)
+    same_sign = np.maximum(a_hi, 0.0) * e_hi + np.minimum(a_hi, 0.0) * e_lo
+    opposite = np.maximum(a_lo, 0.0) * e_lo + np.minimum(a_lo, 0.0) * e_hi
+    out = np.zeros(A.shape[0])
+    for j in range(A.shape[0]):
+        if j == c:
+            continue
+        beta = A[j] - A[c]
+        bb = np.outer(beta, beta)
+        total = np.sum(np.where(bb >= 0, bb * same_sign, bb * opposite))
+        out[j] = 2.0 * gamma * np.sqrt(max(total, 0.0))
+    return torch.from_numpy(out)
+
+
+def certify_kernel_reference(
+    model: GaussianKernelModel, x: torch.Tensor, rtol: float = 1e-3
+) -> dict[str, torch.Tensor]:
+    """Same as :func:`certify_kernel` (same :func:`theorem21` search), one point at a time
+    with :func:`prop22_reference` as the bound: the baseline and an end-to-end oracle."""
+    model = _as64(model)
+    if len(x) == 0:
+        return _empty_result()
+    out: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for i in range(len(x)):
+            xi = x[i : i + 1].to(DTYPE)
+            logits = model(xi)
+            pred = logits.argmax(1)
+            m = margins(logits, pred)
+
+            def lip(idx, r, xi=xi, c=int(pred[0])):
+                return prop22_reference(model, xi[0], c, float(r[0]))[None].to(r)
+
+            cert = theorem21(m, lip, rtol=rtol)
+            for key, val in certificate_columns(pred, m, cert).items():
+                out.setdefault(key, []).append(val.cpu())
+    return {key: torch.cat(val) for key, val in out.items()}
