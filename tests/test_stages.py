@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
+import torch
 
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
-from crosslip.models import SoftplusNet, save_model
+from crosslip.kernels import GaussianKernelModel
+from crosslip.models import SoftplusNet, load_model, save_model
 from crosslip.pipeline import (
     INSTANCE_SCHEMA,
     attack_stage,
@@ -15,7 +18,7 @@ from crosslip.pipeline import (
     eval_indices,
     instances_stage,
 )
-from crosslip.report import add_diverged, summarize
+from crosslip.report import add_diverged, summarize, table1
 
 
 def tiny_dataset(tmp_path):
@@ -27,9 +30,9 @@ def tiny_dataset(tmp_path):
     return tmp_path / "toy.npz"
 
 
-def run_stages(tmp_path, status):
+def run_stages(tmp_path, status, net=None):
     data = tiny_dataset(tmp_path)
-    net = SoftplusNet(6, 3, hidden=4)
+    net = SoftplusNet(6, 3, hidden=4) if net is None else net
     save_model(net, tmp_path / "model.pt")
     cfg = {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}
     metrics = {"status": status, "dataset": "toy", "model_id": "m", "config": cfg,
@@ -50,8 +53,30 @@ def test_stages_write_the_instance_schema(tmp_path):
     assert table.schema.equals(INSTANCE_SCHEMA, check_metadata=False)
     assert len(df) == 6 and list(df["test_index"]) == list(eval_indices(10, 6))
     ok = df["attack_success"]
-    assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
+    for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l2_box"):
+        assert (df.loc[ok, "upper_bound"] >= df.loc[ok, col]).all(), col
+    assert (df["local_bound"] == "prop2.3").all()
+    assert (df["guarantee_l2"] >= df[["guarantee_local", "guarantee_global"]].max(axis=1)).all()
+    for p in ("l2", "l1", "linf"):
+        assert (df[f"guarantee_{p}_box"] >= df[f"guarantee_{p}"]).all()
+        assert df[f"guarantee_{p}"].notna().all()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):
+    rng = np.random.default_rng(1)
+    centers = torch.as_tensor(rng.random((12, 6)))
+    model = GaussianKernelModel(centers, 3, gamma=2.0)
+    with torch.no_grad():  # each centre votes for one class: nearest-centre-like regions
+        model.coef.copy_(torch.eye(3, dtype=torch.float64).repeat(1, 4))
+    df, _ = run_stages(tmp_path, "ok", model)
+    loaded = load_model(tmp_path / "model.pt")
+    assert isinstance(loaded, GaussianKernelModel) and torch.equal(loaded.coef, model.coef)
+    assert (df["local_bound"] == "prop2.2").all()
+    assert (df["guarantee_local"] > 0).all() and (df["guarantee_l2"] == df["guarantee_local"]).all()
+    assert df[["guarantee_global", "guarantee_l1", "guarantee_linf_box"]].isna().all().all()
+    ok = df["attack_success"]
+    assert ok.any() and (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
 
 
 def test_diverged_model_has_no_instances_but_keeps_its_summary_row(tmp_path):
@@ -69,3 +94,18 @@ def test_eval_indices_are_a_fixed_sorted_subset():
     a = eval_indices(1000, 200)
     assert len(a) == 200 and np.all(np.diff(a) > 0) and np.array_equal(a, eval_indices(1000, 200))
     assert np.array_equal(eval_indices(50, 200), np.arange(50))
+
+
+def test_table1_takes_the_best_model_per_regularizer():
+    rows = []
+    for reg, err, ratio in (("none", 0.02, 0.7), ("none", 0.03, 0.5), ("cross_lipschitz", 0.025,
+                                                                      0.2)):  # fmt: skip
+        rows.append({"dataset": "mnist", "model_id": f"{reg}-{err}", "regularizer": reg,
+                     "status": "ok", "test_error": err, "n_correct": 10,
+                     "mean_ratio_global_local": ratio})  # fmt: skip
+    rows.append({**rows[0], "model_id": "bad", "status": "diverged", "test_error": None,
+                 "mean_ratio_global_local": None})  # fmt: skip
+    t = table1(pd.DataFrame(rows)).set_index("regularizer")
+    assert t.loc["none", "mean_ratio_global_local"] == 0.7
+    assert t.loc["none", "mean_ratio_all_models"] == 0.6
+    assert t.loc["cross_lipschitz", "model_id"] == "cross_lipschitz-0.025"

@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import torch
 
 from .attacks import upper_bound_l2
-from .certify import certify_softplus
+from .certify import KINDS, certify_kernel, certify_softplus
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
+from .kernels import GaussianKernelModel
 from .models import load_model, save_model
 from .train import TrainConfig, train
 
@@ -40,11 +41,18 @@ INSTANCE_SCHEMA = pa.schema(
         ("pred", pa.int64()),
         ("correct", pa.bool_()),
         ("margin", pa.float64()),
+        ("local_bound", pa.string()),
         ("guarantee_local", pa.float64()),
         ("radius_local", pa.float64()),
         ("bound_class", pa.int64()),
         ("guarantee_global", pa.float64()),
         ("ratio_global_local", pa.float64()),
+        ("guarantee_l2", pa.float64()),
+        ("guarantee_l1", pa.float64()),
+        ("guarantee_linf", pa.float64()),
+        ("guarantee_l2_box", pa.float64()),
+        ("guarantee_l1_box", pa.float64()),
+        ("guarantee_linf_box", pa.float64()),
         ("upper_bound", pa.float64()),
         ("attack_success", pa.bool_()),
         ("attack_target", pa.int64()),
@@ -54,10 +62,15 @@ INSTANCE_SCHEMA = pa.schema(
     ]
 )
 
-CERTIFY_COLUMNS = [
-    "test_index", "label", "pred", "margin", "guarantee_local", "radius_local",
-    "bound_class", "guarantee_global", "certify_seconds",
+#: Guarantee columns filled by the certification stage (NaN where a kind was not requested
+#: or does not exist for the model family).
+GUARANTEE_COLUMNS = [
+    "guarantee_local", "radius_local", "bound_class", "guarantee_global", "guarantee_l2",
+    "guarantee_l1", "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box",
+    "guarantee_linf_box",
 ]  # fmt: skip
+CERTIFY_COLUMNS = ["test_index", "label", "pred", "margin", "local_bound", *GUARANTEE_COLUMNS,
+                   "certify_seconds"]  # fmt: skip
 ATTACK_COLUMNS = ["test_index", "upper_bound", "attack_success", "attack_target", "adv_class",
                   "attack_seconds"]  # fmt: skip
 
@@ -130,9 +143,13 @@ def certify_stage(
     out: Path | str,
     n_points: int,
     rtol: float,
+    kinds: list[str] | tuple[str, ...] = KINDS,
     device: str = "auto",
 ) -> pd.DataFrame:
-    """L2 guarantees (local: Prop. 2.3, global: ||w_c - w_j|| ||U||) for the eval points."""
+    """Guarantees of Theorem 2.1 for the eval points. One-hidden-layer nets: local L2
+    (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
+    versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
+    kernel models: local L2 (Proposition 2.2); the other columns stay empty."""
     idx, x, y = _points(data, n_points)
     if read_json(metrics)["status"] != "ok":
         df = _empty_frame(CERTIFY_COLUMNS)
@@ -140,11 +157,19 @@ def certify_stage(
         dev = resolve_device(device)
         net = load_model(model)
         t0 = time.perf_counter()
-        res = certify_softplus(net, x.to(dev), rtol=rtol)
+        if isinstance(net, GaussianKernelModel):  # Proposition 2.2: the L2 local bound only
+            res = certify_kernel(net, x.to(dev), rtol=rtol)
+            res["guarantee_l2"] = res["guarantee_local"]
+            local_bound = "prop2.2"
+        else:
+            res = certify_softplus(net, x.to(dev), rtol=rtol, kinds=tuple(kinds))
+            local_bound = "prop2.3" if "guarantee_local" in res else None
         secs = (time.perf_counter() - t0) / max(len(idx), 1)
         df = pd.DataFrame({"test_index": idx, "label": y, **{k: v.numpy() for k, v in res.items()}})
+        df["local_bound"] = local_bound
         df["certify_seconds"] = secs
-        df = df[CERTIFY_COLUMNS]
+        df = df.reindex(columns=CERTIFY_COLUMNS)
+        df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
     write_parquet(df, out)
     return df
 

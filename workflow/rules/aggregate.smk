@@ -6,6 +6,8 @@ rule aggregate:
     output:
         csv=f"{RESULTS}/tables/summary.csv",
         md=f"{RESULTS}/tables/summary.md",
+        table1_csv=f"{RESULTS}/tables/table1_global_local.csv",
+        table1_md=f"{RESULTS}/tables/table1_global_local.md",
         png=f"{RESULTS}/figures/bounds_vs_error.png",
         pdf=f"{RESULTS}/figures/bounds_vs_error.pdf",
     log:

@@ -13,8 +13,13 @@ LIB = Path(workflow.basedir) / "src" / "crosslip"
 
 
 def lib(*modules):
-    """Library module files to list as inputs, so that editing one reruns its jobs."""
-    return [str(LIB / f"{m}.py") for m in modules]
+    """Library files to list as inputs, so that editing one reruns its jobs: a module
+    ``name`` is ``name.py``, a package ``name`` is every ``.py`` file in it."""
+    files = []
+    for m in modules:
+        pkg = LIB / m
+        files += sorted(map(str, pkg.glob("*.py"))) if pkg.is_dir() else [str(LIB / f"{m}.py")]
+    return files
 
 
 def fmt_num(x):

@@ -5,7 +5,7 @@ rule prepare_data:
         cache=config["data"]["cache"],
         mirror=lambda wc: config["data"]["mirrors"].get(wc.dataset),
     input:
-        lib=lib("data/__init__", "data/fetch", "data/idx", "data/mnist", "data/embedded"),
+        lib=lib("data"),
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     conda:

@@ -3,12 +3,13 @@ rule certify:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("certify", "models"),
+        lib=lib("certify", "models", "kernels"),
     output:
         f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
     params:
         n_points=config["certify"]["n_points"],
         rtol=config["certify"]["rtol"],
+        kinds=config["certify"]["kinds"],
         device=config["device"],
     threads: 2
     resources:
@@ -29,7 +30,7 @@ rule attack:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("attacks", "models"),
+        lib=lib("attacks", "models", "kernels"),
     output:
         f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
     params:

@@ -1,15 +1,16 @@
-"""Summary table (CSV, Markdown) and the bounds-versus-test-error figure (PNG, PDF)."""
+"""Summary table and Table 1 (CSV, Markdown), the bounds-versus-test-error figure (PNG, PDF)."""
 
 import pandas as pd
 
 from crosslip.io import read_json, run_script
-from crosslip.report import add_diverged, plot_bounds_vs_error, summarize, write_tables
+from crosslip.report import add_diverged, plot_bounds_vs_error, summarize, table1, write_tables
 
 
 def main() -> None:
     instances = pd.concat([pd.read_parquet(p) for p in snakemake.input.instances])
     summary = add_diverged(summarize(instances), [read_json(p) for p in snakemake.input.metrics])
     write_tables(summary, snakemake.output.csv, snakemake.output.md)
+    write_tables(table1(summary), snakemake.output.table1_csv, snakemake.output.table1_md)
     plot_bounds_vs_error(summary, snakemake.output.png, snakemake.output.pdf)
 
 

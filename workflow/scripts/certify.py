@@ -1,4 +1,4 @@
-"""Certified L2 radii (Theorem 2.1) for the evaluation points of one model."""
+"""Certified radii (Theorem 2.1: L2, L1, Linf, box-constrained) for one model's eval points."""
 
 import logging
 
@@ -14,6 +14,7 @@ def main() -> None:
         snakemake.output[0],
         n_points=snakemake.params.n_points,
         rtol=snakemake.params.rtol,
+        kinds=list(snakemake.params.kinds),
         device=snakemake.params.device,
     )
     logging.getLogger("crosslip").info(
