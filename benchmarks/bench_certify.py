@@ -1,0 +1,141 @@
+"""Certification benchmark (issue 3): full MNIST, a trained 784-1024-10 softplus network.
+
+1. L2 guarantees of Theorem 2.1 + Proposition 2.3 for all 10,000 test points, R searched to
+   a relative precision of 1e-3: wall time and points per second.
+2. The straightforward per-point reference (:mod:`crosslip.certify.reference`: the (H, H)
+   matrix beta built per class, one point at a time) on a subset, side by side: speed-up and
+   the largest relative difference of the guarantees.
+3. Every guarantee family (tighter L2, L1, Linf, box-constrained, global) on a subset, with
+   their means and the Table 1 ratio.
+4. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
+
+The network is trained once (3 epochs of plain SGD, ~1 min here) and cached under
+``results/bench/``. The data come from the mirror ``../shared/data/mnist`` (or ``--mirror``).
+Run: ``.venv/bin/python benchmarks/bench_certify.py``; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from crosslip.certify import certify_softplus
+from crosslip.certify.reference import certify_prop23_reference
+from crosslip.data import load_dataset
+from crosslip.models import load_model, save_model
+from crosslip.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def trained_net(ds, cache: Path):
+    if cache.exists():
+        return load_model(cache), None
+    t0 = time.perf_counter()
+    res = train(TrainConfig(epochs=3, lr=0.2), ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    save_model(res.model, cache)
+    return res.model, time.perf_counter() - t0
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reference-points", type=int, default=20)
+    ap.add_argument("--all-kinds-points", type=int, default=1000)
+    ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")
+    args = ap.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    dev = torch.device(args.device)
+    out_dir = ROOT / "results" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
+    net, train_s = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    x = torch.as_tensor(ds.x_test)
+    with torch.no_grad():
+        err = float((net(x).argmax(1).numpy() != ds.y_test).mean())
+    res: dict = {"machine": machine(), "device": str(dev), "test_error": err}
+    if train_s is not None:
+        res["train_seconds"] = train_s
+
+    xd = x.to(dev)
+    certify_softplus(net, xd[:64], kinds=("local",))  # warm-up
+    cert, secs = timed(lambda: certify_softplus(net, xd, kinds=("local",), rtol=1e-3))
+    res.update(points=len(x), seconds=secs, points_per_second=len(x) / secs,
+               mean_guarantee_local=float(cert["guarantee_local"].mean()),
+               evaluations_mean=float(cert["evaluations"].float().mean()))  # fmt: skip
+
+    n_ref = args.reference_points
+    ref, ref_s = timed(lambda: certify_prop23_reference(net, x[:n_ref], rtol=1e-3))
+    diff = (cert["guarantee_local"][:n_ref] - ref).abs() / ref.abs().clamp_min(1e-300)
+    res.update(reference_points=n_ref, reference_seconds_per_point=ref_s / n_ref,
+               speedup_vs_reference=(ref_s / n_ref) / (secs / len(x)),
+               max_rel_diff_vs_reference=float(diff.max()))  # fmt: skip
+
+    n_all = args.all_kinds_points
+    full, all_s = timed(lambda: certify_softplus(net, xd[:n_all], rtol=1e-3))
+    ok = full["pred"].numpy() == ds.y_test[:n_all]
+    means = {k: float(v[ok].double().mean()) for k, v in full.items() if k.startswith("guarantee")}
+    local, glob = full["guarantee_local"][ok], full["guarantee_global"][ok]
+    res.update(all_kinds_points=n_all, all_kinds_seconds=all_s, means_correct=means,
+               table1_ratio_global_local=float((glob / local).mean()),
+               share_global_beats_local=float((glob > local).double().mean()),
+               share_l2_tighter_than_local=float(
+                   (full["guarantee_l2"][ok] > local * (1 + 1e-9)).double().mean()))  # fmt: skip
+
+    if not args.no_kernel:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_kernel_bound import run as run_kernel
+
+        kernel = run_kernel()
+        kernel.pop("machine", None)
+        res.update(kernel)
+
+    print(f"machine: {res['machine']} (device {res['device']})")
+    print(f"network: 784-1024-10 softplus, plain SGD, test error {err:.2%}")
+    print(f"Prop. 2.3 guarantees, {len(x)} points, rtol 1e-3: {secs:.1f} s "
+          f"({res['points_per_second']:.0f} points/s, "
+          f"{res['evaluations_mean']:.2f} R per point)")  # fmt: skip
+    print(f"per-point reference ({n_ref} points): {res['reference_seconds_per_point']:.3f} s/point"
+          f" -> speed-up x{res['speedup_vs_reference']:.0f}, "
+          f"max rel. diff {res['max_rel_diff_vs_reference']:.1e}")  # fmt: skip
+    print(f"all guarantee families, {n_all} points: {all_s:.1f} s")
+    for k, v in means.items():
+        print(f"  mean {k:<22} {v:.4f} (correctly classified points)")
+    print(f"  Table 1 ratio global/local: {res['table1_ratio_global_local']:.3f}; global beats "
+          f"local on {res['share_global_beats_local']:.1%}; tighter L2 beats Prop. 2.3 on "
+          f"{res['share_l2_tighter_than_local']:.1%}")  # fmt: skip
+    if "kernel_seconds" in res:
+        print(f"kernel bound (Prop. 2.2), {res['kernel_centers']} centres, "
+              f"{res['kernel_points']} points: {res['kernel_seconds']:.1f} s "
+              f"(x{res['kernel_speedup_vs_reference']:.0f} vs per-point reference)")  # fmt: skip
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
