@@ -27,6 +27,11 @@ TINY = {
             "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
         },
     },
+    "kernel": {
+        "n_centers": 60,
+        "max_iter": 20,
+        "grid": {"kernel_cl": {"a": [1.0], "lambda": [0.1]}},
+    },
     "certify": {"n_points": 15},
     "attack": {"n_points": 15},
 }
@@ -53,8 +58,8 @@ def test_default_config_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
-    for rule, count in [("prepare_data", 1), ("train", 4), ("certify", 4), ("attack", 4),
-                        ("instances", 4), ("aggregate", 1)]:  # fmt: skip
+    for rule, count in [("prepare_data", 1), ("train", 6), ("certify", 6), ("attack", 6),
+                        ("instances", 6), ("aggregate", 1)]:  # fmt: skip
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), rule
     assert not (tmp_path / "results").exists()
 
@@ -73,12 +78,19 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
     typo = {**TINY, "certfy": {"n_points": 3}}
     proc = snakemake(tmp_path, "--cores", "1", config=typo)
     assert proc.returncode != 0 and "certfy" in proc.stderr
+    svm = {**TINY, "kernel": {"grid": {"kernel_svm": {"a": [1.0], "lambda": [0.1]}}}}
+    proc = snakemake(tmp_path, "--cores", "1", config=svm)
+    assert proc.returncode != 0 and "kernel_svm" in proc.stderr
+    kinds = {**TINY, "certify": {"kinds": ["l3"]}}
+    proc = snakemake(tmp_path, "--cores", "1", config=kinds)
+    assert proc.returncode != 0 and "l3" in proc.stderr
     assert not (tmp_path / "results").exists()
 
 
 def test_tiny_run_writes_parquet_with_schema(tiny_run):
     files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
     assert [f.stem for f in files] == ["cross_lipschitz-lr0.2-lam0.001-seed0",
+                                       "kernel_cl-a1-lam0.1-seed0",
                                        "none-lr0.2-lam0-seed0"]  # fmt: skip
     for f in files:
         table = pq.read_table(f)
@@ -86,23 +98,35 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
         df = table.to_pandas()
         assert len(df) == 15 and df["test_index"].is_unique
         assert (df["model_id"] == f.stem).all()
-        assert df["guarantee_local"].notna().all() and (df["guarantee_local"] >= 0).all()
+        kernel = f.stem.startswith("kernel")
+        assert (df["local_bound"] == ("prop2.2" if kernel else "prop2.3")).all()
+        cols = ["guarantee_local", "guarantee_l2"]
+        if not kernel:
+            cols += ["guarantee_global", "guarantee_l1", "guarantee_linf", "guarantee_l2_box",
+                     "guarantee_l1_box", "guarantee_linf_box"]  # fmt: skip
+        for col in cols:
+            assert df[col].notna().all() and (df[col] >= 0).all(), (f.stem, col)
         ok = df["attack_success"]
-        assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
+        assert ok.any()
+        assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_l2"]).all()
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
-    assert len(everything) == 30
+    assert len(everything) == 45
 
 
 def test_tiny_run_writes_table_figure_logs(tiny_run):
     res = tiny_run / "results"
     summary = pd.read_csv(res / "tables" / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == 2 and (summary["status"] == "ok").all()
+    assert len(summary) == 3 and (summary["status"] == "ok").all()
     assert summary["test_error"].between(0, 1).all()
     assert (summary["mean_upper_bound"] >= summary["mean_guarantee_local"]).all()
     md = (res / "tables" / "summary.md").read_text()
-    assert md.count("\n") == 4 and "cross_lipschitz" in md
+    assert md.count("\n") == 5 and "cross_lipschitz" in md and "kernel_cl" in md
+    table1 = pd.read_csv(res / "tables" / "table1_global_local.csv")
+    assert sorted(table1["regularizer"]) == ["cross_lipschitz", "none"]  # kernels: no global
+    assert table1["mean_ratio_global_local"].between(0, 10).all()
+    assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
         assert (res / "figures" / f"bounds_vs_error.{ext}").read_bytes()[:4] == magic
     assert (res / "logs" / "train" / "mnist5k" / "none-lr0.2-lam0-seed0.log").stat().st_size > 0

@@ -21,6 +21,7 @@ from .certify import KINDS, certify_kernel, certify_softplus
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
+from .kernel_train import KERNEL_REGULARIZERS, KernelTrainConfig, train_kernel
 from .kernels import GaussianKernelModel
 from .models import load_model, save_model
 from .train import TrainConfig, train
@@ -104,10 +105,14 @@ def train_stage(
     metrics_out: Path | str,
     device: str = "auto",
 ) -> dict[str, Any]:
-    """Train one grid point; write the model (weights-only file) and its metrics JSON."""
+    """Train one grid point (a net by SGD or a kernel model by L-BFGS); write the model
+    (weights-only file) and its metrics JSON."""
     ds = load_prepared(data)
-    cfg = TrainConfig(**params)
-    res = train(
+    if params["regularizer"] in KERNEL_REGULARIZERS:
+        fit, cfg = train_kernel, KernelTrainConfig(**params)
+    else:
+        fit, cfg = train, TrainConfig(**params)
+    res = fit(
         cfg,
         ds.x_train,
         ds.y_train,
@@ -228,7 +233,7 @@ def instances_stage(
         "dataset": met["dataset"],
         "model_id": model_id,
         "regularizer": cfg["regularizer"],
-        "lr": float(cfg["lr"]),
+        "lr": float("nan") if cfg["lr"] is None else float(cfg["lr"]),  # kernels: no lr
         "lam": float(cfg["lam"]),
         "seed": int(cfg["seed"]),
         "status": met["status"],

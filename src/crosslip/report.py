@@ -37,6 +37,8 @@ REG_STYLE = {
     "weight_decay": ("tab:blue", "s"),
     "dropout": ("tab:green", "^"),
     "cross_lipschitz": ("tab:red", "D"),
+    "kernel_logreg": ("tab:purple", "v"),
+    "kernel_cl": ("tab:orange", "P"),
 }
 
 

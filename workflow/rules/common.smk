@@ -27,7 +27,8 @@ def fmt_num(x):
 
 
 def training_grid():
-    """model_id -> training parameters, for every regularizer x lr x lambda x seed."""
+    """model_id -> training parameters: for every net regularizer x lr x lambda x seed, and
+    every kernel regularizer x a x lambda x seed."""
     tr, mo = config["train"], config["model"]
     grid = {}
     for reg, spec in tr["grid"].items():
@@ -50,6 +51,19 @@ def training_grid():
                 hidden=mo["hidden"],
                 alpha=float(mo["alpha"]),
                 bias=mo["bias"],
+            )
+    kern = config["kernel"]
+    for reg, spec in kern.get("grid", {}).items():
+        for a, lam, seed in itertools.product(spec["a"], spec["lambda"], tr["seeds"]):
+            model_id = f"{reg}-a{fmt_num(a)}-lam{fmt_num(lam)}-seed{seed}"
+            grid[model_id] = dict(
+                regularizer=reg,
+                a=float(a),
+                lam=float(lam),
+                seed=int(seed),
+                n_centers=kern["n_centers"],
+                neighbours=kern["neighbours"],
+                max_iter=kern["max_iter"],
             )
     return grid
 
