@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,22 +28,11 @@ import torch
 from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.data import load_dataset
+from crosslip.device import describe_machine
 from crosslip.models import load_model, save_model
 from crosslip.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def trained_net(ds, cache: Path):
@@ -79,7 +67,7 @@ def main() -> None:
     x = torch.as_tensor(ds.x_test)
     with torch.no_grad():
         err = float((net(x).argmax(1).numpy() != ds.y_test).mean())
-    res: dict = {"machine": machine(), "device": str(dev), "test_error": err}
+    res: dict = {"machine": describe_machine(dev), "device": str(dev), "test_error": err}
     if train_s is not None:
         res["train_seconds"] = train_s
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from crosslip.certify.kernel_bounds import certify_kernel, certify_kernel_reference
+from crosslip.device import describe_machine
 from crosslip.kernels import GaussianKernelModel, gamma_from_data
 
 T = TypeVar("T")
@@ -111,7 +111,6 @@ def run(
     g, g_ref = cert["guarantee_local"][:n_ref], ref["guarantee_local"]
     rel = ((g - g_ref).abs() / g_ref.abs().clamp_min(1e-300)).max().item() if n_ref else 0.0
     ref_per_point = ref_secs / max(n_ref, 1)
-    cpu = platform.processor() or platform.machine()
     return {
         "kernel_data": source,
         "kernel_points": n_points,
@@ -130,7 +129,7 @@ def run(
         "kernel_speedup_vs_reference": ref_per_point / (secs / n_points),
         "kernel_max_rel_diff": rel,
         "kernel_agree": bool(rel <= 1e-6),
-        "machine": f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}",
+        "machine": describe_machine(),
     }
 
 

@@ -1,0 +1,63 @@
+"""Randomized search for counterexamples to the bounds and guarantees (hypothesis).
+
+Hypothesis draws the shapes (input dimension, hidden units, classes), the weight scale, the
+norm, the box constraint and the radius; every drawn case must survive sampling of the set
+and a projected-gradient attack on the margin inside the certified ball. ``derandomize``
+keeps CI deterministic; raise ``CROSSLIP_HYPOTHESIS_EXAMPLES`` to search longer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crosslip.certify import certify_softplus
+
+from .helpers import random_net, random_points
+from .test_certify import DUAL, bounds_for, grad_diff, margin_attack, sample_set
+
+EXAMPLES = int(os.environ.get("CROSSLIP_HYPOTHESIS_EXAMPLES", "60"))
+CASES = dict(
+    d=st.integers(1, 12),
+    h=st.integers(1, 40),
+    k=st.integers(2, 6),
+    scale=st.floats(0.1, 8.0),
+    seed=st.integers(0, 10_000),
+    p=st.sampled_from([1.0, 2.0, math.inf]),
+    box=st.booleans(),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True)
+@given(**CASES, radius=st.floats(0.0, 3.0))
+def test_no_sampled_point_exceeds_any_bound(d, h, k, scale, seed, p, box, radius):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(3, d, seed)
+    pred = net(x).argmax(1)
+    r = torch.full((3,), radius, dtype=torch.float64)
+    ys = sample_set(x, r, 150, p, box, torch.Generator().manual_seed(seed))
+    actual = torch.stack([grad_diff(net, ys[i], pred[i].repeat(150), DUAL[p]).max(0).values
+                          for i in range(3)])  # fmt: skip
+    for name, fn in bounds_for(net, x, pred, p, box):
+        lip = fn(torch.arange(3), r)
+        assert torch.all(actual <= lip * (1 + 1e-9) + 1e-12), name
+
+
+COLUMN = {(2.0, False): "guarantee_l2", (1.0, False): "guarantee_l1",
+          (math.inf, False): "guarantee_linf", (2.0, True): "guarantee_l2_box",
+          (1.0, True): "guarantee_l1_box", (math.inf, True): "guarantee_linf_box"}  # fmt: skip
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None, derandomize=True)
+@given(**CASES)
+def test_attack_inside_the_certified_ball_never_succeeds(d, h, k, scale, seed, p, box):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(8, d, seed + 1)
+    res = certify_softplus(net, x, rtol=1e-4)
+    radius = res[COLUMN[(p, box)]].clamp(max=1e6) * (1 - 1e-9)
+    adv, pred = margin_attack(net, x, res["pred"], radius, p, box, restarts=4, steps=40, seed=seed)
+    assert torch.all(adv == pred)
