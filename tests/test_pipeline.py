@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -109,6 +110,14 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
         ok = df["attack_success"]
         assert ok.any()
         assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_l2"]).all()
+        for p in ("l2", "l1", "linf"):
+            refined = df[f"upper_bound_{p}_refined"]
+            paper = df["upper_bound" if p == "l2" else f"upper_bound_{p}"]
+            assert refined.notna().any() and (refined.dropna() <= paper[refined.notna()]).all()
+        with np.load(tiny_run / "results" / "examples" / "mnist5k" / f"{f.stem}.npz",
+                     allow_pickle=False) as ex:  # fmt: skip
+            assert ex["x"].shape == (2, 784) and list(ex["shape"]) == [28, 28, 1]
+            assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
     assert len(everything) == 45
@@ -128,7 +137,8 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
     assert table1["mean_ratio_global_local"].between(0, 10).all()
     assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
-        assert (res / "figures" / f"bounds_vs_error.{ext}").read_bytes()[:4] == magic
+        for fig in ("bounds_vs_error", "adversarial_samples"):
+            assert (res / "figures" / f"{fig}.{ext}").read_bytes()[:4] == magic
     assert (res / "logs" / "train" / "mnist5k" / "none-lr0.2-lam0-seed0.log").stat().st_size > 0
     assert (res / "benchmarks" / "certify" / "mnist5k" / "none-lr0.2-lam0-seed0.tsv").exists()
     assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))

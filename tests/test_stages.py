@@ -10,7 +10,7 @@ import torch
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.kernels import GaussianKernelModel
-from crosslip.models import SoftplusNet, load_model, save_model
+from crosslip.models import load_model, save_model
 from crosslip.pipeline import (
     INSTANCE_SCHEMA,
     attack_stage,
@@ -19,6 +19,8 @@ from crosslip.pipeline import (
     instances_stage,
 )
 from crosslip.report import add_diverged, summarize, table1
+
+from .helpers import random_net
 
 
 def tiny_dataset(tmp_path):
@@ -32,7 +34,7 @@ def tiny_dataset(tmp_path):
 
 def run_stages(tmp_path, status, net=None):
     data = tiny_dataset(tmp_path)
-    net = SoftplusNet(6, 3, hidden=4) if net is None else net
+    net = random_net(6, 3, 8, 0, 4.0).float() if net is None else net  # varied predictions
     save_model(net, tmp_path / "model.pt")
     cfg = {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}
     metrics = {"status": status, "dataset": "toy", "model_id": "m", "config": cfg,
@@ -56,6 +58,11 @@ def test_stages_write_the_instance_schema(tmp_path):
     for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l2_box"):
         assert (df.loc[ok, "upper_bound"] >= df.loc[ok, col]).all(), col
     assert (df["local_bound"] == "prop2.3").all()
+    for p in ("l2", "l1", "linf"):  # refined never worse; every bound above its guarantee
+        paper = df["upper_bound" if p == "l2" else f"upper_bound_{p}"]
+        refined = df[f"upper_bound_{p}_refined"]
+        assert paper.notna().any() and (refined <= paper).all()
+        assert (refined.dropna() >= df.loc[refined.notna(), f"guarantee_{p}_box"]).all()
     assert (df["guarantee_l2"] >= df[["guarantee_local", "guarantee_global"]].max(axis=1)).all()
     for p in ("l2", "l1", "linf"):
         assert (df[f"guarantee_{p}_box"] >= df[f"guarantee_{p}"]).all()

@@ -2,8 +2,9 @@
 
 Means of guarantees and upper bounds are taken over the *correctly classified* evaluated
 points (a guarantee certifies the decision, which is only worth certifying when right);
-``attack_success_rate`` is over the same points, and ``mean_upper_bound`` averages the
-successful attacks only. A diverged model keeps its row with status ``diverged`` and empty
+``attack_success_rate`` is over the same points, and ``mean_upper_bound`` (and every other
+upper-bound mean) averages the successful attacks only. A diverged model keeps its row
+with status ``diverged`` and empty
 means.
 """
 
@@ -15,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from .io import atomic_path
@@ -24,10 +26,13 @@ MEAN_COLUMNS = [
     "guarantee_local", "guarantee_global", "ratio_global_local", "guarantee_l2", "guarantee_l1",
     "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box", "guarantee_linf_box",
 ]  # fmt: skip
+#: Further upper-bound columns (refined L2, L1, Linf) averaged over their successes.
+UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
+                 "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
 SUMMARY_COLUMNS = [
     "dataset", "model_id", "regularizer", "lr", "lam", "seed", "status", "test_error",
     "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
-    "attack_success_rate",
+    "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
 ]  # fmt: skip
 TABLE1_COLUMNS = ["dataset", "regularizer", "model_id", "test_error", "n_correct",
                   "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
@@ -56,6 +61,7 @@ def summarize(instances: pd.DataFrame) -> pd.DataFrame:
                 **{f"mean_{c}": ok[c].mean() for c in MEAN_COLUMNS},
                 "mean_upper_bound": ok["upper_bound"].mean(),
                 "attack_success_rate": ok["attack_success"].mean() if len(ok) else float("nan"),
+                **{f"mean_{c}": ok[c].mean() for c in UPPER_COLUMNS},
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
@@ -128,6 +134,90 @@ def plot_bounds_vs_error(summary: pd.DataFrame, png: Path | str, pdf: Path | str
             ax.grid(alpha=0.3)
             if len(sub):
                 ax.legend(fontsize=8)
+    fig.tight_layout()
+    for path in (png, pdf):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
+    plt.close(fig)
+
+
+#: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
+ILLUSTRATION_ORDER = ["kernel_logreg", "kernel_cl", "none", "weight_decay", "dropout",
+                      "cross_lipschitz"]  # fmt: skip
+
+
+def load_examples(paths: list[str]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """``(dataset, model_id) ->`` the arrays of ``examples/{dataset}/{model}.npz`` (models
+    without samples, e.g. diverged, are left out)."""
+    out = {}
+    for path in map(Path, paths):
+        with np.load(path, allow_pickle=False) as z:
+            if "x" in z.files:
+                out[(path.parent.name, path.stem)] = {k: z[k] for k in z.files}
+    return out
+
+
+def _image(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A flat sample as an image: (h, w) for grey (``shape`` (h, w) or (h, w, 1)),
+    (h, w, 3) for colour, a single row otherwise."""
+    if len(shape) == 3 and shape[2] == 1:
+        shape = shape[:2]
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] == 3):
+        return np.clip(flat.reshape(shape), -1, 1)
+    return flat.reshape(1, -1)
+
+
+def plot_adversarial_samples(
+    summary: pd.DataFrame,
+    examples: dict[tuple[str, str], dict],
+    png: Path | str,
+    pdf: Path | str,
+) -> None:
+    """The paper's illustration of adversarial samples (Section 5): for each kept test point,
+    the original and, per regularizer (its model with the lowest test error), the L2
+    adversarial sample of Section 4 with its predicted class and ``||delta||_2`` (top row)
+    and the perturbation (bottom row), for the first dataset (alphabetically) that has
+    samples. ``examples``: from :func:`load_examples`."""
+    datasets = sorted({ds for ds, _ in examples})
+    ds = datasets[0] if datasets else None
+    examples = {m: ex for (d, m), ex in examples.items() if d == ds}
+    ok = summary[(summary["status"] == "ok") & (summary["dataset"] == ds)]
+    ok = ok.sort_values(["test_error", "model_id"])
+    chosen = []
+    for reg in ILLUSTRATION_ORDER + sorted(set(ok["regularizer"]) - set(ILLUSTRATION_ORDER)):
+        rows = ok[(ok["regularizer"] == reg) & ok["model_id"].isin(list(examples))]
+        if len(rows):
+            chosen.append((reg, rows.iloc[0]["model_id"]))
+    n_pts = max([len(examples[m]["test_index"]) for _, m in chosen], default=0)
+    cols = 1 + len(chosen)
+    fig, axes = plt.subplots(2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)),
+                             squeeze=False)  # fmt: skip
+    for ax in axes.flat:
+        ax.axis("off")
+    for i in range(n_pts):
+        top, bottom = axes[2 * i], axes[2 * i + 1]
+        first = examples[chosen[0][1]]
+        shape = tuple(int(s) for s in first["shape"])
+        top[0].imshow(_image(first["x"][i], shape), cmap="gray", vmin=0, vmax=1)
+        top[0].set_title(f"original\ntest #{int(first['test_index'][i])}", fontsize=8)
+        for c, (reg, model_id) in enumerate(chosen, start=1):
+            ex = examples[model_id]
+            if i >= len(ex["test_index"]):
+                continue
+            if not ex["success"][i]:
+                top[c].set_title(f"{reg}\nno sample found", fontsize=8)
+                continue
+            top[c].imshow(_image(ex["adv"][i], shape), cmap="gray", vmin=0, vmax=1)
+            top[c].set_title(f"{reg}\npred {int(ex['pred'][i])} -> {int(ex['adv_class'][i])}"
+                             f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
+                             fontsize=8)  # fmt: skip
+            lim = float(np.abs(ex["delta"][i]).max()) or 1.0
+            pert = _image(ex["delta"][i], shape)
+            pert = pert.mean(-1) if pert.ndim == 3 else pert  # colour: mean over channels
+            bottom[c].imshow(pert, cmap="seismic", vmin=-lim, vmax=lim)
+            bottom[c].set_title("perturbation", fontsize=8)
+    if not chosen:
+        axes[0, 0].text(0.5, 0.5, "no model with samples", ha="center", va="center")
     fig.tight_layout()
     for path in (png, pdf):
         with atomic_path(path) as tmp:

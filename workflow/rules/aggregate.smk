@@ -2,6 +2,7 @@ rule aggregate:
     input:
         instances=all_models(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
         metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
+        examples=all_models(f"{RESULTS}/examples/{{dataset}}/{{model}}.npz"),
         lib=lib("report"),
     output:
         csv=f"{RESULTS}/tables/summary.csv",
@@ -10,6 +11,8 @@ rule aggregate:
         table1_md=f"{RESULTS}/tables/table1_global_local.md",
         png=f"{RESULTS}/figures/bounds_vs_error.png",
         pdf=f"{RESULTS}/figures/bounds_vs_error.pdf",
+        adv_png=f"{RESULTS}/figures/adversarial_samples.png",
+        adv_pdf=f"{RESULTS}/figures/adversarial_samples.pdf",
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:

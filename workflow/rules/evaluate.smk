@@ -32,11 +32,15 @@ rule attack:
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
         lib=lib("attacks", "models", "kernels"),
     output:
-        f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
+        table=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
+        examples=f"{RESULTS}/examples/{{dataset}}/{{model}}.npz",
     params:
         n_points=config["attack"]["n_points"],
         rtol=config["attack"]["rtol"],
         max_steps=config["attack"]["max_steps"],
+        norms=config["attack"]["norms"],
+        refine_steps=config["attack"]["refine_steps"],
+        n_examples=config["attack"]["n_examples"],
         device=config["device"],
     threads: 2
     resources:
@@ -55,7 +59,7 @@ rule attack:
 rule instances:
     input:
         certify=f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
-        attack=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
+        attack=rules.attack.output.table,
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
         lib=lib("pipeline"),
     output:

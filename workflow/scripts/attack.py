@@ -1,4 +1,4 @@
-"""Box-constrained L2 adversarial upper bounds (Section 4) for one model."""
+"""Box-constrained L2/L1/Linf adversarial upper bounds (Section 4), paper and refined."""
 
 import logging
 
@@ -11,11 +11,15 @@ def main() -> None:
         snakemake.input.data,
         snakemake.input.model,
         snakemake.input.metrics,
-        snakemake.output[0],
+        snakemake.output.table,
         n_points=snakemake.params.n_points,
         rtol=snakemake.params.rtol,
         max_steps=snakemake.params.max_steps,
+        norms=list(snakemake.params.norms),
+        refine_steps=snakemake.params.refine_steps,
         device=snakemake.params.device,
+        examples_out=snakemake.output.examples,
+        n_examples=snakemake.params.n_examples,
     )
     logging.getLogger("crosslip").info(
         "%d points, mean upper bound %.4f", len(df), df["upper_bound"].mean()

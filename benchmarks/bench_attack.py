@@ -1,0 +1,131 @@
+"""Attack benchmark (issue 4): exact box-constrained projections and upper bounds.
+
+1. Projections: 10,000 x 784 rows for p = 1, 2, inf (build + one solve per row; the median
+   of 5 runs, as this shared 2-core machine is noisy), in float32
+   (as AutoAttack's FAB projections run) and float64; rows/s; the straightforward per-row
+   implementation (``project_box_reference``) side by side on a subset: speed-up and the
+   largest relative difference of the norms.
+2. Upper bounds on full MNIST (mirror ``../shared/data/mnist``) for a trained 784-1024-10
+   network (cached by ``bench_certify.py`` under ``results/bench/``, trained if missing):
+   all 10,000 test points, all 9 targets, L2, the paper's procedure, then the refinement;
+   mean upper bounds of both.
+
+Run: ``.venv/bin/python benchmarks/bench_attack.py``; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from crosslip.attacks import BoxProblem, project_box_reference, refine_upper_bound, upper_bound
+from crosslip.data import load_dataset
+from crosslip.device import describe_machine
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_certify import ROOT, trained_net
+
+NAMES = {1.0: "l1", 2.0: "l2", float("inf"): "linf"}
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def instances(n: int, d: int, dtype: torch.dtype, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g).to(dtype)
+    v = torch.randn(n, d, generator=g).to(dtype)
+    frac = torch.rand(n, generator=g).to(dtype)
+    return x, v, frac
+
+
+def solve_all(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
+    """Build and solve every row once (the timed unit): decrease ``frac`` of capacity."""
+    prob = BoxProblem.build(x, v, p)
+    return prob, prob.solve(frac * prob.capacity)[0]
+
+
+def projections(n: int, d: int, n_ref: int) -> dict:
+    out: dict = {"projection_rows": n, "projection_dim": d}
+    for dtype, tag in ((torch.float32, ""), (torch.float64, "_float64")):
+        x, v, frac = instances(n, d, dtype)
+        secs, diffs, speedup = {}, {}, {}
+        for p, name in NAMES.items():
+            solve_all(x, v, frac, p)  # warm-up at full size (allocator, caches)
+            runs = [timed(partial(solve_all, x, v, frac, p)) for _ in range(5)]
+            (prob, delta), _ = runs[0]
+            secs[name] = statistics.median(r[1] for r in runs)  # median of 5 runs
+            c = -(frac * prob.capacity)[:n_ref]
+            ref, rsecs = timed(partial(project_box_reference, x[:n_ref], v[:n_ref], c, p))
+            speedup[name] = rsecs / n_ref * n / secs[name]
+            a = torch.linalg.vector_norm(delta[:n_ref].double(), ord=p, dim=1)
+            b = torch.linalg.vector_norm(ref.double(), ord=p, dim=1)
+            diffs[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
+        out[f"projection_seconds{tag}"] = secs
+        out[f"projection_rows_per_second{tag}"] = {k: n / s for k, s in secs.items()}
+        out[f"projection_speedup_vs_reference{tag}"] = speedup
+        out[f"projection_max_rel_diff{tag}"] = diffs
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reference-rows", type=int, default=100)
+    ap.add_argument("--refine-steps", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    dev = torch.device(args.device)
+    res: dict = {"machine": describe_machine(dev), "device": str(dev)}
+    res.update(projections(10_000, 784, args.reference_rows))
+
+    out_dir = ROOT / "results" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
+    net, _ = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    x = torch.as_tensor(ds.x_test).to(dev)
+    upper_bound(net, x[:64])  # warm-up
+    ub, secs = timed(lambda: upper_bound(net, x, p=2))
+    ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps))
+    ok = ub.success
+    res.update(points=len(x), upper_bound_seconds=secs, refine_seconds=rsecs,
+               refine_steps=args.refine_steps, success_rate=float(ok.double().mean()),
+               mean_upper_bound_paper=float(ub.norm[ok].mean()),
+               mean_upper_bound_refined=float(ref.norm[ok].mean()),
+               share_refined_smaller=float((ref.norm[ok] < ub.norm[ok] * (1 - 1e-9))
+                                           .double().mean()))  # fmt: skip
+
+    print(f"machine: {res['machine']} (device {res['device']})")
+    for tag, label in (("", "float32"), ("_float64", "float64")):
+        for name in NAMES.values():
+            secs_p = res["projection_seconds" + tag][name]
+            rate = res["projection_rows_per_second" + tag][name]
+            speed = res["projection_speedup_vs_reference" + tag][name]
+            diff = res["projection_max_rel_diff" + tag][name]
+            print(f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
+                  f"({rate:,.0f} rows/s), x{speed:.0f} vs per-row reference, "
+                  f"max rel. diff {diff:.1e}")  # fmt: skip
+    print(
+        f"L2 upper bounds, {len(x)} MNIST test points x 9 targets: {secs:.1f} s; success "
+        f"{res['success_rate']:.1%}; mean {res['mean_upper_bound_paper']:.4f} (paper)"
+    )
+    print(f"refinement, {args.refine_steps} re-linearizations: {rsecs:.1f} s; mean "
+          f"{res['mean_upper_bound_refined']:.4f}; smaller on "
+          f"{res['share_refined_smaller']:.1%} of the points")  # fmt: skip
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
