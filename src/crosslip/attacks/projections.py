@@ -144,11 +144,9 @@ class BoxProblem:
 
 def _build_l1(v, room, keys, av, rm, order) -> None:
     """p = 1 (in place): coordinates by decreasing ``|v|``, cumulative capacities."""
-    key, idx = v.abs().sort(dim=1, descending=True)
-    order.copy_(idx)
-    av.copy_(key)
-    rm.copy_(room.gather(1, idx))
-    torch.cumsum(key * rm, dim=1, out=keys)
+    torch.sort(v.abs(), dim=1, descending=True, out=(av, order))
+    torch.gather(room, 1, order, out=rm)
+    torch.cumsum(av * rm, dim=1, out=keys)
 
 
 def _build_breaks(v, room, p, keys, below, above) -> None:
