@@ -59,8 +59,8 @@ def test_default_config_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
-    for rule, count in [("prepare_data", 1), ("train", 6), ("certify", 6), ("attack", 6),
-                        ("instances", 6), ("aggregate", 1)]:  # fmt: skip
+    for rule, count in [("prepare_data", 1), ("train", 7), ("certify", 7), ("attack", 7),
+                        ("instances", 7), ("aggregate", 1)]:  # fmt: skip
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), rule
     assert not (tmp_path / "results").exists()
 
@@ -72,6 +72,9 @@ def test_lint_is_clean():
 
 
 def test_bad_config_is_rejected_before_any_job(tmp_path):
+    drop = {**TINY, "train": {**TINY["train"], "grid": {"dropout": {"lr": [0.1], "lambda": [1.5]}}}}
+    proc = snakemake(tmp_path, "--cores", "1", config=drop)
+    assert proc.returncode != 0 and "1.5" in proc.stderr
     bad = {**TINY, "train": {**TINY["train"], "epochs": -3}}
     proc = snakemake(tmp_path, "--cores", "1", config=bad)
     assert proc.returncode != 0

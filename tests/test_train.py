@@ -80,3 +80,19 @@ def test_malicious_model_file_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="refused to load"):
         load_model(tmp_path / "evil.pt")
     assert not (tmp_path / "evil-was-here").exists()
+
+
+def test_dropout_trains_with_dropped_units_and_predicts_deterministically():
+    ds = load_dataset("mnist5k")
+    cfg = TrainConfig(regularizer="dropout", lam=0.5, lr=0.2, epochs=2, hidden=64)
+    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
+    net = res.model
+    assert net.hyper["dropout"] == 0.5
+    x = torch.as_tensor(ds.x_test[:50])
+    with torch.no_grad():
+        assert torch.equal(net(x), net(x))  # eval mode: no dropout
+        net.train()
+        assert not torch.equal(net(x), net(x))  # training mode: units are dropped
+    with pytest.raises(ValueError, match=r"dropout probability in \[0, 1\)"):
+        TrainConfig(regularizer="dropout", lam=1.0)

@@ -2,8 +2,11 @@
 
 Objective (Eq. eq:L-Alg): mean cross-entropy + lambda * regularizer, where the regularizer is
 ``none``, ``cross_lipschitz`` (exact closed form, Section 3.2) or ``weight_decay``
-(squared norm of the weights). SGD with mini-batches (64 in the paper); the learning rate can
-decay by a constant factor at given epochs. Deterministic for a fixed seed on one machine.
+(squared norm of the weights); for ``dropout`` (Section 5) lambda is the probability of
+dropping a hidden unit during training (inverted dropout: nothing changes at test time, so
+the certified and attacked function is the plain network). SGD with mini-batches (64 in the
+paper); the learning rate can decay by a constant factor at given epochs. Deterministic for a
+fixed seed on one machine.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch.nn import functional as F
 from .models import SoftplusNet
 from .regularizers import cross_lipschitz_softplus, weight_decay
 
-REGULARIZERS = ("none", "cross_lipschitz", "weight_decay")
+REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
 
 
 @dataclass
@@ -46,6 +49,11 @@ class TrainConfig:
             )
         if self.regularizer == "none" and self.lam != 0:
             raise ValueError("regularizer 'none' takes lambda = 0")
+        if self.regularizer == "dropout" and not 0 <= self.lam < 1:
+            raise ValueError(
+                f"regularizer 'dropout' takes lambda = the dropout probability in [0, 1); "
+                f"got {self.lam}"
+            )
 
 
 @dataclass
@@ -93,7 +101,9 @@ def train(
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    net = SoftplusNet(x_train.shape[1], num_classes, cfg.hidden, cfg.alpha, cfg.bias).to(device)
+    dropout = cfg.lam if cfg.regularizer == "dropout" else 0.0
+    net = SoftplusNet(x_train.shape[1], num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
+    net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr)
