@@ -10,7 +10,7 @@ import torch
 
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, load_model, save_model
-from crosslip.train import TrainConfig, train
+from crosslip.train import TrainConfig, adversarial_batch, train
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +96,33 @@ def test_dropout_trains_with_dropped_units_and_predicts_deterministically():
         assert not torch.equal(net(x), net(x))  # training mode: units are dropped
     with pytest.raises(ValueError, match=r"dropout probability in \[0, 1\)"):
         TrainConfig(regularizer="dropout", lam=1.0)
+
+
+def test_augment_setting_trains_on_crops_and_tests_on_center_crops():
+    ds = load_dataset("mnist5k")
+    cfg = TrainConfig(setting="augment", lr=0.2, epochs=3, hidden=64)
+    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10, shape=ds.shape)
+    assert res.model.hyper["in_dim"] == 24 * 24
+    assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
+    with pytest.raises(ValueError, match="image shape"):
+        train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+
+
+def test_adversarial_batches_replace_the_stated_fraction_with_box_points():
+    ds = load_dataset("mnist5k")
+    torch.manual_seed(0)
+    net = SoftplusNet(784, 10, hidden=32)
+    xb = torch.as_tensor(ds.x_train[:64])
+    cfg = TrainConfig(setting="adversarial", adv_norm="linf", adv_fraction=0.5)
+    out = adversarial_batch(net, xb, cfg)
+    assert out.shape == xb.shape and net.training
+    assert torch.equal(out[32:], xb[32:])  # the second half is untouched
+    changed = (out[:32] - xb[:32]).abs().amax(1) > 0
+    assert changed.float().mean() > 0.9  # (almost) every attack succeeds on a random net
+    assert out.min() >= 0 and out.max() <= 1
+    with torch.no_grad():
+        flipped = net(out[:32]).argmax(1) != net(xb[:32]).argmax(1)
+    assert torch.equal(flipped, changed)  # every replaced point is adversarial
+    cfg = TrainConfig(setting="adversarial", lr=0.2, epochs=1, hidden=32)
+    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.35  # 0.24 measured

@@ -20,10 +20,15 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from .attacks import upper_bound
+from .augment import augment, center_crop
 from .models import SoftplusNet
 from .regularizers import cross_lipschitz_softplus, weight_decay
 
 REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
+#: Section 5's three settings: plain, data augmentation, adversarial training.
+SETTINGS = ("plain", "augment", "adversarial")
+ADV_NORMS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
 
 
 @dataclass
@@ -41,6 +46,10 @@ class TrainConfig:
     bias: bool = True
     lr_decay: float = 1.0
     lr_decay_epochs: list[int] = field(default_factory=list)
+    setting: str = "plain"
+    crop: int = 24
+    adv_norm: str = "linf"
+    adv_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         if self.regularizer not in REGULARIZERS:
@@ -49,6 +58,10 @@ class TrainConfig:
             )
         if self.regularizer == "none" and self.lam != 0:
             raise ValueError("regularizer 'none' takes lambda = 0")
+        if self.setting not in SETTINGS:
+            raise ValueError(f"unknown setting {self.setting!r}; allowed: {', '.join(SETTINGS)}")
+        if self.adv_norm not in ADV_NORMS:
+            raise ValueError(f"unknown adv_norm {self.adv_norm!r}; allowed: l1, l2, linf")
         if self.regularizer == "dropout" and not 0 <= self.lam < 1:
             raise ValueError(
                 f"regularizer 'dropout' takes lambda = the dropout probability in [0, 1); "
@@ -71,6 +84,20 @@ def regularization(net: SoftplusNet, x: torch.Tensor, cfg: TrainConfig) -> torch
     return x.new_zeros(())
 
 
+def adversarial_batch(net: SoftplusNet, xb: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """``xb`` with its first ``adv_fraction`` replaced by adversarial samples (see
+    :func:`train`); the model is attacked in eval mode (no dropout) and left in train mode."""
+    m = math.ceil(cfg.adv_fraction * len(xb))
+    if m == 0:
+        return xb
+    net.eval()
+    ub = upper_bound(net, xb[:m], p=ADV_NORMS[cfg.adv_norm], rtol=1e-2, max_steps=10,
+                     dtype=xb.dtype)  # fmt: skip
+    net.train()
+    adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
+    return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
+
+
 @torch.no_grad()
 def error_rate(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096
@@ -91,8 +118,17 @@ def train(
     y_test: np.ndarray,
     num_classes: int,
     device: torch.device | str = "cpu",
+    shape: tuple[int, ...] | None = None,
 ) -> TrainResult:
     """Train a :class:`SoftplusNet`; returns it (on CPU) with metrics.
+
+    Settings (Section 5): ``plain``; ``augment``: every batch is augmented
+    (:func:`crosslip.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
+    error is on center crops, the model takes crops); ``adversarial``: the first
+    ``adv_fraction`` of every batch is replaced by box-constrained adversarial samples of the
+    current model in the ``adv_norm`` (:func:`crosslip.attacks.upper_bound`, the paper's
+    procedure with rtol 1e-2 and 10 bisection steps to keep a step cheap; a point whose
+    attack fails stays as it is), with their true labels.
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
@@ -101,11 +137,21 @@ def train(
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
+    aug_gen = torch.Generator().manual_seed(cfg.seed + 1)
     dropout = cfg.lam if cfg.regularizer == "dropout" else 0.0
-    net = SoftplusNet(x_train.shape[1], num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
+    augmenting = cfg.setting == "augment"
+    if augmenting:
+        if shape is None or len(shape) != 3:
+            raise ValueError("the augment setting needs the image shape (h, w, c)")
+        in_dim = cfg.crop * cfg.crop * shape[2]
+        x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()
+    else:
+        in_dim = x_train.shape[1]
+    net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
+    xtr_eval = center_crop(xtr, shape, cfg.crop) if augmenting else xtr  # for train_error
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr)
     curve: list[dict[str, float]] = []
     status = "ok"
@@ -121,6 +167,10 @@ def train(
         for i in range(0, n, cfg.batch_size):
             idx = perm[i : i + cfg.batch_size]
             xb, yb = xtr[idx], ytr[idx]
+            if augmenting:
+                xb = augment(xb, shape, aug_gen, size=cfg.crop, colour=shape[2] == 3)
+            elif cfg.setting == "adversarial":
+                xb = adversarial_batch(net, xb, cfg)
             ce = F.cross_entropy(net(xb), yb)
             pen = regularization(net, xb, cfg)
             loss = ce + cfg.lam * pen
@@ -139,7 +189,7 @@ def train(
                 "epoch": epoch + 1,
                 "loss": tot_loss / n,
                 "penalty": tot_pen / n,
-                "train_error": error_rate(net, xtr, ytr),
+                "train_error": error_rate(net, xtr_eval, ytr),
             }
         )
     seconds = time.perf_counter() - t0
