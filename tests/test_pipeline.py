@@ -23,6 +23,7 @@ TINY = {
     "model": {"hidden": 16},
     "train": {
         "epochs": 1,
+        "settings": ["plain", "augment"],
         "grid": {
             "none": {"lr": [0.2], "lambda": [0.0]},
             "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
@@ -93,9 +94,11 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
 
 def test_tiny_run_writes_parquet_with_schema(tiny_run):
     files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
-    assert [f.stem for f in files] == ["cross_lipschitz-lr0.2-lam0.001-seed0",
+    assert sorted(f.stem for f in files) == ["cross_lipschitz-lr0.2-lam0.001-seed0",
+                                       "cross_lipschitz-lr0.2-lam0.001-seed0-augment",
                                        "kernel_cl-a1-lam0.1-seed0",
-                                       "none-lr0.2-lam0-seed0"]  # fmt: skip
+                                       "none-lr0.2-lam0-seed0",
+                                       "none-lr0.2-lam0-seed0-augment"]  # fmt: skip
     for f in files:
         table = pq.read_table(f)
         assert table.schema.equals(INSTANCE_SCHEMA, check_metadata=False)
@@ -119,24 +122,27 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
             assert refined.notna().any() and (refined.dropna() <= paper[refined.notna()]).all()
         with np.load(tiny_run / "results" / "examples" / "mnist5k" / f"{f.stem}.npz",
                      allow_pickle=False) as ex:  # fmt: skip
-            assert ex["x"].shape == (2, 784) and list(ex["shape"]) == [28, 28, 1]
+            side = 24 if f.stem.endswith("augment") else 28  # augment: center crops
+            assert ex["x"].shape == (2, side * side) and list(ex["shape"]) == [side, side, 1]
             assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
-    assert len(everything) == 45
+    assert len(everything) == 75
+    assert sorted(everything["setting"].unique()) == ["augment", "plain"]
 
 
 def test_tiny_run_writes_table_figure_logs(tiny_run):
     res = tiny_run / "results"
     summary = pd.read_csv(res / "tables" / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == 3 and (summary["status"] == "ok").all()
+    assert len(summary) == 5 and (summary["status"] == "ok").all()
     assert summary["test_error"].between(0, 1).all()
     assert (summary["mean_upper_bound"] >= summary["mean_guarantee_local"]).all()
     md = (res / "tables" / "summary.md").read_text()
-    assert md.count("\n") == 5 and "cross_lipschitz" in md and "kernel_cl" in md
+    assert md.count("\n") == 7 and "cross_lipschitz" in md and "kernel_cl" in md
     table1 = pd.read_csv(res / "tables" / "table1_global_local.csv")
-    assert sorted(table1["regularizer"]) == ["cross_lipschitz", "none"]  # kernels: no global
+    assert len(table1) == 4  # (plain, augment) x (none, cross_lipschitz); kernels: no global
+    assert sorted(set(table1["regularizer"])) == ["cross_lipschitz", "none"]
     assert table1["mean_ratio_global_local"].between(0, 10).all()
     assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):

@@ -108,6 +108,7 @@ def test_table1_takes_the_best_model_per_regularizer():
     for reg, err, ratio in (("none", 0.02, 0.7), ("none", 0.03, 0.5), ("cross_lipschitz", 0.025,
                                                                       0.2)):  # fmt: skip
         rows.append({"dataset": "mnist", "model_id": f"{reg}-{err}", "regularizer": reg,
+                     "setting": "plain",
                      "status": "ok", "test_error": err, "n_correct": 10,
                      "mean_ratio_global_local": ratio})  # fmt: skip
     rows.append({**rows[0], "model_id": "bad", "status": "diverged", "test_error": None,

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import torch
 
 from .attacks import refine_upper_bound, upper_bound
+from .augment import center_crop
 from .certify import KINDS, certify_kernel, certify_softplus
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
@@ -35,6 +36,7 @@ INSTANCE_SCHEMA = pa.schema(
         ("lr", pa.float64()),
         ("lam", pa.float64()),
         ("seed", pa.int64()),
+        ("setting", pa.string()),
         ("status", pa.string()),
         ("test_error", pa.float64()),
         ("test_index", pa.int64()),
@@ -116,19 +118,12 @@ def train_stage(
     """Train one grid point (a net by SGD or a kernel model by L-BFGS); write the model
     (weights-only file) and its metrics JSON."""
     ds = load_prepared(data)
+    args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if params["regularizer"] in KERNEL_REGULARIZERS:
-        fit, cfg = train_kernel, KernelTrainConfig(**params)
+        res = train_kernel(KernelTrainConfig(**params), *args, device=resolve_device(device))
     else:
-        fit, cfg = train, TrainConfig(**params)
-    res = fit(
-        cfg,
-        ds.x_train,
-        ds.y_train,
-        ds.x_test,
-        ds.y_test,
-        ds.num_classes,
-        device=resolve_device(device),
-    )
+        cfg = TrainConfig(**params)
+        res = train(cfg, *args, device=resolve_device(device), shape=ds.shape)
     res.metrics["dataset"] = ds.name
     res.metrics["model_id"] = model_id
     save_model(res.model, model_out, meta={"dataset": ds.name, "status": res.metrics["status"]})
@@ -143,10 +138,19 @@ def _empty_frame(columns: list[str]) -> pd.DataFrame:
     )
 
 
-def _points(data: Path | str, n_points: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+def _points(
+    data: Path | str, n_points: int, metrics: dict[str, Any]
+) -> tuple[np.ndarray, torch.Tensor, np.ndarray, tuple[int, ...]]:
+    """The eval points as the model sees them (center crops for the augment setting), their
+    labels, test indices and image shape."""
     ds = load_prepared(data)
     idx = eval_indices(len(ds.y_test), n_points)
-    return idx, torch.as_tensor(ds.x_test[idx]), ds.y_test[idx]
+    x, shape = torch.as_tensor(ds.x_test[idx]), tuple(ds.shape)
+    cfg = metrics.get("config", {})
+    if cfg.get("setting") == "augment":
+        x = center_crop(x, shape, cfg["crop"])
+        shape = (cfg["crop"], cfg["crop"], shape[2])
+    return idx, x, ds.y_test[idx], shape
 
 
 def certify_stage(
@@ -163,8 +167,9 @@ def certify_stage(
     (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
     versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
     kernel models: local L2 (Proposition 2.2); the other columns stay empty."""
-    idx, x, y = _points(data, n_points)
-    if read_json(metrics)["status"] != "ok":
+    met = read_json(metrics)
+    idx, x, y, _ = _points(data, n_points, met)
+    if met["status"] != "ok":
         df = _empty_frame(CERTIFY_COLUMNS)
     else:
         dev = resolve_device(device)
@@ -210,9 +215,10 @@ def attack_stage(
     for the first ``n_examples`` eval points, for the illustration figure: ``test_index``,
     ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``
     and the image ``shape``; empty arrays for a diverged model."""
-    idx, x, _ = _points(data, n_points)
+    met = read_json(metrics)
+    idx, x, _, shape = _points(data, n_points, met)
     examples: dict[str, np.ndarray] = {}
-    if read_json(metrics)["status"] != "ok":
+    if met["status"] != "ok":
         df = _empty_frame(ATTACK_COLUMNS)
     else:
         dev = resolve_device(device)
@@ -248,9 +254,8 @@ def attack_stage(
             df[["attack_target", "adv_class"]] = -1
     write_parquet(df, out)
     if examples_out is not None:
-        shape = np.asarray(load_prepared(data).shape, dtype=np.int64)
         with atomic_path(examples_out) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, shape=shape, **examples)
+            np.savez(fh, shape=np.asarray(shape, dtype=np.int64), **examples)
     return df
 
 
@@ -277,6 +282,7 @@ def instances_stage(
         "lr": float("nan") if cfg["lr"] is None else float(cfg["lr"]),  # kernels: no lr
         "lam": float(cfg["lam"]),
         "seed": int(cfg["seed"]),
+        "setting": cfg.get("setting", "plain"),  # kernel models: plain
         "status": met["status"],
         "test_error": met["test_error"],
     }

@@ -30,11 +30,11 @@ MEAN_COLUMNS = [
 UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
                  "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
 SUMMARY_COLUMNS = [
-    "dataset", "model_id", "regularizer", "lr", "lam", "seed", "status", "test_error",
-    "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
+    "dataset", "model_id", "regularizer", "lr", "lam", "seed", "setting", "status",
+    "test_error", "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
     "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
 ]  # fmt: skip
-TABLE1_COLUMNS = ["dataset", "regularizer", "model_id", "test_error", "n_correct",
+TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
                   "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
 
 REG_STYLE = {
@@ -49,7 +49,8 @@ REG_STYLE = {
 
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
     """One row per model: test error and mean bounds (see module docstring)."""
-    keys = ["dataset", "model_id", "regularizer", "lr", "lam", "seed", "status", "test_error"]
+    keys = ["dataset", "model_id", "regularizer", "lr", "lam", "seed", "setting", "status",
+            "test_error"]  # fmt: skip
     rows = []
     for key, g in instances.groupby(keys, dropna=False, sort=True):
         ok = g[g["correct"].fillna(False).astype(bool)]
@@ -78,7 +79,8 @@ def add_diverged(summary: pd.DataFrame, metrics: list[dict]) -> pd.DataFrame:
         extra.append({
             "dataset": m["dataset"], "model_id": m["model_id"],
             "regularizer": cfg["regularizer"], "lr": cfg["lr"], "lam": cfg["lam"],
-            "seed": cfg["seed"], "status": m["status"], "test_error": m["test_error"],
+            "seed": cfg["seed"], "setting": cfg.get("setting", "plain"),
+            "status": m["status"], "test_error": m["test_error"],
             "n_eval": 0, "n_correct": 0,
         })  # fmt: skip
     if not extra:
@@ -94,10 +96,10 @@ def table1(summary: pd.DataFrame) -> pd.DataFrame:
     points with a positive local guarantee."""
     ok = summary[(summary["status"] == "ok") & summary["mean_ratio_global_local"].notna()]
     rows = []
-    for (ds, reg), g in ok.groupby(["dataset", "regularizer"], sort=True):
+    for (ds, setting, reg), g in ok.groupby(["dataset", "setting", "regularizer"], sort=True):
         best = g.sort_values(["test_error", "model_id"]).iloc[0]
         rows.append({
-            "dataset": ds, "regularizer": reg, "model_id": best["model_id"],
+            "dataset": ds, "setting": setting, "regularizer": reg, "model_id": best["model_id"],
             "test_error": best["test_error"], "n_correct": best["n_correct"],
             "mean_ratio_global_local": best["mean_ratio_global_local"],
             "mean_ratio_all_models": g["mean_ratio_global_local"].mean(),
@@ -115,12 +117,13 @@ def write_tables(table: pd.DataFrame, csv: Path | str, md: Path | str) -> None:
 
 def plot_bounds_vs_error(summary: pd.DataFrame, png: Path | str, pdf: Path | str) -> None:
     """Section 5 figure: mean L2 upper bound and mean L2 guarantee against test error,
-    one marker per model, colour and shape per regularizer, one row per dataset."""
+    one marker per model, colour and shape per regularizer, one row per dataset and setting."""
     data = summary[summary["status"] == "ok"]
-    datasets = sorted(summary["dataset"].unique()) or ["(none)"]
-    fig, axes = plt.subplots(len(datasets), 2, figsize=(10, 4 * len(datasets)), squeeze=False)
-    for row, ds in zip(axes, datasets, strict=True):
-        sub = data[data["dataset"] == ds]
+    panels = sorted(set(zip(summary["dataset"], summary["setting"], strict=True)))
+    panels = panels or [("(none)", "plain")]
+    fig, axes = plt.subplots(len(panels), 2, figsize=(10, 4 * len(panels)), squeeze=False)
+    for row, (ds, setting) in zip(axes, panels, strict=True):
+        sub = data[(data["dataset"] == ds) & (data["setting"] == setting)]
         for ax, col, title in (
             (row[0], "mean_upper_bound", "Adversarial resistance (upper bound), $L_2$"),
             (row[1], "mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"),
@@ -130,7 +133,7 @@ def plot_bounds_vs_error(summary: pd.DataFrame, png: Path | str, pdf: Path | str
                 ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, label=reg, s=40)
             ax.set_xlabel("test error (%)")
             ax.set_ylabel(col.replace("_", " "))
-            ax.set_title(f"{ds}: {title}", fontsize=10)
+            ax.set_title(f"{ds} ({setting}): {title}", fontsize=10)
             ax.grid(alpha=0.3)
             if len(sub):
                 ax.legend(fontsize=8)
@@ -182,6 +185,7 @@ def plot_adversarial_samples(
     ds = datasets[0] if datasets else None
     examples = {m: ex for (d, m), ex in examples.items() if d == ds}
     ok = summary[(summary["status"] == "ok") & (summary["dataset"] == ds)]
+    ok = ok[ok["setting"] == "plain"]  # the paper's figure: plain setting
     ok = ok.sort_values(["test_error", "model_id"])
     chosen = []
     for reg in ILLUSTRATION_ORDER + sorted(set(ok["regularizer"]) - set(ILLUSTRATION_ORDER)):

@@ -27,8 +27,9 @@ def fmt_num(x):
 
 
 def training_grid():
-    """model_id -> training parameters: for every net regularizer x lr x lambda x seed, and
-    every kernel regularizer x a x lambda x seed."""
+    """model_id -> training parameters: for every net regularizer x lr x lambda x seed x
+    setting (``-augment`` / ``-adversarial`` appended to the id), and every kernel
+    regularizer x a x lambda x seed."""
     tr, mo = config["train"], config["model"]
     grid = {}
     for reg, spec in tr["grid"].items():
@@ -37,9 +38,17 @@ def training_grid():
             raise ValueError(
                 f"config key train.grid.none.lambda must be [0.0] (got {spec['lambda']})"
             )
-        for lr, lam, seed in itertools.product(spec["lr"], lambdas, tr["seeds"]):
+        for lr, lam, seed, setting in itertools.product(
+            spec["lr"], lambdas, tr["seeds"], tr["settings"]
+        ):
             model_id = f"{reg}-lr{fmt_num(lr)}-lam{fmt_num(lam)}-seed{seed}"
+            if setting != "plain":
+                model_id += f"-{setting}"
             grid[model_id] = dict(
+                setting=setting,
+                crop=tr["crop"],
+                adv_norm=tr["adv_norm"],
+                adv_fraction=float(tr["adv_fraction"]),
                 regularizer=reg,
                 lr=float(lr),
                 lam=float(lam),
