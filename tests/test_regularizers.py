@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from crosslip.regularizers import (
@@ -30,23 +31,37 @@ def test_closed_form_equals_definition_and_autograd():
         net = random_net(d, k, h, seed, scale=2.0)
         x = random_points(7, d, seed)
         ref = definition(net, x)
-        closed = cross_lipschitz_softplus(net, x)
         auto = cross_lipschitz_autograd(net, x)
-        assert torch.allclose(closed, ref, rtol=1e-10), (closed, ref)
         assert torch.allclose(auto, ref, rtol=1e-10)
+        for method in ("auto", "gradients", "gram"):
+            closed = cross_lipschitz_softplus(net, x, method=method)
+            assert torch.allclose(closed, ref, rtol=1e-10), (method, closed, ref)
 
 
-def test_closed_form_gradients_equal_autograd_gradients():
+@pytest.mark.parametrize("method", ["gradients", "gram"])
+def test_closed_form_gradients_equal_autograd_gradients(method):
     net = random_net(12, 6, 20, 5, scale=2.0)
     x = random_points(9, 12, 5)
     params = [p for p in net.parameters()]
-    g_closed = torch.autograd.grad(cross_lipschitz_softplus(net, x), params, allow_unused=True)
+    closed = cross_lipschitz_softplus(net, x, method=method)
+    g_closed = torch.autograd.grad(closed, params, allow_unused=True)
     g_ref = torch.autograd.grad(definition(net, x), params, allow_unused=True)
     for a, b in zip(g_closed, g_ref, strict=True):
         if b is None:  # the output bias does not enter any input gradient
             assert a is None or torch.allclose(a, torch.zeros_like(a))
             continue
         assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_auto_picks_the_cheaper_exact_form():
+    net = random_net(784, 10, 64, 0)
+    small, large = random_points(4, 784, 0), random_points(200, 784, 1)
+    # n K H d vs H^2 d + n H^2: gradients for 4 points, the Gram form for 200
+    for x in (small, large):
+        a = cross_lipschitz_softplus(net, x)
+        assert torch.allclose(a, cross_lipschitz_softplus(net, x, method="gram"), rtol=1e-10)
+    with pytest.raises(ValueError, match="method"):
+        cross_lipschitz_softplus(net, small, method="fast")
 
 
 def test_cross_lipschitz_is_invariant_to_adding_a_common_function():

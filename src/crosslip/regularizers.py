@@ -41,19 +41,35 @@ def cross_lipschitz_autograd(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cross_lipschitz_from_gradients(torch.stack(grads, dim=1))
 
 
-def cross_lipschitz_softplus(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
-    """Closed form of Omega for the one-hidden-layer net (Section 3.2).
+def cross_lipschitz_softplus(
+    net: SoftplusNet, x: torch.Tensor, method: str = "auto"
+) -> torch.Tensor:
+    """Closed form of Omega for the one-hidden-layer net (Section 3.2), two exact ways.
 
-    ``grad f_l(x) - gbar = U^T ((w_l - wbar) * sigma'(z))``, so with the class-centred output
-    weights ``Wc = W - mean_l w_l`` (K, H) and ``s = sigma'(U x + b)`` (n, H):
-    ``Omega = 2/(n K) sum_i sum_l ||U^T (Wc_l * s_i)||^2``; cost O(n K H d), no autograd
-    graph through input gradients.
+    ``grad f_l(x) - gbar = U^T ((w_l - wbar) * sigma'(z))``; with the class-centred output
+    weights ``Wc = W - mean_l w_l`` (K, H) and ``s_i = sigma'(U x_i + b)`` (n, H):
+
+    * ``"gradients"``: ``Omega = 2/(n K) sum_i sum_l ||U^T (Wc_l * s_i)||^2``, one
+      (n K, H) x (H, d) product: ``2 n K H d`` flops;
+    * ``"gram"``: expanding the square, ``Omega = 2/(n K) sum_rs G_rs C_rs S_rs`` with
+      ``G = U U^T``, ``C = Wc^T Wc`` and ``S = sum_i s_i s_i^T`` (all (H, H)): ``2 H^2 d +
+      2 n H^2`` flops (the paper's vectorized form, with its missing factor K restored);
+    * ``"auto"`` picks the cheaper for the batch (``gram`` once ``n K`` is well above ``H``).
     """
+    n, d = x.shape
+    k, h = net.W.shape
+    if method == "auto":
+        method = "gram" if h * h * d + n * h * h < n * k * h * d else "gradients"
     s = net.sigma_prime(net.preactivation(x))  # (n, H)
     wc = net.W - net.W.mean(dim=0, keepdim=True)  # (K, H)
-    grads = (s[:, None, :] * wc[None, :, :]) @ net.U  # (n, K, d), already centred
-    n, k = grads.shape[0], grads.shape[1]
-    return 2.0 * k * grads.pow(2).sum() / (n * k * k)
+    if method == "gram":
+        total = ((net.U @ net.U.T) * (wc.T @ wc) * (s.T @ s)).sum()
+    elif method == "gradients":
+        grads = (s[:, None, :] * wc[None, :, :]) @ net.U  # (n, K, d), already centred
+        total = grads.pow(2).sum()
+    else:
+        raise ValueError(f"method {method!r}: use 'auto', 'gradients' or 'gram'")
+    return 2.0 * total / (n * k)
 
 
 def weight_decay(model: nn.Module) -> torch.Tensor:
