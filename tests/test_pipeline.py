@@ -23,16 +23,21 @@ TINY = {
     "model": {"hidden": 16},
     "train": {
         "epochs": 1,
-        "settings": ["plain", "augment"],
+        "settings": ["plain", "augment", "adversarial"],
         "grid": {
             "none": {"lr": [0.2], "lambda": [0.0]},
+            "weight_decay": {"lr": [0.2], "lambda": [1.0e-4]},
+            "dropout": {"lr": [0.2], "lambda": [0.5]},
             "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
         },
     },
     "kernel": {
         "n_centers": 60,
         "max_iter": 20,
-        "grid": {"kernel_cl": {"a": [1.0], "lambda": [0.1]}},
+        "grid": {
+            "kernel_logreg": {"a": [1.0], "lambda": [1.0e-4]},
+            "kernel_cl": {"a": [1.0], "lambda": [0.1]},
+        },
     },
     "certify": {"n_points": 15},
     "attack": {"n_points": 15},
@@ -94,11 +99,11 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
 
 def test_tiny_run_writes_parquet_with_schema(tiny_run):
     files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
-    assert sorted(f.stem for f in files) == ["cross_lipschitz-lr0.2-lam0.001-seed0",
-                                       "cross_lipschitz-lr0.2-lam0.001-seed0-augment",
-                                       "kernel_cl-a1-lam0.1-seed0",
-                                       "none-lr0.2-lam0-seed0",
-                                       "none-lr0.2-lam0-seed0-augment"]  # fmt: skip
+    nets = ["none-lr0.2-lam0-seed0", "weight_decay-lr0.2-lam0.0001-seed0",
+            "dropout-lr0.2-lam0.5-seed0", "cross_lipschitz-lr0.2-lam0.001-seed0"]  # fmt: skip
+    expect = [n + suffix for n in nets for suffix in ("", "-augment", "-adversarial")]
+    expect += ["kernel_logreg-a1-lam0.0001-seed0", "kernel_cl-a1-lam0.1-seed0"]
+    assert sorted(f.stem for f in files) == sorted(expect)  # every model x regularizer x setting
     for f in files:
         table = pq.read_table(f)
         assert table.schema.equals(INSTANCE_SCHEMA, check_metadata=False)
@@ -127,22 +132,23 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
             assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
-    assert len(everything) == 75
-    assert sorted(everything["setting"].unique()) == ["augment", "plain"]
+    assert len(everything) == 15 * 14
+    assert sorted(everything["setting"].unique()) == ["adversarial", "augment", "plain"]
 
 
 def test_tiny_run_writes_table_figure_logs(tiny_run):
     res = tiny_run / "results"
     summary = pd.read_csv(res / "tables" / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == 5 and (summary["status"] == "ok").all()
+    assert len(summary) == 14 and (summary["status"] == "ok").all()
     assert summary["test_error"].between(0, 1).all()
     assert (summary["mean_upper_bound"] >= summary["mean_guarantee_local"]).all()
     md = (res / "tables" / "summary.md").read_text()
-    assert md.count("\n") == 7 and "cross_lipschitz" in md and "kernel_cl" in md
+    assert md.count("\n") == 16 and "cross_lipschitz" in md and "kernel_cl" in md
     table1 = pd.read_csv(res / "tables" / "table1_global_local.csv")
-    assert len(table1) == 4  # (plain, augment) x (none, cross_lipschitz); kernels: no global
-    assert sorted(set(table1["regularizer"])) == ["cross_lipschitz", "none"]
+    assert len(table1) == 12  # 3 settings x 4 net regularizers; kernels have no global bound
+    assert sorted(set(table1["regularizer"])) == ["cross_lipschitz", "dropout", "none",
+                                                   "weight_decay"]  # fmt: skip
     assert table1["mean_ratio_global_local"].between(0, 10).all()
     assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
