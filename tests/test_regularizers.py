@@ -78,3 +78,17 @@ def test_weight_decay_is_squared_norm_of_weights():
     net = random_net(4, 3, 5, 1)
     expected = net.hidden_layer.weight.pow(2).sum() + net.output_layer.weight.pow(2).sum()
     assert torch.allclose(weight_decay(net), expected)
+
+
+def test_softplus_derivatives_are_finite_and_exact_everywhere():
+    """Double backpropagation needs sigma'' too: logaddexp's own second derivative is NaN
+    below alpha z ~ -90, which once made a ResNet's Cross-Lipschitz step NaN."""
+    from crosslip.models import softplus
+
+    z = torch.tensor([-1e4, -100.0, -1.0, 0.0, 1.0, 100.0, 1e4], dtype=torch.float64,
+                     requires_grad=True)  # fmt: skip
+    (d1,) = torch.autograd.grad(softplus(z, 10.0).sum(), z, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), z)
+    s = torch.sigmoid(10.0 * z.detach())
+    assert torch.equal(d1.detach(), s)
+    assert torch.isfinite(d2).all() and torch.allclose(d2, 10.0 * s * (1 - s), atol=1e-12)

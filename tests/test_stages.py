@@ -17,8 +17,10 @@ from crosslip.pipeline import (
     certify_stage,
     eval_indices,
     instances_stage,
+    train_stage,
 )
 from crosslip.report import add_diverged, summarize, table1
+from crosslip.resnet import ResNet
 
 from .helpers import random_net
 
@@ -117,3 +119,23 @@ def test_table1_takes_the_best_model_per_regularizer():
     assert t.loc["none", "mean_ratio_global_local"] == 0.7
     assert t.loc["none", "mean_ratio_all_models"] == 0.6
     assert t.loc["cross_lipschitz", "model_id"] == "cross_lipschitz-0.025"
+
+
+def test_a_resnet_trains_in_the_stage_and_gets_upper_bounds_but_no_guarantee(tmp_path):
+    rng = np.random.default_rng(2)
+    x = (rng.integers(0, 256, size=(96, 64)) / 255).astype(np.float32)
+    y = (x.reshape(96, 8, 8)[:, :4].mean((1, 2)) > 0.5).astype(np.int64)  # top half bright
+    save_prepared(Dataset("img", x[:64], y[:64], x[64:], y[64:], (8, 8, 1), 2), tmp_path / "d.npz")
+    params = {"arch": "resnet", "resnet_blocks": 1, "regularizer": "cross_lipschitz",
+              "lam": 1e-3, "lr": 0.1, "epochs": 2, "batch_size": 16, "seed": 0}  # fmt: skip
+    met = train_stage(tmp_path / "d.npz", params, "m", tmp_path / "m.pt", tmp_path / "m.json")
+    assert met["status"] == "ok" and met["config"]["arch"] == "resnet"
+    net = load_model(tmp_path / "m.pt")
+    assert isinstance(net, ResNet) and net.depth() == 8
+    cert = certify_stage(tmp_path / "d.npz", tmp_path / "m.pt", tmp_path / "m.json",
+                         tmp_path / "c.parquet", n_points=8, rtol=1e-3)  # fmt: skip
+    assert (cert["local_bound"] == "none").all() and cert["guarantee_local"].isna().all()
+    att = attack_stage(tmp_path / "d.npz", tmp_path / "m.pt", tmp_path / "m.json",
+                       tmp_path / "a.parquet", n_points=8, rtol=1e-2, max_steps=10,
+                       norms=("l2",), refine_steps=1)  # fmt: skip
+    assert att["upper_bound"].notna().any()

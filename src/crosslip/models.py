@@ -21,6 +21,32 @@ from .io import atomic_path
 from .kernels import GaussianKernelModel
 
 
+class _Softplus(torch.autograd.Function):
+    """``logaddexp(alpha z, 0) / alpha`` with the derivative ``sigmoid(alpha z)`` written out.
+
+    PyTorch's own derivative of ``logaddexp`` is right, but its *second* derivative is NaN
+    for ``alpha z`` below about -90 (an overflowing exponential), which poisons the double
+    backpropagation of exact Cross-Lipschitz regularization; ``sigmoid`` differentiates
+    stably."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(z: torch.Tensor, alpha: float) -> torch.Tensor:
+        return torch.logaddexp(alpha * z, torch.zeros_like(z)) / alpha
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        z, alpha = inputs
+        ctx.save_for_backward(z)
+        ctx.alpha = alpha
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (z,) = ctx.saved_tensors
+        return grad * torch.sigmoid(ctx.alpha * z), None
+
+
 def softplus(z: torch.Tensor, alpha: float) -> torch.Tensor:
     """``log(1 + exp(alpha z)) / alpha``, computed stably and *exactly* everywhere.
 
@@ -28,9 +54,10 @@ def softplus(z: torch.Tensor, alpha: float) -> torch.Tensor:
     its derivative is 1 instead of ``sigmoid(alpha z)``, which is smaller by up to 2e-9.
     The bounds of Proposition 2.3 use ``sigma' = sigmoid(alpha z)``, so the network must
     compute exactly the function they are about: ``logaddexp(alpha z, 0) / alpha`` is stable
-    for any z and its derivative is exactly ``sigmoid(alpha z)``.
+    for any z, its derivative is exactly ``sigmoid(alpha z)``, and so are its higher
+    derivatives (:class:`_Softplus`).
     """
-    return torch.logaddexp(alpha * z, torch.zeros_like(z)) / alpha
+    return _Softplus.apply(z, alpha)
 
 
 class SoftplusNet(nn.Module):
@@ -120,7 +147,14 @@ FORMATS = {
     "crosslip.GaussianKernelModel/1": lambda h: GaussianKernelModel(
         torch.zeros(h["n_centers"], h["in_dim"]), h["num_classes"], h["gamma"]
     ),
+    "crosslip.ResNet/1": lambda h: _resnet(h),
 }
+
+
+def _resnet(hyper: dict[str, Any]) -> nn.Module:
+    from .resnet import ResNet  # resnet builds on this module's softplus
+
+    return ResNet(**{**hyper, "shape": tuple(hyper["shape"])})
 
 
 def _format_of(model: nn.Module) -> str:
@@ -132,7 +166,8 @@ def _format_of(model: nn.Module) -> str:
 
 def save_model(model: nn.Module, path: Path | str, meta: dict[str, Any] | None = None) -> None:
     """Save weights and constructor arguments, atomically; loadable with ``weights_only``.
-    Works for :class:`SoftplusNet` and :class:`~crosslip.kernels.GaussianKernelModel`."""
+    Works for :class:`SoftplusNet`, :class:`~crosslip.kernels.GaussianKernelModel` and
+    :class:`~crosslip.resnet.ResNet`."""
     payload = {
         "format": _format_of(model),
         "hyper": json.dumps(model.hyper),

@@ -18,13 +18,13 @@ import torch
 
 from .attacks import refine_upper_bound, upper_bound
 from .augment import center_crop
-from .certify import KINDS, certify_kernel, certify_softplus
+from .certify import KINDS, certify_kernel, certify_softplus, margins
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
 from .kernel_train import KERNEL_REGULARIZERS, KernelTrainConfig, train_kernel
 from .kernels import GaussianKernelModel
-from .models import load_model, save_model
+from .models import SoftplusNet, load_model, save_model
 from .train import TrainConfig, train
 
 #: Schema of the per-instance results: one row per evaluated test point per model.
@@ -166,7 +166,8 @@ def certify_stage(
     """Guarantees of Theorem 2.1 for the eval points. One-hidden-layer nets: local L2
     (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
     versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
-    kernel models: local L2 (Proposition 2.2); the other columns stay empty."""
+    kernel models: local L2 (Proposition 2.2); the other columns stay empty. Other networks
+    (ResNets): prediction and margin only (``local_bound = "none"``)."""
     met = read_json(metrics)
     idx, x, y, _ = _points(data, n_points, met)
     if met["status"] != "ok":
@@ -179,9 +180,15 @@ def certify_stage(
             res = certify_kernel(net, x.to(dev), rtol=rtol)
             res["guarantee_l2"] = res["guarantee_local"]
             local_bound = "prop2.2"
-        else:
+        elif isinstance(net, SoftplusNet):
             res = certify_softplus(net, x.to(dev), rtol=rtol, kinds=tuple(kinds))
             local_bound = "prop2.3" if "guarantee_local" in res else None
+        else:  # deep networks: no local bound (the paper reports upper bounds only)
+            with torch.no_grad():
+                logits = net.double().to(dev)(x.to(dev).double()).cpu()
+            pred = logits.argmax(1)
+            res = {"pred": pred, "margin": margins(logits, pred).min(1).values}
+            local_bound = "none"
         secs = (time.perf_counter() - t0) / max(len(idx), 1)
         df = pd.DataFrame({"test_index": idx, "label": y, **{k: v.numpy() for k, v in res.items()}})
         df["local_bound"] = local_bound

@@ -23,7 +23,8 @@ from torch.nn import functional as F
 from .attacks import upper_bound
 from .augment import augment, center_crop
 from .models import SoftplusNet
-from .regularizers import cross_lipschitz_softplus, weight_decay
+from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
+from .resnet import ResNet
 
 REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
 #: Section 5's three settings: plain, data augmentation, adversarial training.
@@ -46,6 +47,9 @@ class TrainConfig:
     bias: bool = True
     lr_decay: float = 1.0
     lr_decay_epochs: list[int] = field(default_factory=list)
+    arch: str = "mlp"
+    resnet_blocks: int = 5
+    resnet_width: int = 1
     setting: str = "plain"
     crop: int = 24
     adv_norm: str = "linf"
@@ -58,6 +62,8 @@ class TrainConfig:
             )
         if self.regularizer == "none" and self.lam != 0:
             raise ValueError("regularizer 'none' takes lambda = 0")
+        if self.arch not in ("mlp", "resnet"):
+            raise ValueError(f"unknown arch {self.arch!r}; allowed: mlp, resnet")
         if self.setting not in SETTINGS:
             raise ValueError(f"unknown setting {self.setting!r}; allowed: {', '.join(SETTINGS)}")
         if self.adv_norm not in ADV_NORMS:
@@ -75,16 +81,20 @@ class TrainResult:
     metrics: dict[str, Any]
 
 
-def regularization(net: SoftplusNet, x: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """The penalty term (without lambda) of the chosen regularizer on the batch ``x``."""
+def regularization(net: torch.nn.Module, x: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """The penalty term (without lambda) of the chosen regularizer on the batch ``x``:
+    Cross-Lipschitz in closed form for the one-hidden-layer net, by double backpropagation
+    (exact) for any other architecture."""
     if cfg.regularizer == "cross_lipschitz":
-        return cross_lipschitz_softplus(net, x)
+        if isinstance(net, SoftplusNet):
+            return cross_lipschitz_softplus(net, x)
+        return cross_lipschitz_autograd(net, x)
     if cfg.regularizer == "weight_decay":
         return weight_decay(net)
     return x.new_zeros(())
 
 
-def adversarial_batch(net: SoftplusNet, xb: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     """``xb`` with its first ``adv_fraction`` replaced by adversarial samples (see
     :func:`train`); the model is attacked in eval mode (no dropout) and left in train mode."""
     m = math.ceil(cfg.adv_fraction * len(xb))
@@ -140,14 +150,18 @@ def train(
     aug_gen = torch.Generator().manual_seed(cfg.seed + 1)
     dropout = cfg.lam if cfg.regularizer == "dropout" else 0.0
     augmenting = cfg.setting == "augment"
+    if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
+        raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
+    model_shape = shape
     if augmenting:
-        if shape is None or len(shape) != 3:
-            raise ValueError("the augment setting needs the image shape (h, w, c)")
-        in_dim = cfg.crop * cfg.crop * shape[2]
+        model_shape = (cfg.crop, cfg.crop, shape[2])
         x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()
+    in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
+    if cfg.arch == "resnet":
+        net = ResNet(model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha,
+                     dropout)  # fmt: skip
     else:
-        in_dim = x_train.shape[1]
-    net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
+        net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)

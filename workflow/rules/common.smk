@@ -57,9 +57,12 @@ def training_grid():
                 batch_size=tr["batch_size"],
                 lr_decay=tr["lr_decay"],
                 lr_decay_epochs=list(tr["lr_decay_epochs"]),
+                arch=mo["arch"],
                 hidden=mo["hidden"],
                 alpha=float(mo["alpha"]),
                 bias=mo["bias"],
+                resnet_blocks=mo["resnet_blocks"],
+                resnet_width=mo["resnet_width"],
             )
     kern = config["kernel"]
     for reg, spec in kern.get("grid", {}).items():
