@@ -10,24 +10,17 @@
 
 from .engine import KINDS, certify_softplus
 from .kernel_bounds import KernelProp22Bound, certify_kernel
+from .reference import linear_lipschitz
 from .search import Certificate, LipschitzFn, margins, min_ratio, theorem21
 from .softplus_bounds import (
     IntervalBound,
     MinBound,
+    NetTerms,
     PreactivationRange,
     Prop23Bound,
     dual_exponent,
     global_bound,
 )
-
-
-def linear_lipschitz(W, pred, q: float = 2.0) -> LipschitzFn:
-    """For a linear model ``f = W x + c`` the cross-Lipschitz constant ``||w_c - w_j||_q`` is
-    exact and constant, and Theorem 2.1 gives the exact p-distance to the decision boundary
-    (the paper's tightness remark after Theorem 2.1). Used as a test oracle."""
-    lip = (W[pred][:, None, :] - W[None, :, :]).norm(p=q, dim=-1)
-    return lambda idx, r: lip[idx]
-
 
 __all__ = [
     "KINDS",
@@ -36,6 +29,7 @@ __all__ = [
     "KernelProp22Bound",
     "LipschitzFn",
     "MinBound",
+    "NetTerms",
     "PreactivationRange",
     "Prop23Bound",
     "certify_kernel",

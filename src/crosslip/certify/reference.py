@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..models import SoftplusNet
-from .search import margins, theorem21
+from .search import LipschitzFn, margins, theorem21
 
 
 def prop23_reference(
@@ -65,3 +65,11 @@ def certify_prop23_reference(net: SoftplusNet, x: torch.Tensor, rtol: float = 1e
 
             out[i] = theorem21(m, lip, rtol=rtol).guarantee[0]
     return out
+
+
+def linear_lipschitz(W: torch.Tensor, pred: torch.Tensor, q: float = 2.0) -> LipschitzFn:
+    """For a linear model ``f = W x + c`` the cross-Lipschitz constant ``||w_c - w_j||_q`` is
+    exact and constant, and Theorem 2.1 gives the exact p-distance to the decision boundary
+    (the paper's tightness remark after Theorem 2.1). Used as a test oracle."""
+    lip = (W[pred][:, None, :] - W[None, :, :]).norm(p=q, dim=-1)
+    return lambda idx, r: lip[idx]

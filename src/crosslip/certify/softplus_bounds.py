@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -70,31 +71,71 @@ class Rows:
     m: int
 
 
+class NetTerms:
+    """The point-independent quantities of a net in one dtype, each computed when first
+    needed and then shared by every batch and every range: ``U`` (H, d), ``W`` (K, H), ``b``,
+    ``|U|``, the positive and negative parts of ``U^T``, ``|U U^T|``, the row norms
+    ``||u_r||_q`` and the spectral norm ``||U||_2``."""
+
+    def __init__(self, net: SoftplusNet, dtype: torch.dtype = torch.float64) -> None:
+        self.U = net.U.detach().to(dtype)
+        self.W = net.W.detach().to(dtype)
+        self.b = net.hidden_bias().detach().to(dtype)
+        self.alpha = net.alpha
+        self._row_norms: dict[float, torch.Tensor] = {}
+
+    def row_norms(self, q: float) -> torch.Tensor:
+        """``||u_r||_q`` (H,)."""
+        if q not in self._row_norms:
+            self._row_norms[q] = torch.linalg.vector_norm(self.U, ord=q, dim=1)
+        return self._row_norms[q]
+
+    @cached_property
+    def abs_u(self) -> torch.Tensor:
+        return self.U.abs()
+
+    @cached_property
+    def signed_parts_t(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(U+)^T, (U-)^T`` (d, H), contiguous for the box ranges' products."""
+        return self.U.clamp_min(0).T.contiguous(), (-self.U).clamp_min(0).T.contiguous()
+
+    @cached_property
+    def abs_gram(self) -> torch.Tensor:
+        """``|U U^T|`` (H, H)."""
+        return (self.U @ self.U.T).abs()
+
+    @cached_property
+    def spectral_norm(self) -> torch.Tensor:
+        return torch.linalg.matrix_norm(self.U, ord=2)
+
+
 class PreactivationRange:
     """The ranges ``[s-, s+]`` of (*) for a batch of points (module docstring).
 
-    ``x`` (n, d), ``pred`` (n,). ``box=True`` intersects the ball with ``[0, 1]^d``
-    (the points must lie in the box). Calling ``(idx, R, need)`` with ``idx, R`` (m,) returns
-    the :class:`Rows` of the classes ``j != c`` that ``need`` (m, K) asks for (all if None).
+    ``net``: the net or its :class:`NetTerms` (pass the terms to share their point-independent
+    products between ranges); ``x`` (n, d), ``pred`` (n,); ``z`` (n, H), the pre-activations
+    ``U x + b``, may be passed in when already computed. ``box=True`` intersects the ball
+    with ``[0, 1]^d`` (the points must lie in the box). Calling ``(idx, R, need)`` with
+    ``idx, R`` (m,) returns the :class:`Rows` of the classes ``j != c`` that ``need`` (m, K)
+    asks for (all if None).
     """
 
     def __init__(
         self,
-        net: SoftplusNet,
+        net: SoftplusNet | NetTerms,
         x: torch.Tensor,
         pred: torch.Tensor,
         p: float = 2,
         box: bool = False,
         dtype: torch.dtype = torch.float64,
+        z: torch.Tensor | None = None,
     ) -> None:
-        U = net.U.detach().to(dtype)
-        self.U = U
-        self.W = net.W.detach().to(dtype)
-        self.alpha = net.alpha
+        self.terms = terms = net if isinstance(net, NetTerms) else NetTerms(net, dtype)
+        self.U, self.W, self.alpha = terms.U, terms.W, terms.alpha
         self.p, self.q = p, dual_exponent(p)
-        self.unorm = torch.linalg.vector_norm(U, ord=self.q, dim=1)  # (H,)
-        self.x = x.to(dtype)
-        self.z = self.x @ U.T + net.hidden_bias().detach().to(dtype)  # (n, H)
+        self.unorm = terms.row_norms(self.q)  # (H,)
+        self.x = x.to(terms.U.dtype)
+        self.z = self.x @ terms.U.T + terms.b if z is None else z  # (n, H)
         self.pred = pred
         self.num_classes = k = self.W.shape[0]
         self.not_pred = torch.ones(k, k, dtype=torch.bool, device=pred.device)
@@ -103,7 +144,7 @@ class PreactivationRange:
         if box:
             if torch.any(self.x < 0) or torch.any(self.x > 1):
                 raise ValueError("box-constrained bounds need points inside [0, 1]^d")
-            self.Up, self.Un = U.clamp_min(0).T.contiguous(), (-U).clamp_min(0).T.contiguous()
+            self.Up, self.Un = terms.signed_parts_t
 
     def shifts(self, idx: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``D-, D+`` (m, H): how far each pre-activation can fall / rise over the set."""
@@ -157,7 +198,7 @@ class Prop23Bound:
 
     i.e. per evaluation two (rows, H) x (H, H) and two (rows, H) x (H, d) products, one row
     per point and class j != c still needed by the search (``supports_mask``).
-    ``|G|`` does not depend on the point and is computed once.
+    ``|G|`` does not depend on the point: computed once per :class:`NetTerms`.
     """
 
     supports_mask = True
@@ -166,7 +207,7 @@ class Prop23Bound:
         if rng.p != 2:
             raise ValueError("Proposition 2.3 is the p = 2 bound")
         self.rng = rng
-        self.Gabs = (rng.U @ rng.U.T).abs()
+        self.Gabs = rng.terms.abs_gram
 
     def parts(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``2 L^2`` (nr,) and ``U^T (d s+)``, ``U^T (d s-)`` (nr, d), which
@@ -205,7 +246,7 @@ class IntervalBound:
 
     def __init__(self, rng: PreactivationRange) -> None:
         self.rng = rng
-        self.Uabs = rng.U.abs()
+        self.Uabs = rng.terms.abs_u
 
     def from_centre(self, centre: torch.Tensor, rows: Rows) -> torch.Tensor:
         """``||B||_q`` (nr,) given ``U^T (d m)`` (nr, d)."""
