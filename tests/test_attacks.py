@@ -10,14 +10,11 @@ import torch
 from scipy.optimize import linprog, minimize
 
 from crosslip.attacks import (
-    BoxL2Problem,
     BoxProblem,
     project_box,
     project_box_reference,
-    project_l2_box,
     refine_upper_bound,
     upper_bound,
-    upper_bound_l2,
 )
 from crosslip.certify import certify_softplus, linear_lipschitz, margins, theorem21
 
@@ -33,7 +30,7 @@ def random_instances(n, d, seed):
     x[torch.rand(n, d, generator=g) < 0.2] = 1.0
     v = torch.randn(n, d, generator=g, dtype=torch.float64)
     v[torch.rand(n, d, generator=g) < 0.2] = 0.0
-    cap = BoxL2Problem.build(x, v).capacity
+    cap = BoxProblem.build(x, v, 2).capacity
     frac = torch.rand(n, generator=g, dtype=torch.float64) * 1.2  # > 1: infeasible
     c = -frac * cap
     c[:3] = torch.tensor([0.0, 0.5, -0.0])  # already satisfied
@@ -42,7 +39,7 @@ def random_instances(n, d, seed):
 
 def test_l2_box_projection_satisfies_kkt():
     x, v, c, cap = random_instances(400, 30, 0)
-    prob = BoxL2Problem.build(x, v)
+    prob = BoxProblem.build(x, v, 2)
     delta, lam, feasible = prob.solve(-c)
     assert torch.equal(feasible, -c <= cap * (1 + 1e-12))
     inner = (v * delta).sum(1)
@@ -68,7 +65,7 @@ def test_l2_box_projection_satisfies_kkt():
 
 def test_l2_box_projection_matches_a_qp_solver():
     x, v, c, _cap = random_instances(40, 8, 1)
-    delta, feasible = project_l2_box(x, v, c)
+    delta, feasible = project_box(x, v, c, 2)
     for i in range(len(x)):
         if not feasible[i]:
             continue
@@ -92,36 +89,13 @@ def test_l2_box_projection_matches_a_qp_solver():
         assert float(delta[i].norm()) == pytest.approx(np.linalg.norm(res.x), rel=1e-6, abs=1e-9)
 
 
-def test_linear_classifier_upper_bound_equals_exact_distance():
-    """Interior points whose boundary projection stays in the box: upper = lower = distance."""
-    g = torch.Generator().manual_seed(3)
-    d, k = 20, 4
-    lin = torch.nn.Linear(d, k).double()
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(k, d, generator=g, dtype=torch.float64))
-        lin.bias.zero_()
-    x = 0.5 + 0.01 * torch.randn(50, d, generator=g, dtype=torch.float64)
-    logits = lin(x)
-    pred = logits.argmax(1)
-    W = lin.weight.detach()
-    diff = W[pred][:, None, :] - W[None]
-    dist = ((logits.gather(1, pred[:, None]) - logits) / diff.norm(dim=-1)).detach()
-    dist, j = dist.scatter(1, pred[:, None], float("inf")).min(1)
-    step = diff[torch.arange(len(x)), j]
-    proj = x - dist[:, None] * step / step.norm(dim=1, keepdim=True)
-    assert torch.all((proj > 0) & (proj < 1))  # the unconstrained projection is in the box
-    ub = upper_bound_l2(lin, x, rtol=1e-6, max_steps=60)
-    assert torch.all(ub.success)
-    assert torch.allclose(ub.norm, dist, rtol=1e-4)
-
-
 @pytest.mark.parametrize(
     "seed,d,k,h,scale", [(0, 10, 3, 16, 2.0), (1, 30, 10, 32, 4.0), (2, 5, 5, 8, 1.0)]
 )
 def test_upper_bounds_are_valid_adversarials_and_above_guarantees(seed, d, k, h, scale):
     net = random_net(d, k, h, seed, scale)
     x = random_points(60, d, seed)
-    ub = upper_bound_l2(net, x)
+    ub = upper_bound(net, x, p=2)
     pred = net(x).argmax(1)
     adv = x + ub.delta
     s = ub.success

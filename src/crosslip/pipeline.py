@@ -247,11 +247,10 @@ def attack_stage(
                 df["attack_target"] = ub.target.numpy()
                 df["adv_class"] = ub.adv_class.numpy()
                 m = min(n_examples, len(idx))
-                with torch.no_grad():
-                    pred = net.double()(x[:m].double()).argmax(1).numpy()
                 examples = {"test_index": idx[:m], "x": x[:m].numpy(),
                             "delta": ub.delta[:m].numpy(),
-                            "adv": (x[:m].double() + ub.delta[:m]).numpy(), "pred": pred,
+                            "adv": (x[:m].double() + ub.delta[:m]).numpy(),
+                            "pred": ub.pred[:m].numpy(),
                             "adv_class": ub.adv_class[:m].numpy(), "norm": ub.norm[:m].numpy(),
                             "success": ub.success[:m].numpy()}  # fmt: skip
         df["attack_seconds"] = (time.perf_counter() - t0) / max(len(idx), 1)

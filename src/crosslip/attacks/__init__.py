@@ -7,25 +7,14 @@
 """
 
 from .projections import NORMS, BoxProblem, project_box, project_box_reference
-from .upper_bounds import UpperBound, refine_upper_bound, upper_bound, upper_bound_l2
-
-BoxL2Problem = BoxProblem  # p = 2 is the default of BoxProblem.build
-
-
-def project_l2_box(x, v, c, lo: float = 0.0, hi: float = 1.0):
-    """:func:`project_box` with p = 2 (Lemma 4.1)."""
-    return project_box(x, v, c, 2, lo, hi)
-
+from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
 
 __all__ = [
     "NORMS",
-    "BoxL2Problem",
     "BoxProblem",
     "UpperBound",
     "project_box",
     "project_box_reference",
-    "project_l2_box",
     "refine_upper_bound",
     "upper_bound",
-    "upper_bound_l2",
 ]

@@ -84,12 +84,7 @@ class BoxProblem:
                 _build_l1(v[sl], room[sl], keys[sl], below[sl], above[sl], order[sl])
             else:
                 _build_breaks(v[sl], room[sl], p, keys[sl], below[sl], above[sl])
-        if p == 1:
-            capacity = keys[:, -1].clone()
-        else:  # the decrease at the last finite breakpoint, i.e. sum_i w_i b_i
-            last = torch.isfinite(keys).sum(1).clamp_min(1) - 1
-            capacity = keys.gather(1, last[:, None]).squeeze(1)
-            capacity = torch.where(torch.isfinite(keys[:, 0]), capacity, torch.zeros_like(capacity))
+        capacity = (v.abs() * room).sum(1)  # every coordinate at its face: any p
         return cls(p, x, v, lo, hi, room, keys, below, above, order, capacity)
 
     def solve(

@@ -36,12 +36,14 @@ from .projections import BoxProblem
 class UpperBound:
     """Per-point result, shape (n,): ``norm`` (``inf`` if no target succeeded), ``target``
     (the linearization class j of the best sample, -1 if none), ``adv_class`` (the class
-    predicted at the sample), ``success``; ``delta`` (n, d) is the best perturbation."""
+    predicted at the sample), ``success``, ``pred`` (the class c predicted at x); ``delta``
+    (n, d) is the best perturbation."""
 
     norm: torch.Tensor
     target: torch.Tensor
     adv_class: torch.Tensor
     success: torch.Tensor
+    pred: torch.Tensor
     delta: torch.Tensor
 
 
@@ -112,7 +114,13 @@ def _search(model, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
     return norm, delta_rows, adv_cls
 
 
-def _prepare(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype):
+def _prepare(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.nn.Module:
+    """The model in eval mode, in ``dtype``, on ``x``'s device: the model itself when it
+    already is (no copy on the hot path of adversarial training), else a converted copy (the
+    caller's model is never changed)."""
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    if not model.training and all(t.dtype == dtype and t.device == x.device for t in tensors):
+        return model
     return copy.deepcopy(model).to(dtype=dtype, device=x.device).eval()
 
 
@@ -135,11 +143,6 @@ def upper_bound(
         for i in range(0, len(x), batch_size)
     ]
     return _cat(parts)
-
-
-def upper_bound_l2(model: torch.nn.Module, x: torch.Tensor, **kw) -> UpperBound:
-    """:func:`upper_bound` with p = 2 (the paper's experiments)."""
-    return upper_bound(model, x, p=2, **kw)
 
 
 def _cat(parts: list[UpperBound]) -> UpperBound:
@@ -178,6 +181,7 @@ def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
         target=torch.where(success, best_t, -1).cpu(),
         adv_class=torch.where(success, adv_cls[best_row], -1).cpu(),
         success=success.cpu(),
+        pred=pred.cpu(),
         delta=torch.where(success[:, None], delta_rows[best_row], torch.zeros_like(x)).cpu(),
     )
 
@@ -202,8 +206,7 @@ def refine_upper_bound(
     best = UpperBound(*(getattr(start, f).clone().to(dev) for f in UpperBound.__annotations__))
     best.delta = best.delta.to(dtype)
     best.norm = best.norm.to(dtype)
-    with torch.no_grad():
-        pred = model(x).argmax(1)
+    pred = best.pred
     for _ in range(steps):
         idx = torch.nonzero(best.success).squeeze(1)
         if len(idx) == 0:
