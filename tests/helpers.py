@@ -29,3 +29,8 @@ def random_net(
 def random_points(n: int, d: int, seed: int) -> torch.Tensor:
     """Points in the unit box [0, 1]^d, float64."""
     return torch.rand(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def files_in(folder) -> list[str]:
+    """Names of everything in ``folder`` (hidden temporaries included); [] if absent."""
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import socket
 import struct
 import threading
 from collections.abc import Iterator
@@ -32,6 +31,8 @@ from crosslip.data import mnist as mnist_mod
 from crosslip.data.embedded import SPLIT_SEED, TEST_PER_CLASS, split_stratified
 from crosslip.data.fetch import RemoteFile, content_sha256, fetch_files
 from crosslip.data.idx import IdxFormatError, parse_idx, read_idx
+
+from .helpers import files_in
 
 MNIST_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 MNIST_FILES = (
@@ -65,22 +66,6 @@ def idx_bytes(arr: np.ndarray) -> bytes:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def files_in(folder: Path) -> list[str]:
-    """Names of everything in ``folder`` (hidden temporaries included); [] if absent."""
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-
-
-@pytest.fixture
-def closed_port() -> Iterator[int]:
-    """A loopback port that refuses connections: bound (so nobody else takes it), not listening."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
 
 
 @dataclass

@@ -7,6 +7,14 @@
 Each loader takes keyword options (``cache_dir``, ``mirror_dir``) and returns a
 :class:`Dataset`. Images are flattened to ``(n, d)``; ``shape`` keeps the image shape
 (channels last, as in the source) for figures.
+
+Registered: ``mnist5k`` (embedded subset), ``mnist`` (IDX files, :mod:`.mnist`), ``cifar10``
+(the python-version archive, :mod:`.cifar10`, shape (32, 32, 3)) and ``gtsrb`` (the final
+benchmark archives cropped to their ROI and resized, :mod:`.gtsrb`, shape (32, 32, 3)). The
+downloaded ones come from a mirror folder (config key ``data.mirrors.<name>``), the cache
+(``cache_dir/<name>``) or their official URLs, checked against the published checksums
+(:mod:`.fetch`); a file whose content is not in the documented format raises
+:class:`DataFormatError` (:class:`UnsafePickleError` for a pickle that would run code).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fetch import ChecksumError, DataUnavailableError
+from .fetch import ChecksumError, DataFormatError, DataUnavailableError
 
 
 @dataclass(frozen=True)
@@ -118,14 +126,19 @@ def load_prepared(path: Path | str) -> Dataset:
         )
 
 
-from . import embedded, mnist  # noqa: E402  (registers the loaders)
+from . import cifar10, embedded, gtsrb, mnist  # noqa: E402  (registers the loaders)
+from .unpickle import UnsafePickleError  # noqa: E402
 
 __all__ = [
     "ChecksumError",
+    "DataFormatError",
     "DataUnavailableError",
     "Dataset",
+    "UnsafePickleError",
     "available",
+    "cifar10",
     "embedded",
+    "gtsrb",
     "load_dataset",
     "load_prepared",
     "mnist",

@@ -2,10 +2,16 @@
 
 A file is looked up, in this order, in a *mirror* folder given in the configuration (same file
 names as the official distribution), in the cache folder, and finally downloaded from its
-official locations into the cache. Every file is verified by the SHA-256 of its decompressed
-content (gzip wrappers of the same data vary between mirrors). A download is written to a
-temporary name and renamed only after its checksum matched, so an interrupted or corrupted
-transfer never leaves a file that a later run would trust.
+official locations into the cache. Every file is verified against its published checksum
+(:class:`RemoteFile`: SHA-256 or MD5), by default over the decompressed content of a ``.gz``
+file (gzip wrappers of the same data vary between mirrors), or over the bytes as stored where
+the publisher hashed the archive itself (CIFAR-10's ``.tar.gz``, GTSRB's ``.zip``). A download
+is written to a temporary name and renamed only after its checksum matched, so an interrupted
+or corrupted transfer never leaves a file that a later run would trust.
+
+The data layer's errors live here: :class:`DataUnavailableError` (not found nor downloadable),
+:class:`ChecksumError` (wrong content) and :class:`DataFormatError` (a verified file whose
+content is not what the loader expects).
 """
 
 from __future__ import annotations
@@ -31,23 +37,62 @@ class ChecksumError(RuntimeError):
     """A dataset file's content does not match its published checksum."""
 
 
+class DataFormatError(ValueError):
+    """A dataset file (or a member of an archive) is not in the documented format."""
+
+
+#: Hex digest length of each supported checksum algorithm.
+DIGEST_HEX_LENGTH = {"sha256": 64, "md5": 32}
+
+
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file of an official distribution.
+    """One file of an official distribution and its published checksum.
 
-    ``sha256`` is the hash of the content after gunzip when ``name`` ends in ``.gz``
-    (``decompressed=True``), else of the bytes as stored.
+    ``checksum`` is the lowercase hex digest under ``algorithm`` (``"sha256"`` or ``"md5"``)
+    of the content after gunzip when ``name`` ends in ``.gz`` and ``decompressed`` is true (the
+    default), else of the bytes as stored (set ``decompressed=False`` for a checksum published
+    for the archive file itself, such as the MD5 of ``cifar-10-python.tar.gz``).
     """
 
     name: str
-    sha256: str
+    checksum: str
     urls: tuple[str, ...]
     decompressed: bool = True
+    algorithm: str = "sha256"
+
+    def __post_init__(self) -> None:
+        size = DIGEST_HEX_LENGTH.get(self.algorithm)
+        if size is None:
+            raise ValueError(
+                f"{self.name}: unsupported checksum algorithm {self.algorithm!r}; "
+                f"use one of {', '.join(DIGEST_HEX_LENGTH)}"
+            )
+        if len(self.checksum) != size or self.checksum.strip("0123456789abcdef"):
+            raise ValueError(
+                f"{self.name}: {self.algorithm} checksum must be {size} lowercase hex digits, "
+                f"got {self.checksum!r}"
+            )
+
+    @property
+    def sha256(self) -> str:
+        """The SHA-256 checksum (for callers of the original API); error for other algorithms."""
+        if self.algorithm != "sha256":
+            raise AttributeError(f"{self.name}: checksum is {self.algorithm}, not sha256")
+        return self.checksum
+
+    @property
+    def gunzip(self) -> bool:
+        """Whether the checksum is over the gunzipped content rather than the stored bytes."""
+        return self.decompressed and self.name.endswith(".gz")
 
 
-def content_sha256(path: Path, gunzip: bool | None = None) -> str:
-    """SHA-256 of a file's content, gunzipped first if ``gunzip`` (default: name ends .gz)."""
-    h = hashlib.sha256()
+def content_digest(path: Path, algorithm: str = "sha256", gunzip: bool | None = None) -> str:
+    """Hex digest of a file's content, gunzipped first if ``gunzip`` (default: name ends .gz).
+
+    Raises :class:`ChecksumError` when the file cannot be read (truncated or damaged gzip).
+    """
+    h = hashlib.new(algorithm, usedforsecurity=False)  # md5: integrity, not security
     if gunzip is None:
         gunzip = Path(path).suffix == ".gz"
     opener = gzip.open if gunzip else open
@@ -60,13 +105,18 @@ def content_sha256(path: Path, gunzip: bool | None = None) -> str:
     return h.hexdigest()
 
 
+def content_sha256(path: Path, gunzip: bool | None = None) -> str:
+    """SHA-256 of a file's content, gunzipped first if ``gunzip`` (default: name ends .gz)."""
+    return content_digest(path, "sha256", gunzip)
+
+
 def verify(path: Path, spec: RemoteFile) -> None:
     """Raise :class:`ChecksumError` unless ``path`` holds exactly the published content."""
-    got = content_sha256(path, spec.decompressed and spec.name.endswith(".gz"))
-    if got != spec.sha256:
+    got = content_digest(path, spec.algorithm, spec.gunzip)
+    if got != spec.checksum:
         raise ChecksumError(
-            f"{path}: checksum mismatch (sha256 {got[:12]}…, expected {spec.sha256[:12]}…); "
-            "delete the file and fetch it again"
+            f"{path}: checksum mismatch ({spec.algorithm} {got[:12]}…, expected "
+            f"{spec.checksum[:12]}…); delete the file and fetch it again"
         )
 
 
