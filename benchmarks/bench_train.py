@@ -5,8 +5,9 @@
 closed form, and Cross-Lipschitz by double backpropagation; ratios to plain; the same at
 batch 1024. The *arithmetic bound* of an exact Cross-Lipschitz step is its multiply-add
 count divided by this machine's measured float32 matrix-product rate: the closed form needs
-the class-centred input gradients ``A U`` with ``A = s * Wc`` of shape (n K, H), i.e.
-``2 n K H d`` flops forward and twice that backward (``dA = dG U^T``, ``dU = A^T dG``), plus
+the class-centred input gradients ``A U`` with ``A = s * (Q W)`` of shape (n (K-1), H)
+(``Q`` the Helmert contrasts: K - 1 rows carry all of them), i.e. ``2 n (K-1) H d`` flops
+forward and twice that backward (``dA = dG U^T``, ``dU = A^T dG``), plus
 the plain step ``6 n d H``; the alternative Gram form (``U U^T`` and ``sum_i s_i s_i^T``)
 needs ``4 H^2 d + 4 n H^2`` with its backward and is cheaper when ``n K`` is well above ``H``;
 the bound takes the smaller, at the peak measured rate. Kernel: time per L-BFGS iteration
@@ -80,7 +81,7 @@ def cl_bound_flops(n: int, d: int) -> float:
     """Multiply-adds x 2 of an exact CL step: the plain step plus the cheaper exact form,
     forward and backward (module docstring)."""
     plain = 6 * n * d * H
-    closed = 6 * n * K * H * d
+    closed = 6 * n * (K - 1) * H * d
     gram = 4 * H * H * d + 4 * n * H * H
     return plain + min(closed, gram)
 

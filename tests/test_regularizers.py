@@ -8,6 +8,7 @@ import torch
 from crosslip.regularizers import (
     cross_lipschitz_autograd,
     cross_lipschitz_softplus,
+    helmert,
     weight_decay,
 )
 
@@ -51,6 +52,16 @@ def test_closed_form_gradients_equal_autograd_gradients(method):
             assert a is None or torch.allclose(a, torch.zeros_like(a))
             continue
         assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 10, 43])
+def test_helmert_contrasts_are_orthonormal_and_orthogonal_to_ones(k):
+    q = helmert(k)
+    assert q.shape == (k - 1, k)
+    assert torch.allclose(q @ q.T, torch.eye(k - 1, dtype=q.dtype), atol=1e-12)
+    assert torch.allclose(q.sum(1), torch.zeros(k - 1, dtype=q.dtype), atol=1e-12)
+    centring = torch.eye(k, dtype=q.dtype) - 1.0 / k
+    assert torch.allclose(q.T @ q, centring, atol=1e-12)  # what the closed form relies on
 
 
 def test_auto_picks_the_cheaper_exact_form():

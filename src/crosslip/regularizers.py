@@ -41,6 +41,17 @@ def cross_lipschitz_autograd(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cross_lipschitz_from_gradients(torch.stack(grads, dim=1))
 
 
+def helmert(k: int, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"):
+    """Helmert contrasts, shape (K-1, K): row ``j`` (1-based) is ``(1, ..., 1, -j, 0, ...)``
+    (j ones) over ``sqrt(j (j+1))``; orthonormal rows, each orthogonal to the ones vector."""
+    q = torch.zeros(max(k - 1, 0), k, dtype=torch.float64)
+    for j in range(1, k):
+        q[j - 1, :j] = 1.0
+        q[j - 1, j] = -float(j)
+        q[j - 1] /= (j * (j + 1)) ** 0.5
+    return q.to(dtype=dtype, device=device)
+
+
 def cross_lipschitz_softplus(
     net: SoftplusNet, x: torch.Tensor, method: str = "auto"
 ) -> torch.Tensor:
@@ -55,13 +66,18 @@ def cross_lipschitz_softplus(
       ``G = U U^T``, ``C = Wc^T Wc`` and ``S = sum_i s_i s_i^T`` (all (H, H)): ``2 H^2 d +
       2 n H^2`` flops (the paper's vectorized form, with its missing factor K restored);
     * ``"auto"`` picks the cheaper for the batch (``gram`` once ``n K`` is well above ``H``).
+
+    Both use ``K - 1`` rows instead of the K rows of ``Wc``: with the Helmert contrasts
+    ``Q`` ((K-1, K), orthonormal rows orthogonal to the ones vector) ``Q^T Q = I - 11^T/K``,
+    so ``Wc^T Wc = (QW)^T (QW)`` and ``sum_l ||U^T (Wc_l * s)||^2 = sum_k ||U^T ((QW)_k * s)||^2``
+    exactly: a tenth fewer flops for K = 10.
     """
     n, d = x.shape
     k, h = net.W.shape
     if method == "auto":
         method = "gram" if h * h * d + n * h * h < n * k * h * d else "gradients"
     s = net.sigma_prime(net.preactivation(x))  # (n, H)
-    wc = net.W - net.W.mean(dim=0, keepdim=True)  # (K, H)
+    wc = helmert(k, net.W.dtype, net.W.device) @ net.W  # (K-1, H)
     if method == "gram":
         total = ((net.U @ net.U.T) * (wc.T @ wc) * (s.T @ s)).sum()
     elif method == "gradients":
