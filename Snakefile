@@ -1,8 +1,10 @@
 # crosslip: formal robustness guarantees (Hein & Andriushchenko, NIPS 2017) as a workflow.
 #   data -> train (one job per grid point) -> certify (lower bounds) + attack (upper bounds)
 #        -> per-instance Parquet -> tables and figures
+#      snakemake --report report.html   (after a run: tables and figures with captions)
 # Run: snakemake --cores all            (embedded default, config.yaml)
 #      snakemake --cores all --configfile <preset.yaml>
+import re
 from pathlib import Path
 
 
@@ -16,7 +18,9 @@ if not workflow.overwrite_configfiles:
 include: "workflow/rules/common.smk"
 wildcard_constraints:
     dataset="|".join(DATASETS),
-    model="|".join(sorted(GRID)).replace(".", r"\."),
+    family="mlp|resnet|kernel",
+    setting="plain|augment|adversarial",
+    model="|".join(map(re.escape, sorted(GRID))),
 
 
 include: "workflow/rules/data.smk"
@@ -25,7 +29,10 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
 
 
+report: "workflow/report/workflow.rst"
+
+
 rule all:
     input:
-        rules.aggregate.output,
+        aggregate_targets(),
     default_target: True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ TINY = {
         "n_centers": 60,
         "max_iter": 20,
         "grid": {
-            "kernel_logreg": {"a": [1.0], "lambda": [1.0e-4]},
+            "kernel_logreg": {"a": [1.0], "lambda": [0.0, 1.0e-4]},
             "kernel_cl": {"a": [1.0], "lambda": [0.1]},
         },
     },
@@ -66,7 +67,9 @@ def test_default_config_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     for rule, count in [("prepare_data", 1), ("train", 7), ("certify", 7), ("attack", 7),
-                        ("instances", 7), ("aggregate", 1)]:  # fmt: skip
+                        ("instances", 7), ("summary", 1), ("table1", 1),
+                        ("kernel_table", 1), ("figure_bounds", 2),
+                        ("figure_adversarial", 1)]:  # fmt: skip
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), rule
     assert not (tmp_path / "results").exists()
 
@@ -102,7 +105,8 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
     nets = ["none-lr0.2-lam0-seed0", "weight_decay-lr0.2-lam0.0001-seed0",
             "dropout-lr0.2-lam0.5-seed0", "cross_lipschitz-lr0.2-lam0.001-seed0"]  # fmt: skip
     expect = [n + suffix for n in nets for suffix in ("", "-augment", "-adversarial")]
-    expect += ["kernel_logreg-a1-lam0.0001-seed0", "kernel_cl-a1-lam0.1-seed0"]
+    expect += ["kernel_logreg-a1-lam0-seed0", "kernel_logreg-a1-lam0.0001-seed0",
+               "kernel_cl-a1-lam0.1-seed0"]  # fmt: skip
     assert sorted(f.stem for f in files) == sorted(expect)  # every model x regularizer x setting
     for f in files:
         table = pq.read_table(f)
@@ -132,7 +136,11 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
             assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
-    assert len(everything) == 15 * 14
+    assert len(everything) == 15 * 15  # the folder reads as one table
+    families = everything.groupby("model_id")["family"].first()
+    assert (families[families.index.str.startswith("kernel")] == "kernel").all()
+    assert (families[~families.index.str.startswith("kernel")] == "mlp").all()
+    assert everything.loc[everything["family"] == "kernel", "kernel_a"].eq(1.0).all()
     assert sorted(everything["setting"].unique()) == ["adversarial", "augment", "plain"]
 
 
@@ -140,23 +148,66 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
     res = tiny_run / "results"
     summary = pd.read_csv(res / "tables" / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
-    assert len(summary) == 14 and (summary["status"] == "ok").all()
+    assert len(summary) == 15 and (summary["status"] == "ok").all()
     assert summary["test_error"].between(0, 1).all()
     assert (summary["mean_upper_bound"] >= summary["mean_guarantee_local"]).all()
     md = (res / "tables" / "summary.md").read_text()
-    assert md.count("\n") == 16 and "cross_lipschitz" in md and "kernel_cl" in md
+    assert md.count("\n") == 17 and "cross_lipschitz" in md and "kernel_cl" in md
     table1 = pd.read_csv(res / "tables" / "table1_global_local.csv")
     assert len(table1) == 12  # 3 settings x 4 net regularizers; kernels have no global bound
     assert sorted(set(table1["regularizer"])) == ["cross_lipschitz", "dropout", "none",
                                                    "weight_decay"]  # fmt: skip
     assert table1["mean_ratio_global_local"].between(0, 10).all()
     assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
+    kernel = pd.read_csv(res / "tables" / "kernel.csv")
+    assert list(kernel["method"]) == ["No Reg.", "K-LogReg", "K-CL"]
+    assert list(kernel["model_id"]) == ["kernel_logreg-a1-lam0-seed0",
+                                        "kernel_logreg-a1-lam0.0001-seed0",
+                                        "kernel_cl-a1-lam0.1-seed0"]  # fmt: skip
+    assert (kernel["mean_upper_bound"] >= kernel["mean_guarantee_local"]).all()
+    for name in ("summary", "table1_global_local", "kernel"):
+        tex = (res / "tables" / f"{name}.tex").read_text()
+        assert tex.startswith("\\begin{tabular}") and "\\bottomrule" in tex
+        assert "kernel\\_" in tex or "cross\\_lipschitz" in tex  # underscores escaped
+    figures = sorted(p.name for p in (res / "figures" / "bounds_vs_error").iterdir())
+    assert figures == sorted(f"mnist5k-{f}.{ext}" for ext in ("png", "pdf") for f in (
+        "mlp-plain", "mlp-augment", "mlp-adversarial", "kernel-plain"))  # fmt: skip
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
-        for fig in ("bounds_vs_error", "adversarial_samples"):
-            assert (res / "figures" / f"{fig}.{ext}").read_bytes()[:4] == magic
+        assert (res / "figures" / f"adversarial_samples.{ext}").read_bytes()[:4] == magic
+        for fig in (res / "figures" / "bounds_vs_error").glob(f"*.{ext}"):
+            assert fig.read_bytes()[:4] == magic
     assert (res / "logs" / "train" / "mnist5k" / "none-lr0.2-lam0-seed0.log").stat().st_size > 0
     assert (res / "benchmarks" / "certify" / "mnist5k" / "none-lr0.2-lam0-seed0.tsv").exists()
     assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))
+
+
+def test_html_report_shows_tables_and_figures(tiny_run):
+    proc = snakemake(tiny_run, "--report", "report.html", config=TINY)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = (tiny_run / "report.html").read_text()
+    for caption in ("Table 1 of the paper", "The kernel table of Section 5",
+                    "The paper's illustration", "One row per trained model",
+                    "model family kernel"):  # fmt: skip
+        assert caption in html, caption
+    for name in ("table1_global_local.csv", "kernel.csv", "adversarial_samples.png",
+                 "mnist5k-mlp-augment.png"):  # fmt: skip
+        assert name in html, name
+
+
+def test_readme_query_runs_on_the_results(tiny_run, monkeypatch):
+    """The README's example query over all per-instance results runs as written."""
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("<!-- query example -->")[1].split("```python")[1].split("```")[0]
+    assert "max_error = 0.02" in code
+    code = code.replace("max_error = 0.02", "max_error = 0.5")  # tiny models: high error
+    monkeypatch.chdir(tiny_run)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    best = scope["best"]
+    summary = pd.read_csv(tiny_run / "results" / "tables" / "summary.csv")
+    ok = summary[summary["test_error"] < 0.5]  # the example's threshold is set below
+    top = ok.groupby("regularizer")["mean_guarantee_local"].max().idxmax()
+    assert best.index[0] == top
 
 
 def test_second_run_has_nothing_to_do(tiny_run):
@@ -182,3 +233,83 @@ def test_resnet_config_runs_end_to_end(tmp_path):
     assert df["guarantee_local"].isna().all() and df["upper_bound"].notna().any()
     summary = pd.read_csv(tmp_path / "results" / "tables" / "summary.csv")
     assert (summary["test_error"] < 0.5).all()
+
+
+def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
+    """Every ResNet regularizer in the plain and augment settings (colour augmentation) on
+    CIFAR-10 data read from an archive in the official format (tiny: 15 train / 3 test
+    images; the real one needs a download), through the real workflow."""
+    from crosslip.data import save_prepared
+    from crosslip.data.cifar10 import read_cifar10_archive
+
+    from .test_data_archives import tiny_cifar
+
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(tiny_cifar())
+    prepared = tmp_path / "results" / "data" / "cifar10.npz"
+    prepared.parent.mkdir(parents=True)
+    save_prepared(read_cifar10_archive(archive), prepared)
+    before = prepared.read_bytes()
+    regs = {r: {"lr": [0.05], "lambda": [lam]} for r, lam in
+            (("none", 0.0), ("weight_decay", 1e-4), ("dropout", 0.5),
+             ("cross_lipschitz", 1e-3))}  # fmt: skip
+    cfg = {
+        "datasets": ["cifar10"],
+        "model": {"arch": "resnet", "resnet_blocks": 1},
+        "train": {"epochs": 1, "batch_size": 8, "settings": ["plain", "augment"], "grid": regs},
+        "certify": {"n_points": 3, "kinds": ["local"]},
+        "attack": {"n_points": 3, "norms": ["l2"], "refine_steps": 1},
+    }
+    proc = snakemake(tmp_path, "--cores", "2", config=cfg)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert prepared.read_bytes() == before  # the prepared archive was used as it is
+    df = pd.read_parquet(tmp_path / "results" / "instances")
+    assert len(df) == 3 * 8 and (df["family"] == "resnet").all()
+    assert sorted(set(df["setting"])) == ["augment", "plain"]
+    assert set(df["regularizer"]) == set(regs)
+    # 15 random images, one epoch: nearly constant models, whose attacks may all fail; a
+    # failure is marked, never dropped (test_resnet_config_runs_end_to_end sees successes)
+    assert (df["upper_bound"].notna() == df["attack_success"]).all()
+    for model_id in set(df["model_id"]):
+        met = json.loads((tmp_path / "results" / "models" / "cifar10" / model_id /
+                          "metrics.json").read_text())  # fmt: skip
+        assert met["config"]["arch"] == "resnet" and met["status"] == "ok"
+        ex = np.load(tmp_path / "results" / "examples" / "cifar10" / f"{model_id}.npz")
+        side = 24 if model_id.endswith("augment") else 32
+        assert list(ex["shape"]) == [side, side, 3]
+    figures = tmp_path / "results" / "figures" / "bounds_vs_error"
+    assert sorted(p.name for p in figures.glob("*.png")) == [
+        "cifar10-resnet-augment.png", "cifar10-resnet-plain.png"]  # fmt: skip
+    assert not (tmp_path / "results" / "tables" / "table1_global_local.csv").exists()
+
+
+PRESETS = {  # preset -> (train jobs of the paper's grid, figure panels)
+    "mnist": (78, 3),
+    "cifar10": (78, 3),
+    "gtsrb": (26, 1),
+    "mnist_kernel": (36, 1),
+    "cifar10_resnet": (62, 2),
+}
+
+
+def test_every_preset_is_listed():
+    found = sorted(p.stem for p in (ROOT / "config" / "presets").glob("*.yaml"))
+    assert found == sorted(PRESETS)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
+    proc = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "presets" /
+                     f"{preset}.yaml"))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    n_models, n_panels = PRESETS[preset]
+    for rule in ("train", "certify", "attack", "instances"):
+        assert counts[rule] == n_models, (rule, counts)
+    assert counts["figure_bounds"] == n_panels and counts["summary"] == 1
+    assert counts.get("kernel_table", 0) == (preset == "mnist_kernel")
+    assert counts.get("table1", 0) == (preset in ("mnist", "cifar10", "gtsrb"))

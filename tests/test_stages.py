@@ -19,7 +19,7 @@ from crosslip.pipeline import (
     instances_stage,
     train_stage,
 )
-from crosslip.report import add_diverged, summarize, table1
+from crosslip.report import add_diverged, kernel_table, summarize, table1
 from crosslip.resnet import ResNet
 
 from .helpers import random_net
@@ -110,7 +110,7 @@ def test_table1_takes_the_best_model_per_regularizer():
     for reg, err, ratio in (("none", 0.02, 0.7), ("none", 0.03, 0.5), ("cross_lipschitz", 0.025,
                                                                       0.2)):  # fmt: skip
         rows.append({"dataset": "mnist", "model_id": f"{reg}-{err}", "regularizer": reg,
-                     "setting": "plain",
+                     "setting": "plain", "family": "mlp",
                      "status": "ok", "test_error": err, "n_correct": 10,
                      "mean_ratio_global_local": ratio})  # fmt: skip
     rows.append({**rows[0], "model_id": "bad", "status": "diverged", "test_error": None,
@@ -119,6 +119,24 @@ def test_table1_takes_the_best_model_per_regularizer():
     assert t.loc["none", "mean_ratio_global_local"] == 0.7
     assert t.loc["none", "mean_ratio_all_models"] == 0.6
     assert t.loc["cross_lipschitz", "model_id"] == "cross_lipschitz-0.025"
+
+
+def test_kernel_table_takes_the_best_model_per_method():
+    rows = [{"dataset": "mnist", "model_id": f"{reg}-{lam}-{err}", "family": "kernel",
+             "regularizer": reg, "lam": lam, "kernel_a": 1.0, "status": "ok", "test_error": err,
+             "n_correct": 10, "mean_upper_bound": 2.0 + err, "mean_guarantee_local": 0.05,
+             "attack_success_rate": 1.0}
+            for reg, lam, err in (("kernel_logreg", 0.0, 0.03), ("kernel_logreg", 1e-6, 0.02),
+                                  ("kernel_logreg", 1e-5, 0.01), ("kernel_cl", 0.1, 0.015),
+                                  ("kernel_cl", 1.0, 0.04))]  # fmt: skip
+    rows.append({**rows[2], "model_id": "bad", "status": "diverged", "test_error": 0.0})
+    rows.append({**rows[2], "model_id": "net", "family": "mlp", "regularizer": "none",
+                 "test_error": 0.001})  # fmt: skip
+    t = kernel_table(pd.DataFrame(rows)).set_index("method")
+    assert list(t.index) == ["No Reg.", "K-LogReg", "K-CL"]
+    assert list(t["model_id"]) == ["kernel_logreg-0.0-0.03", "kernel_logreg-1e-05-0.01",
+                                   "kernel_cl-0.1-0.015"]  # fmt: skip
+    assert t.loc["K-CL", "mean_upper_bound"] == 2.015
 
 
 def test_a_resnet_trains_in_the_stage_and_gets_upper_bounds_but_no_guarantee(tmp_path):

@@ -32,9 +32,11 @@ INSTANCE_SCHEMA = pa.schema(
     [
         ("dataset", pa.string()),
         ("model_id", pa.string()),
+        ("family", pa.string()),
         ("regularizer", pa.string()),
         ("lr", pa.float64()),
         ("lam", pa.float64()),
+        ("kernel_a", pa.float64()),
         ("seed", pa.int64()),
         ("setting", pa.string()),
         ("status", pa.string()),
@@ -84,6 +86,14 @@ ATTACK_COLUMNS = ["test_index", "upper_bound", "attack_success", "attack_target"
                   "upper_bound_linf", "upper_bound_linf_refined", "attack_seconds"]  # fmt: skip
 #: attack.norms in the config -> the p of the norm
 ATTACK_NORMS = {"l2": 2.0, "l1": 1.0, "linf": float("inf")}
+
+
+def model_family(cfg: dict[str, Any]) -> str:
+    """``kernel`` (Gaussian-kernel model), ``mlp`` (one hidden layer) or ``resnet``, from
+    the training config stored in a model's metrics."""
+    if cfg["regularizer"] in KERNEL_REGULARIZERS:
+        return "kernel"
+    return str(cfg.get("arch", "mlp"))
 
 
 def write_parquet(df: pd.DataFrame, path: Path | str, schema: pa.Schema | None = None) -> None:
@@ -284,9 +294,11 @@ def instances_stage(
     ids = {
         "dataset": met["dataset"],
         "model_id": model_id,
+        "family": model_family(cfg),
         "regularizer": cfg["regularizer"],
-        "lr": float("nan") if cfg["lr"] is None else float(cfg["lr"]),  # kernels: no lr
+        "lr": float("nan") if cfg.get("lr") is None else float(cfg["lr"]),  # kernels: no lr
         "lam": float(cfg["lam"]),
+        "kernel_a": float(cfg["a"]) if "a" in cfg else float("nan"),
         "seed": int(cfg["seed"]),
         "setting": cfg.get("setting", "plain"),  # kernel models: plain
         "status": met["status"],

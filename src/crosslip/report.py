@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .io import atomic_path
+from .pipeline import model_family
 
 #: Guarantee columns of the per-instance results that the summary averages.
 MEAN_COLUMNS = [
@@ -29,13 +30,23 @@ MEAN_COLUMNS = [
 #: Further upper-bound columns (refined L2, L1, Linf) averaged over their successes.
 UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
                  "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
+#: Identifying columns of a model, shared by the per-instance results and the summary.
+MODEL_KEYS = ["dataset", "model_id", "family", "regularizer", "lr", "lam", "kernel_a", "seed",
+              "setting", "status", "test_error"]  # fmt: skip
 SUMMARY_COLUMNS = [
-    "dataset", "model_id", "regularizer", "lr", "lam", "seed", "setting", "status",
+    *MODEL_KEYS[:-1],
     "test_error", "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
     "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
 ]  # fmt: skip
 TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
                   "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
+KERNEL_TABLE_COLUMNS = ["dataset", "method", "model_id", "kernel_a", "lam", "test_error",
+                        "n_correct", "mean_upper_bound", "mean_guarantee_local",
+                        "attack_success_rate"]  # fmt: skip
+#: Names of the paper's Table 1 / kernel table rows.
+REG_LABEL = {"none": "None", "dropout": "Dropout", "weight_decay": "Weight Dec.",
+             "cross_lipschitz": "Cross Lip.", "kernel_logreg": "K-LogReg",
+             "kernel_cl": "K-CL"}  # fmt: skip
 
 REG_STYLE = {
     "none": ("tab:gray", "o"),
@@ -49,8 +60,7 @@ REG_STYLE = {
 
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
     """One row per model: test error and mean bounds (see module docstring)."""
-    keys = ["dataset", "model_id", "regularizer", "lr", "lam", "seed", "setting", "status",
-            "test_error"]  # fmt: skip
+    keys = MODEL_KEYS
     rows = []
     for key, g in instances.groupby(keys, dropna=False, sort=True):
         ok = g[g["correct"].fillna(False).astype(bool)]
@@ -77,9 +87,9 @@ def add_diverged(summary: pd.DataFrame, metrics: list[dict]) -> pd.DataFrame:
             continue
         cfg = m["config"]
         extra.append({
-            "dataset": m["dataset"], "model_id": m["model_id"],
-            "regularizer": cfg["regularizer"], "lr": cfg["lr"], "lam": cfg["lam"],
-            "seed": cfg["seed"], "setting": cfg.get("setting", "plain"),
+            "dataset": m["dataset"], "model_id": m["model_id"], "family": model_family(cfg),
+            "regularizer": cfg["regularizer"], "lr": cfg.get("lr"), "lam": cfg["lam"],
+            "kernel_a": cfg.get("a"), "seed": cfg["seed"], "setting": cfg.get("setting", "plain"),
             "status": m["status"], "test_error": m["test_error"],
             "n_eval": 0, "n_correct": 0,
         })  # fmt: skip
@@ -95,6 +105,7 @@ def table1(summary: pd.DataFrame) -> pd.DataFrame:
     parameters), next to the mean over all its models. Means over correctly classified
     points with a positive local guarantee."""
     ok = summary[(summary["status"] == "ok") & summary["mean_ratio_global_local"].notna()]
+    ok = ok[ok["family"] == "mlp"]
     rows = []
     for (ds, setting, reg), g in ok.groupby(["dataset", "setting", "regularizer"], sort=True):
         best = g.sort_values(["test_error", "model_id"]).iloc[0]
@@ -107,41 +118,103 @@ def table1(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
-def write_tables(table: pd.DataFrame, csv: Path | str, md: Path | str) -> None:
-    """Write a table as CSV and as Markdown (atomically)."""
+def kernel_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The kernel table of Section 5: per dataset, the Gaussian-kernel model with the lowest
+    test error of each regularizer (K-LogReg, K-CL), and, where the grid holds Kernel-LogReg
+    with lambda = 0, the best unregularized one ("No Reg."); its test error, mean L2 upper
+    bound (the paper's search, Section 4) and mean L2 guarantee (Proposition 2.2)."""
+    ok = summary[(summary["status"] == "ok") & (summary["family"] == "kernel")]
+    rows = []
+    groups = [("No Reg.", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] == 0)]),
+              ("K-LogReg", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] > 0)]),
+              ("K-CL", ok[ok["regularizer"] == "kernel_cl"])]  # fmt: skip
+    for ds in sorted(set(ok["dataset"])):
+        for method, g in groups:
+            g = g[g["dataset"] == ds]
+            if not len(g):
+                continue
+            best = g.sort_values(["test_error", "model_id"]).iloc[0]
+            rows.append({"method": method, **{c: best[c] for c in KERNEL_TABLE_COLUMNS
+                                              if c != "method"}})  # fmt: skip
+    return pd.DataFrame(rows, columns=KERNEL_TABLE_COLUMNS)
+
+
+def read_summary(path: Path | str) -> pd.DataFrame:
+    """Read ``tables/summary.csv`` back with its column types."""
+    return pd.read_csv(path, dtype={"dataset": str, "model_id": str, "family": str,
+                                    "regularizer": str, "setting": str, "status": str})  # fmt: skip
+
+
+def write_tables(
+    table: pd.DataFrame, csv: Path | str, md: Path | str, tex: Path | str | None = None
+) -> None:
+    """Write a table as CSV, Markdown and (optionally) a LaTeX ``tabular`` (atomically)."""
     with atomic_path(csv) as tmp:
         table.to_csv(tmp, index=False)
     with atomic_path(md) as tmp:
         tmp.write_text(table.to_markdown(index=False, floatfmt=".4g") + "\n")
+    if tex is not None:
+        with atomic_path(tex) as tmp:
+            tmp.write_text(table.to_latex(index=False, float_format="%.4g", na_rep="--",
+                                          escape=True))  # fmt: skip
 
 
-def plot_bounds_vs_error(summary: pd.DataFrame, png: Path | str, pdf: Path | str) -> None:
-    """Section 5 figure: mean L2 upper bound and mean L2 guarantee against test error,
-    one marker per model, colour and shape per regularizer, one row per dataset and setting."""
-    data = summary[summary["status"] == "ok"]
-    panels = sorted(set(zip(summary["dataset"], summary["setting"], strict=True)))
-    panels = panels or [("(none)", "plain")]
-    fig, axes = plt.subplots(len(panels), 2, figsize=(10, 4 * len(panels)), squeeze=False)
-    for row, (ds, setting) in zip(axes, panels, strict=True):
-        sub = data[(data["dataset"] == ds) & (data["setting"] == setting)]
-        for ax, col, title in (
-            (row[0], "mean_upper_bound", "Adversarial resistance (upper bound), $L_2$"),
-            (row[1], "mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"),
-        ):
-            for reg, g in sub.groupby("regularizer"):
-                color, marker = REG_STYLE.get(reg, ("black", "x"))
-                ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, label=reg, s=40)
-            ax.set_xlabel("test error (%)")
-            ax.set_ylabel(col.replace("_", " "))
-            ax.set_title(f"{ds} ({setting}): {title}", fontsize=10)
-            ax.grid(alpha=0.3)
-            if len(sub):
-                ax.legend(fontsize=8)
+FAMILY_LABEL = {"mlp": "one hidden layer, softplus", "resnet": "ResNet",
+                "kernel": "Gaussian kernel"}  # fmt: skip
+
+
+def figure_panels(summary: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The (dataset, family, setting) combinations present in a summary, sorted."""
+    cols = summary[["dataset", "family", "setting"]].itertuples(index=False, name=None)
+    return sorted(set(cols))
+
+
+def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
     fig.tight_layout()
     for path in (png, pdf):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
     plt.close(fig)
+
+
+def plot_bounds_vs_error(
+    summary: pd.DataFrame,
+    png: Path | str,
+    pdf: Path | str,
+    dataset: str,
+    family: str,
+    setting: str,
+) -> None:
+    """A figure of Section 5 for one dataset, model family and setting: mean L2 upper bound
+    (left) and mean L2 guarantee (right) against test error, one marker per model (each
+    hyperparameter combination), colour and shape per regularizer. ResNets have no
+    guarantee: the upper-bound panel only (the paper's ResNet figure)."""
+    sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)
+                  & (summary["setting"] == setting)]  # fmt: skip
+    data = sel[sel["status"] == "ok"]
+    panels = [("mean_upper_bound", "Adversarial resistance (upper bound), $L_2$")]
+    if family != "resnet":
+        panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (col, title) in zip(axes[0], panels, strict=True):
+        for reg, g in data.groupby("regularizer"):
+            color, marker = REG_STYLE.get(reg, ("black", "x"))
+            ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, s=40,
+                       label=REG_LABEL.get(reg, reg))  # fmt: skip
+        ax.set_xlabel("test error (%)")
+        ax.set_ylabel(col.replace("_", " "))
+        ax.set_title(f"{dataset} ({setting}), {FAMILY_LABEL.get(family, family)}\n{title}",
+                     fontsize=9)  # fmt: skip
+        ax.grid(alpha=0.3)
+        if len(data):
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no model finished", ha="center", va="center",
+                    transform=ax.transAxes)  # fmt: skip
+    n_div = int((sel["status"] != "ok").sum())
+    if n_div:
+        fig.text(0.01, 0.01, f"{n_div} diverged model(s) not shown", fontsize=8)
+    _save(fig, png, pdf)
 
 
 #: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
@@ -222,8 +295,4 @@ def plot_adversarial_samples(
             bottom[c].set_title("perturbation", fontsize=8)
     if not chosen:
         axes[0, 0].text(0.5, 0.5, "no model with samples", ha="center", va="center")
-    fig.tight_layout()
-    for path in (png, pdf):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
-    plt.close(fig)
+    _save(fig, png, pdf)

@@ -1,0 +1,13 @@
+"""The illustration of adversarial samples (Section 5)."""
+
+from crosslip.io import run_script
+from crosslip.report import load_examples, plot_adversarial_samples, read_summary
+
+
+def main() -> None:
+    plot_adversarial_samples(read_summary(snakemake.input.summary),
+                             load_examples(snakemake.input.examples), snakemake.output.png,
+                             snakemake.output.pdf)  # fmt: skip
+
+
+run_script(snakemake.log[0], main)
