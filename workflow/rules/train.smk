@@ -12,6 +12,10 @@ rule train:
     resources:
         mem_mb=4000,
         runtime=120,
+        # One GPU per training job: counted by Snakemake only where a limit is given
+        # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
+        # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
+        gpu=1,
     log:
         f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
     benchmark:

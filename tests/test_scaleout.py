@@ -1,0 +1,178 @@
+"""Scaling out: the SLURM profile plans every preset without touching SLURM, asks a GPU for
+training only, takes site settings from the environment; the local GPU profile runs one
+training job at a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+SLURM_PROFILE = ROOT / "profiles" / "slurm"
+LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
+PRESETS = sorted((ROOT / "config" / "presets").glob("*.yaml"))
+# Every SLURM client command the plugin could call; the fakes log their call and fail.
+SLURM_COMMANDS = ("sbatch", "srun", "salloc", "scancel", "sinfo", "squeue", "sacct",
+                  "sacctmgr", "sshare", "scontrol")  # fmt: skip
+SUBMITTING = {"sbatch", "srun", "salloc", "scancel"}
+SITE_VARS = ("CROSSLIP_SLURM_PARTITION", "CROSSLIP_SLURM_GPU_PARTITION", "CROSSLIP_SLURM_ACCOUNT")
+
+
+def parse_dry_run(stdout: str) -> list[dict]:
+    """The jobs of a dry run's listing: rule name and the ``key: value`` lines under it, with
+    ``wildcards`` and ``resources`` split into dicts and ``input``/``output`` into lists."""
+    jobs, job = [], None
+    for line in stdout.splitlines():
+        head = line.split()
+        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
+            job = {"rule": head[1][:-1], "wildcards": {}, "resources": {}, "threads": "1"}
+            jobs.append(job)
+        elif job is not None and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            if key in ("wildcards", "resources"):
+                job[key] = dict(item.split("=", 1) for item in value.split(", "))
+            elif key in ("input", "output"):
+                job[key] = value.split(", ")
+            else:
+                job[key] = value
+        elif not line.startswith("    "):
+            job = None
+    return jobs
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """PATH with fake SLURM commands first (each logs its call and fails, so that a real
+    cluster is never reached even where one exists), and no CROSSLIP_SLURM_* settings."""
+    bindir, log = tmp_path / "fake-slurm-bin", tmp_path / "slurm-calls.log"
+    bindir.mkdir()
+    for name in SLURM_COMMANDS:
+        script = bindir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexit 1\n')
+        script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in SITE_VARS}
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    return env, log
+
+
+def dry_run(workdir: Path, *args: str, env: dict) -> tuple[list[dict], str]:
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "-n", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = parse_dry_run(proc.stdout)
+    totals = [line.split() for line in proc.stdout.splitlines() if line.startswith("total ")]
+    assert totals and len(jobs) == int(totals[0][1]), proc.stdout[-3000:]
+    return jobs, proc.stdout + proc.stderr
+
+
+def called(log: Path) -> set[str]:
+    return {line.split()[0] for line in log.read_text().splitlines()} if log.exists() else set()
+
+
+def test_presets_exist():
+    """The preset dry runs below are parametrized over this glob: it must not be empty."""
+    assert PRESETS, "no config/presets/*.yaml"
+    for preset in PRESETS:
+        assert isinstance(yaml.safe_load(preset.read_text()), dict), preset
+
+
+@pytest.mark.parametrize("preset", [None, *PRESETS], ids=["default", *(p.stem for p in PRESETS)])
+def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset):
+    env, log = fake_slurm
+    args = ["--profile", str(SLURM_PROFILE)]
+    if preset is not None:
+        args += ["--configfile", str(preset)]
+    jobs, out = dry_run(tmp_path / "work", *args, env=env)
+    assert f"Using profile {SLURM_PROFILE}" in out
+    rules = {job["rule"] for job in jobs}
+    assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
+    for job in jobs:
+        res = job["resources"]
+        assert res.get("gpu", "0") == ("1" if job["rule"] == "train" else "0"), job
+        assert "gres" not in res and "slurm_extra" not in res, job
+        assert "mem_mb" in res and "runtime" in res and "cpus_per_task" in res, job
+        assert "slurm_partition" not in res and "slurm_account" not in res, job  # env unset
+    trained = [job["wildcards"]["model"] for job in jobs if job["rule"] == "train"]
+    assert len(trained) == len(set(trained)) > 0
+    # Planning needs no SLURM: nothing was submitted (the plugin only probes
+    # `scontrol show config` for a default and carries on when that fails).
+    assert not called(log) & SUBMITTING, log.read_text()
+    assert not (tmp_path / "work" / "results").exists()
+
+
+def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
+    env, log = fake_slurm
+    env = {**env, "CROSSLIP_SLURM_PARTITION": "cpuq", "CROSSLIP_SLURM_GPU_PARTITION": "gpuq",
+           "CROSSLIP_SLURM_ACCOUNT": "proj42"}  # fmt: skip
+    jobs, _ = dry_run(tmp_path, "--profile", str(SLURM_PROFILE), "--cores", "64", env=env)
+    assert jobs
+    for job in jobs:
+        res = job["resources"]
+        assert res["slurm_partition"] == ("gpuq" if job["rule"] == "train" else "cpuq"), job
+        assert res["slurm_account"] == "proj42", job
+        # cpus_per_task follows the rule's threads (2 for train, certify, attack)
+        assert res["cpus_per_task"] == job["threads"], job
+    assert {job["threads"] for job in jobs if job["rule"] == "train"} == {"2"}
+    assert not called(log) & SUBMITTING
+
+
+def test_slurm_profile_names_existing_rules():
+    """set-resources keys are rule names; a renamed rule would silently lose its GPU."""
+    profile = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["rerun-incomplete"] is True
+    assert {"jobs", "latency-wait", "retries", "default-resources"} <= set(profile)
+    assert profile["set-resources"]["train"]["gpu"] == 1
+    proc = subprocess.run([SNAKEMAKE, "--list-rules"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rules = set(proc.stdout.split())
+    assert "train" in rules and set(profile["set-resources"]) <= rules
+
+
+def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
+    profile = yaml.safe_load((LOCAL_GPU_PROFILE / "config.yaml").read_text())
+    assert profile["resources"] == {"gpu": 1} and profile["cores"] == "all"
+    assert "executor" not in profile  # local execution
+    jobs, out = dry_run(tmp_path, "--profile", str(LOCAL_GPU_PROFILE), env=fake_slurm[0])
+    assert f"Using profile {LOCAL_GPU_PROFILE}" in out
+    assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == {"train"}
+
+
+TOY = """
+rule all:
+    input: expand("out/{i}.txt", i=range(2))
+
+rule job:
+    output: "out/{i}.txt"
+    resources: gpu=1
+    shell: "date +%s.%N > {output}.start; sleep 1.5; date +%s.%N > {output}"
+"""
+
+
+def gpu_job_intervals(workdir: Path, *args: str) -> list[tuple[float, float]]:
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(TOY)
+    cmd = [SNAKEMAKE, "-s", str(workdir / "Snakefile"), "--directory", str(workdir), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = workdir / "out"
+    return sorted(
+        (float((out / f"{i}.txt.start").read_text()), float((out / f"{i}.txt").read_text()))
+        for i in range(2)
+    )
+
+
+@pytest.mark.slow
+def test_local_gpu_profile_runs_one_gpu_job_at_a_time(tmp_path):
+    """Two jobs that declare gpu=1, as train does: serial with the profile, parallel without
+    a limit (Snakemake treats a resource it has no limit for as unlimited), so the declaration
+    costs a laptop without a GPU nothing."""
+    first, second = gpu_job_intervals(tmp_path / "profile", "--profile", str(LOCAL_GPU_PROFILE))
+    assert first[1] <= second[0], "gpu jobs overlapped under profiles/local-gpu"
+    first, second = gpu_job_intervals(tmp_path / "nolimit", "--cores", "2")
+    assert second[0] < first[1], "without a gpu limit the jobs should run side by side"
