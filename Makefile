@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -110,7 +110,7 @@ def theorem21(
     dev, dt = m.device, m.dtype
     all_idx = torch.arange(n, device=dev)
     prune = bool(getattr(lipschitz, "supports_mask", False))
-    g0, j0 = min_ratio(m, lipschitz(all_idx, torch.zeros(n, device=dev, dtype=dt)))
+    g0, _ = min_ratio(m, lipschitz(all_idx, torch.zeros(n, device=dev, dtype=dt)))
     best = torch.zeros(n, device=dev, dtype=dt)
     best_r = torch.zeros(n, device=dev, dtype=dt)
     best_j = torch.full((n,), -1, device=dev, dtype=torch.long)
@@ -136,10 +136,10 @@ def theorem21(
         return g - r
 
     # Zero margins keep 0. Points with L_j = 0 for all j (and no r_max) are never changed by
-    # any perturbation: +inf. The others get a finite, positive bracket.
+    # any perturbation: +inf, and no class attains the minimum (bound class -1). The others
+    # get a finite, positive bracket.
     unbounded = torch.isinf(hi)
     best[unbounded], best_r[unbounded] = torch.inf, torch.inf
-    best_j[unbounded] = j0[unbounded]
     active = all_idx[(hi > 0) & ~unbounded]
     # the last two evaluations (R, h(R)), for the secant step
     r_prev, h_prev = torch.zeros(n, device=dev, dtype=dt), g0.clone()

@@ -113,17 +113,28 @@ def save_prepared(ds: Dataset, path: Path | str) -> None:
 
 
 def load_prepared(path: Path | str) -> Dataset:
-    """Read a file written by :func:`save_prepared` (no pickles: ``allow_pickle=False``)."""
-    with np.load(path, allow_pickle=False) as z:
-        return Dataset(
-            name=str(z["name"]),
-            x_train=to_unit_float(z["x_train"]),
-            y_train=z["y_train"].astype(np.int64),
-            x_test=to_unit_float(z["x_test"]),
-            y_test=z["y_test"].astype(np.int64),
-            shape=tuple(int(s) for s in z["shape"]),
-            num_classes=int(z["num_classes"]),
-        )
+    """Read a file written by :func:`save_prepared` (no pickles: ``allow_pickle=False``).
+
+    Raises :class:`DataFormatError` naming the file when it holds pickled objects or lacks
+    an array."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return Dataset(
+                name=str(z["name"]),
+                x_train=to_unit_float(z["x_train"]),
+                y_train=z["y_train"].astype(np.int64),
+                x_test=to_unit_float(z["x_test"]),
+                y_test=z["y_test"].astype(np.int64),
+                shape=tuple(int(s) for s in z["shape"]),
+                num_classes=int(z["num_classes"]),
+            )
+    except (ValueError, KeyError) as exc:
+        if isinstance(exc, DataFormatError):
+            raise
+        raise DataFormatError(
+            f"{path}: not a prepared dataset ({exc}); delete it and let the prepare_data job "
+            "write it again"
+        ) from exc
 
 
 from . import cifar10, embedded, gtsrb, mnist  # noqa: E402  (registers the loaders)

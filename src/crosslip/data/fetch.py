@@ -160,7 +160,13 @@ def fetch_files(
     for spec in files:
         if mirror_dir is not None and (Path(mirror_dir) / spec.name).is_file():
             candidate = Path(mirror_dir) / spec.name
-            verify(candidate, spec)
+            try:
+                verify(candidate, spec)
+            except ChecksumError as exc:
+                raise ChecksumError(
+                    f"{exc} (the mirror of config key '{mirror_key}'; a mirror is never "
+                    "modified: replace the file there with the official one)"
+                ) from exc
             paths[spec.name] = candidate
             continue
         cached = cache_dir / spec.name
