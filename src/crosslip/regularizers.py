@@ -14,6 +14,8 @@ and the tests check the closed form against automatic differentiation of the def
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -41,9 +43,13 @@ def cross_lipschitz_autograd(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cross_lipschitz_from_gradients(torch.stack(grads, dim=1))
 
 
-def helmert(k: int, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"):
+@functools.cache
+def helmert(
+    k: int, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"
+) -> torch.Tensor:
     """Helmert contrasts, shape (K-1, K): row ``j`` (1-based) is ``(1, ..., 1, -j, 0, ...)``
-    (j ones) over ``sqrt(j (j+1))``; orthonormal rows, each orthogonal to the ones vector."""
+    (j ones) over ``sqrt(j (j+1))``; orthonormal rows, each orthogonal to the ones vector.
+    Cached per (K, dtype, device); do not modify the returned tensor."""
     q = torch.zeros(max(k - 1, 0), k, dtype=torch.float64)
     for j in range(1, k):
         q[j - 1, :j] = 1.0
