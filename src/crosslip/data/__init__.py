@@ -52,6 +52,36 @@ class Dataset:
     def dim(self) -> int:
         return int(self.x_train.shape[1])
 
+    @classmethod
+    def from_pixels(
+        cls,
+        name: str,
+        train: tuple[np.ndarray, np.ndarray],
+        test: tuple[np.ndarray, np.ndarray],
+        shape: tuple[int, ...],
+        num_classes: int,
+        counts: tuple[int, int] | None = None,
+        source: str = "",
+    ) -> Dataset:
+        """A dataset from 8-bit images (any shape, first axis = samples) and labels, per
+        split ``(images, labels)``; ``counts`` = (train, test), when given, must match the
+        numbers of images (else :class:`DataFormatError` naming ``source``)."""
+        (x_train, y_train), (x_test, y_test) = train, test
+        if counts is not None and (len(x_train), len(x_test)) != tuple(counts):
+            raise DataFormatError(
+                f"{source or name}: {len(x_train)} training and {len(x_test)} test images, "
+                f"expected {counts[0]} and {counts[1]}"
+            )
+        return cls(
+            name=name,
+            x_train=to_unit_float(x_train),
+            y_train=np.asarray(y_train).astype(np.int64),
+            x_test=to_unit_float(x_test),
+            y_test=np.asarray(y_test).astype(np.int64),
+            shape=tuple(shape),
+            num_classes=num_classes,
+        )
+
 
 Loader = Callable[..., Dataset]
 _REGISTRY: dict[str, Loader] = {}

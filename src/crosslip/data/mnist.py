@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register, to_unit_float
-from .fetch import RemoteFile, fetch_files
+from . import Dataset, register
+from .fetch import RemoteFile, fetch_dataset
 from .idx import read_idx
 
 #: Official locations, in order of preference (the second is the long-standing public copy
@@ -41,29 +41,15 @@ def remote_files(base_urls: tuple[str, ...] | None = None) -> list[RemoteFile]:
 
 def read_mnist_files(paths: dict[str, Path], name: str = "mnist") -> Dataset:
     """Build a :class:`Dataset` from the four (verified) IDX files."""
-    x_train = read_idx(paths["train-images-idx3-ubyte.gz"])
-    y_train = read_idx(paths["train-labels-idx1-ubyte.gz"]).astype(np.int64)
-    x_test = read_idx(paths["t10k-images-idx3-ubyte.gz"])
-    y_test = read_idx(paths["t10k-labels-idx1-ubyte.gz"]).astype(np.int64)
-    return Dataset(
-        name=name,
-        x_train=to_unit_float(x_train),
-        y_train=y_train,
-        x_test=to_unit_float(x_test),
-        y_test=y_test,
-        shape=(28, 28, 1),
-        num_classes=10,
-    )
+
+    def split(prefix: str) -> tuple[np.ndarray, np.ndarray]:
+        images = read_idx(paths[f"{prefix}-images-idx3-ubyte.gz"])
+        return images, read_idx(paths[f"{prefix}-labels-idx1-ubyte.gz"])
+
+    return Dataset.from_pixels(name, split("train"), split("t10k"), (28, 28, 1), 10)
 
 
 @register("mnist")
 def load_mnist(cache_dir: Path, mirror_dir: Path | None = None) -> Dataset:
     """Full MNIST: mirror folder, else cache, else the official locations."""
-    paths = fetch_files(
-        remote_files(),
-        cache_dir=Path(cache_dir) / "mnist",
-        mirror_dir=mirror_dir,
-        dataset="mnist",
-        mirror_key="data.mirrors.mnist",
-    )
-    return read_mnist_files(paths)
+    return read_mnist_files(fetch_dataset("mnist", remote_files(), cache_dir, mirror_dir))
