@@ -61,7 +61,7 @@ from crosslip.pipeline import (
     instances_stage,
     train_stage,
 )
-from crosslip.report import add_diverged, summarize, write_tables
+from crosslip.report import MEAN_COLUMNS, UPPER_COLUMNS, add_diverged, summarize, write_tables
 
 from .helpers import random_net
 
@@ -879,16 +879,7 @@ def points(n: int = 7) -> torch.Tensor:
     return torch.rand(n, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
-GUARANTEES = [
-    "guarantee_local",
-    "guarantee_global",
-    "guarantee_l2",
-    "guarantee_l1",
-    "guarantee_linf",
-    "guarantee_l2_box",
-    "guarantee_l1_box",
-    "guarantee_linf_box",
-]
+GUARANTEES = [c for c in MEAN_COLUMNS if c.startswith("guarantee")]
 
 
 @pytest.mark.parametrize("name", ["tie", "all-zero", "constant-output"])
@@ -1002,21 +993,7 @@ def test_failed_attacks_count_in_the_success_rate_not_in_the_mean():
             "guarantee_local": [0.5, 1.0, 2.0, 0.0, 9.0, 9.0],
         }
     )
-    for col in (
-        "guarantee_global",
-        "ratio_global_local",
-        "guarantee_l2",
-        "guarantee_l1",
-        "guarantee_linf",
-        "guarantee_l2_box",
-        "guarantee_l1_box",
-        "guarantee_linf_box",
-        "upper_bound_l2_refined",
-        "upper_bound_l1",
-        "upper_bound_l1_refined",
-        "upper_bound_linf",
-        "upper_bound_linf_refined",
-    ):
+    for col in {*MEAN_COLUMNS, *UPPER_COLUMNS} - {"guarantee_local"}:
         df[col] = np.nan
     row = summarize(df).iloc[0]
     assert row["n_eval"] == 6 and row["n_correct"] == 4

@@ -60,13 +60,12 @@ REG_STYLE = {
 
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
     """One row per model: test error and mean bounds (see module docstring)."""
-    keys = MODEL_KEYS
     rows = []
-    for key, g in instances.groupby(keys, dropna=False, sort=True):
+    for key, g in instances.groupby(MODEL_KEYS, dropna=False, sort=True):
         ok = g[g["correct"].fillna(False).astype(bool)]
         rows.append(
             {
-                **dict(zip(keys, key, strict=True)),
+                **dict(zip(MODEL_KEYS, key, strict=True)),
                 "n_eval": len(g),
                 "n_correct": len(ok),
                 **{f"mean_{c}": ok[c].mean() for c in MEAN_COLUMNS},
@@ -161,12 +160,6 @@ def write_tables(
 
 FAMILY_LABEL = {"mlp": "one hidden layer, softplus", "resnet": "ResNet",
                 "kernel": "Gaussian kernel"}  # fmt: skip
-
-
-def figure_panels(summary: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """The (dataset, family, setting) combinations present in a summary, sorted."""
-    cols = summary[["dataset", "family", "setting"]].itertuples(index=False, name=None)
-    return sorted(set(cols))
 
 
 def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
