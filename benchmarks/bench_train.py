@@ -1,17 +1,23 @@
 """Training benchmark (issue 5): the cost of one SGD step per regularizer, side by side.
 
 784-1024-10 softplus network, float32, batches of real MNIST digits (mnist5k): one step
-(forward, loss, backward, update) for plain SGD, weight decay, dropout, Cross-Lipschitz in
-closed form, and Cross-Lipschitz by double backpropagation; ratios to plain; the same at
-batch 1024. The *arithmetic bound* of an exact Cross-Lipschitz step is its multiply-add
-count divided by this machine's measured float32 matrix-product rate: the closed form needs
-the class-centred input gradients ``A U`` with ``A = s * (Q W)`` of shape (n (K-1), H)
-(``Q`` the Helmert contrasts: K - 1 rows carry all of them), i.e. ``2 n (K-1) H d`` flops
-forward and twice that backward (``dA = dG U^T``, ``dU = A^T dG``), plus
-the plain step ``6 n d H``; the alternative Gram form (``U U^T`` and ``sum_i s_i s_i^T``)
-needs ``4 H^2 d + 4 n H^2`` with its backward and is cheaper when ``n K`` is well above ``H``;
-the bound takes the smaller, at the peak measured rate. Kernel: time per L-BFGS iteration
-with 2,000 expansion points on MNIST.
+(forward, loss, backward, update) for plain SGD, weight decay, dropout and Cross-Lipschitz in
+closed form, exactly as ``crosslip.train`` computes them, and two baselines:
+Cross-Lipschitz by double backpropagation (``cross_lipschitz_autograd``, the generic method)
+and the same closed form differentiated by autograd instead of by its hand-written backward.
+The steps of all kinds are interleaved (one step of each per round) so that load from other
+processes hits all of them alike; each time is the median over the rounds. Ratios to plain;
+the same at batch 1024.
+
+The *arithmetic bound* of an exact Cross-Lipschitz step is its flop count divided by this
+machine's measured float32 matrix-product rate: the closed form needs the class-centred input
+gradients ``Y = A U`` with ``A = s * (Q W)`` of shape (n (K-1), H) (``Q`` the Helmert
+contrasts: K - 1 rows carry all of them), i.e. ``2 n (K-1) H d`` flops forward and twice
+that backward (``dA = Y U^T``, ``dU = A^T Y``), plus the plain step ``6 n d H``; the
+alternative Gram form (``U U^T`` and ``sum_i s_i s_i^T``) needs ``4 H^2 d + 4 n H^2`` with
+its backward and is cheaper when ``n K`` is well above ``H``; the bound takes the smaller
+(``crosslip.regularizers.cross_lipschitz_flops``), at the peak measured rate. Kernel: time
+per L-BFGS iteration with 2,000 expansion points on MNIST.
 Run: ``.venv/bin/python benchmarks/bench_train.py``; the last line is one JSON object.
 """
 
@@ -29,38 +35,71 @@ from crosslip.data import load_dataset
 from crosslip.device import describe_machine
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
-from crosslip.regularizers import (
-    cross_lipschitz_autograd,
-    cross_lipschitz_softplus,
-    weight_decay,
-)
+from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
+from crosslip.train import TrainConfig, objective_terms
 
 H, K = 1024, 10
-KINDS = {
-    "plain": lambda net, x: x.new_zeros(()),
-    "weight_decay": lambda net, x: weight_decay(net),
-    "dropout": lambda net, x: x.new_zeros(()),
-    "cross_lipschitz": cross_lipschitz_softplus,
-    "cross_lipschitz_double_backprop": cross_lipschitz_autograd,
-}
+LAM = 1e-3
 
 
-def step_seconds(kind: str, x: torch.Tensor, y: torch.Tensor, steps: int) -> float:
-    """Median wall time of one SGD step (after warm-up)."""
-    torch.manual_seed(0)
-    net = SoftplusNet(x.shape[1], K, H, dropout=0.5 if kind == "dropout" else 0.0).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    pen_fn = KINDS[kind]
-    times = []
-    for i in range(steps + 3):
-        t0 = time.perf_counter()
-        loss = F.cross_entropy(net(x), y) + 1e-3 * pen_fn(net, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if i >= 3:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
+    """Baseline: the same closed form (K - 1 contrasts, the form ``auto`` picks for the
+    batch) differentiated by autograd instead of the hand-written backward of
+    ``cross_lipschitz_softplus``."""
+    s = net.sigma_prime(net.preactivation(x))
+    q = helmert(K, net.W.dtype) @ net.W
+    flops = cross_lipschitz_flops(len(x), x.shape[1], K, H)
+    if flops["gram"] < flops["gradients"]:
+        total = ((net.U @ net.U.T) * (q.T @ q) * (s.T @ s)).sum()
+    else:
+        total = ((s[:, None, :] * q[None]) @ net.U).pow(2).sum()
+    return 2.0 * total / (len(x) * K)
+
+
+def _objective(kind: str):
+    """(net, x, y) -> loss of one training step; the first four are exactly the training
+    code's objective (``crosslip.train.objective_terms``), the last two are baselines."""
+    if kind in ("cross_lipschitz_double_backprop", "cross_lipschitz_autograd_backward"):
+        pen = cross_lipschitz_autograd if "double" in kind else _closed_form_by_autograd
+        return lambda net, x, y: F.cross_entropy(net(x), y) + LAM * pen(net, x)
+    lam = {"plain": 0.0, "dropout": 0.5}.get(kind, LAM)
+    cfg = TrainConfig(regularizer="none" if kind == "plain" else kind, lam=lam)
+
+    def loss(net: SoftplusNet, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ce, pen = objective_terms(net, x, y, cfg)
+        return ce + cfg.lam * pen
+
+    return loss
+
+
+KINDS = (
+    "plain",
+    "weight_decay",
+    "dropout",
+    "cross_lipschitz",
+    "cross_lipschitz_double_backprop",
+    "cross_lipschitz_autograd_backward",
+)
+
+
+def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> dict[str, float]:
+    """Median wall time of one SGD step per kind, the kinds interleaved (after warm-up)."""
+    runs = {}
+    for kind in KINDS:
+        torch.manual_seed(0)
+        net = SoftplusNet(x.shape[1], K, H, dropout=0.5 if kind == "dropout" else 0.0).train()
+        runs[kind] = (net, torch.optim.SGD(net.parameters(), lr=0.01), _objective(kind))
+    times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for i in range(rounds + 3):
+        for kind, (net, opt, objective) in runs.items():
+            t0 = time.perf_counter()
+            loss = objective(net, x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if i >= 3:
+                times[kind].append(time.perf_counter() - t0)
+    return {kind: statistics.median(t) for kind, t in times.items()}
 
 
 def gemm_rate() -> float:
@@ -78,12 +117,9 @@ def gemm_rate() -> float:
 
 
 def cl_bound_flops(n: int, d: int) -> float:
-    """Multiply-adds x 2 of an exact CL step: the plain step plus the cheaper exact form,
-    forward and backward (module docstring)."""
-    plain = 6 * n * d * H
-    closed = 6 * n * (K - 1) * H * d
-    gram = 4 * H * H * d + 4 * n * H * H
-    return plain + min(closed, gram)
+    """Flops of an exact CL step: the plain step's three (n, d) x (d, H)-sized products plus
+    the cheaper exact form, forward and backward (``cross_lipschitz_flops``)."""
+    return 6 * n * d * H + min(cross_lipschitz_flops(n, d, K, H).values())
 
 
 def main() -> None:
@@ -94,7 +130,7 @@ def main() -> None:
     for batch, steps in ((64, 30), (1024, 8)):
         x = torch.as_tensor(ds.x_train[:batch])
         y = torch.as_tensor(ds.y_train[:batch])
-        secs = {k: step_seconds(k, x, y, steps) for k in KINDS}
+        secs = step_seconds(x, y, steps)
         bound = cl_bound_flops(batch, x.shape[1]) / rate
         tag = "" if batch == 64 else f"_batch{batch}"
         res[f"step_seconds{tag}"] = secs

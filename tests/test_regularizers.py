@@ -6,11 +6,15 @@ import pytest
 import torch
 
 from crosslip.regularizers import (
+    _ContrastGradientNorm,
+    _GramNorm,
     cross_lipschitz_autograd,
+    cross_lipschitz_flops,
     cross_lipschitz_softplus,
     helmert,
     weight_decay,
 )
+from crosslip.train import TrainConfig, objective_terms
 
 from .helpers import random_net, random_points
 
@@ -64,15 +68,102 @@ def test_helmert_contrasts_are_orthonormal_and_orthogonal_to_ones(k):
     assert torch.allclose(q.T @ q, centring, atol=1e-12)  # what the closed form relies on
 
 
-def test_auto_picks_the_cheaper_exact_form():
+def _backward_nodes(t: torch.Tensor) -> set[str]:
+    """Names of every node in the autograd graph of ``t``."""
+    names, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and type(node).__name__ not in names:
+            names.add(type(node).__name__)
+            stack.extend(f for f, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("n", [1, 4, 40, 200])
+def test_auto_picks_the_form_with_fewer_flops(n):
     net = random_net(784, 10, 64, 0)
-    small, large = random_points(4, 784, 0), random_points(200, 784, 1)
-    # n K H d vs H^2 d + n H^2: gradients for 4 points, the Gram form for 200
-    for x in (small, large):
-        a = cross_lipschitz_softplus(net, x)
-        assert torch.allclose(a, cross_lipschitz_softplus(net, x, method="gram"), rtol=1e-10)
+    x = random_points(n, 784, n)
+    flops = cross_lipschitz_flops(n, 784, 10, 64)
+    cheaper = min(flops, key=flops.__getitem__)
+    nodes = _backward_nodes(cross_lipschitz_softplus(net, x))
+    expected = {"gram": "_GramNormBackward", "gradients": "_ContrastGradientNormBackward"}
+    assert expected[cheaper] in nodes and expected[min(flops, key=lambda m: -flops[m])] not in nodes
+    # 2 n (K-1) H d per product, three products; the Gram form: 4 H^2 d + 4 n H^2
+    assert flops == {"gradients": 6 * n * 9 * 64 * 784, "gram": 4 * 64 * 64 * 784 + 4 * n * 64 * 64}
+    assert cheaper == ("gradients" if n < 5 else "gram")
     with pytest.raises(ValueError, match="method"):
-        cross_lipschitz_softplus(net, small, method="fast")
+        cross_lipschitz_softplus(net, x, method="fast")
+
+
+@pytest.mark.parametrize("norm", [_ContrastGradientNorm, _GramNorm])
+@pytest.mark.parametrize("k1", [0, 1, 4])
+def test_hand_written_backward_passes_gradcheck(norm, k1):
+    """Value = sum_i sum_k ||U^T (q_k * s_i)||^2 and its hand-written gradients against
+    finite differences, for every subset of inputs that needs a gradient."""
+    g = torch.Generator().manual_seed(k1)
+    s = torch.rand(5, 7, generator=g, dtype=torch.float64)
+    q = torch.randn(k1, 7, generator=g, dtype=torch.float64)
+    u = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    literal = sum(
+        (u.T @ (q[k] * s[i])).pow(2).sum() for i in range(5) for k in range(k1)
+    ) if k1 else torch.zeros((), dtype=torch.float64)  # fmt: skip
+    assert torch.allclose(norm.apply(s, q, u), literal, rtol=1e-12, atol=1e-14)
+    for mask in [
+        (True, True, True),
+        (True, False, False),
+        (False, True, False),
+        (False, False, True),
+    ]:
+        inputs = [t.clone().requires_grad_(m) for t, m in zip((s, q, u), mask, strict=True)]
+        assert torch.autograd.gradcheck(norm.apply, inputs)
+
+
+def test_shared_preactivation_gives_the_same_value_and_gradients():
+    """A training step passes the forward's z = U x + b instead of recomputing it."""
+    for dropout in (0.0, 0.5):
+        net = random_net(12, 5, 16, 3, scale=2.0)
+        net.dropout = torch.nn.Dropout(dropout) if dropout else net.dropout
+        x = random_points(6, 12, 3)
+        torch.manual_seed(0)
+        logits, z = net.logits_and_preactivation(x)
+        torch.manual_seed(0)
+        assert torch.equal(logits, net(x))
+        assert torch.equal(z, net.preactivation(x))
+        for method in ("gradients", "gram"):
+            shared = cross_lipschitz_softplus(net, x, method, preactivation=z)
+            alone = cross_lipschitz_softplus(net, x, method)
+            assert torch.allclose(shared, alone, rtol=1e-12)
+            g1 = torch.autograd.grad(
+                shared, list(net.parameters()), allow_unused=True, retain_graph=True
+            )
+            g2 = torch.autograd.grad(alone, list(net.parameters()), allow_unused=True)
+            for a, b in zip(g1, g2, strict=True):
+                assert (a is None) == (b is None) and (
+                    a is None or torch.allclose(a, b, rtol=1e-12)
+                )
+    with pytest.raises(ValueError, match=r"preactivation has shape \(6, 15\); expected \(6, 16\)"):
+        cross_lipschitz_softplus(net, x, preactivation=z[:, :15])
+
+
+def test_objective_terms_is_cross_entropy_plus_the_chosen_penalty():
+    from crosslip.resnet import ResNet
+
+    net = random_net(12, 5, 16, 4, scale=2.0)
+    x, y = random_points(6, 12, 4), torch.arange(6) % 5
+    ce_ref = torch.nn.functional.cross_entropy(net(x), y)
+    for reg, lam, pen_ref in [
+        ("cross_lipschitz", 0.1, cross_lipschitz_autograd(net, x)),
+        ("weight_decay", 0.1, weight_decay(net)),
+        ("none", 0.0, torch.zeros((), dtype=torch.float64)),
+    ]:
+        ce, pen = objective_terms(net, x, y, TrainConfig(regularizer=reg, lam=lam))
+        assert torch.allclose(ce, ce_ref, rtol=1e-12) and torch.allclose(pen, pen_ref, rtol=1e-10)
+    # any other architecture: double backpropagation
+    torch.manual_seed(0)
+    res = ResNet((8, 8, 1), 3, n=1).double()
+    xi, yi = torch.rand(2, 64, dtype=torch.float64), torch.tensor([0, 2])
+    _, pen = objective_terms(res, xi, yi, TrainConfig(regularizer="cross_lipschitz", lam=0.1))
+    assert torch.allclose(pen, cross_lipschitz_autograd(res, xi), rtol=1e-10)
 
 
 def test_cross_lipschitz_is_invariant_to_adding_a_common_function():

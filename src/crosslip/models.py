@@ -115,10 +115,15 @@ class SoftplusNet(nn.Module):
         """``sigma'(z) = sigmoid(alpha z)``."""
         return torch.sigmoid(self.alpha * z)
 
+    def logits_and_preactivation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``f(x)`` (n, K) and the hidden preactivation ``z = U x + b`` (n, H) that
+        they are computed from (before dropout), for ``x`` of shape (n, d)."""
+        z = self.preactivation(x)
+        return self.output_layer(self.dropout(softplus(z, self.alpha))), z
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``f(x)``, shape (n, K), for ``x`` of shape (n, d)."""
-        h = softplus(self.preactivation(x), self.alpha)
-        return self.output_layer(self.dropout(h))
+        return self.logits_and_preactivation(x)[0]
 
     def class_gradients(self, x: torch.Tensor) -> torch.Tensor:
         """Input gradients ``grad f_j(x) = U^T (w_j * sigma'(z))``, shape (n, K, d)."""

@@ -81,17 +81,22 @@ class TrainResult:
     metrics: dict[str, Any]
 
 
-def regularization(net: torch.nn.Module, x: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """The penalty term (without lambda) of the chosen regularizer on the batch ``x``:
-    Cross-Lipschitz in closed form for the one-hidden-layer net, by double backpropagation
-    (exact) for any other architecture."""
+def objective_terms(
+    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy on the batch ``(x, y)`` and the penalty (without lambda) of the
+    chosen regularizer: Cross-Lipschitz in closed form for the one-hidden-layer net (sharing
+    the forward pass's preactivation), by double backpropagation (exact) for any other
+    architecture."""
+    if cfg.regularizer == "cross_lipschitz" and isinstance(net, SoftplusNet):
+        logits, z = net.logits_and_preactivation(x)
+        return F.cross_entropy(logits, y), cross_lipschitz_softplus(net, x, preactivation=z)
+    ce = F.cross_entropy(net(x), y)
     if cfg.regularizer == "cross_lipschitz":
-        if isinstance(net, SoftplusNet):
-            return cross_lipschitz_softplus(net, x)
-        return cross_lipschitz_autograd(net, x)
+        return ce, cross_lipschitz_autograd(net, x)
     if cfg.regularizer == "weight_decay":
-        return weight_decay(net)
-    return x.new_zeros(())
+        return ce, weight_decay(net)
+    return ce, x.new_zeros(())
 
 
 def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -185,8 +190,7 @@ def train(
                 xb = augment(xb, shape, aug_gen, size=cfg.crop, colour=shape[2] == 3)
             elif cfg.setting == "adversarial":
                 xb = adversarial_batch(net, xb, cfg)
-            ce = F.cross_entropy(net(xb), yb)
-            pen = regularization(net, xb, cfg)
+            ce, pen = objective_terms(net, xb, yb, cfg)
             loss = ce + cfg.lam * pen
             if not math.isfinite(loss.item()):
                 status = "diverged"
