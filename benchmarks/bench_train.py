@@ -5,9 +5,9 @@
 closed form, exactly as ``crosslip.train`` computes them, and two baselines:
 Cross-Lipschitz by double backpropagation (``cross_lipschitz_autograd``, the generic method)
 and the same closed form differentiated by autograd instead of by its hand-written backward.
-The steps of all kinds are interleaved (one step of each per round) so that load from other
-processes hits all of them alike; each time is the median over the rounds. Ratios to plain;
-the same at batch 1024.
+The kinds take turns in rounds (one untimed step, then ``BLOCK`` timed steps each), so that
+load from other processes hits all of them alike; each time is the median of its steps.
+Ratios to plain; the same at batch 1024.
 
 The *arithmetic bound* of an exact Cross-Lipschitz step is its flop count divided by this
 machine's measured float32 matrix-product rate: the closed form needs the class-centred input
@@ -16,7 +16,9 @@ contrasts: K - 1 rows carry all of them), i.e. ``2 n (K-1) H d`` flops forward a
 that backward (``dA = Y U^T``, ``dU = A^T Y``), plus the plain step ``6 n d H``; the
 alternative Gram form (``U U^T`` and ``sum_i s_i s_i^T``) needs ``4 H^2 d + 4 n H^2`` with
 its backward and is cheaper when ``n K`` is well above ``H``; the bound takes the smaller
-(``crosslip.regularizers.cross_lipschitz_flops``), at the peak measured rate. Kernel: time
+(``crosslip.regularizers.cross_lipschitz_flops``), at the rate the machine gave while the
+steps were timed (the products the bound counts take their turn in each round, and the
+fastest of each round counts). Kernel: time
 per L-BFGS iteration with 2,000 expansion points on MNIST.
 Run: ``.venv/bin/python benchmarks/bench_train.py``; the last line is one JSON object.
 """
@@ -40,6 +42,7 @@ from crosslip.train import TrainConfig, objective_terms
 
 H, K = 1024, 10
 LAM = 1e-3
+BLOCK = 4  # timed steps in a row per kind and round
 
 
 def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
@@ -82,38 +85,47 @@ KINDS = (
 )
 
 
-def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> dict[str, float]:
-    """Median wall time of one SGD step per kind, the kinds interleaved (after warm-up)."""
+#: (m, k, n) of the products the arithmetic bounds count: (n (K-1), H) x (H, d) of the
+#: gradient form at batch 64; (H, d) x (d, H), (H, H) x (H, d) and (H, n) x (n, H) of the Gram
+#: form at batch 1024.
+GEMM_SHAPES = ((64 * (K - 1), H, 784), (H, 784, H), (H, H, 784), (H, 1024, H))
+
+
+def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> tuple[dict[str, float], float]:
+    """Median wall time of one SGD step per kind, and the float32 matrix-product rate
+    (flop/s) the machine gave meanwhile.
+
+    The kinds take turns: in each round every kind runs one untimed step (its caches warm
+    again after the other kinds ran) and then ``BLOCK`` timed steps in a row, as in
+    training; then each product of ``GEMM_SHAPES`` runs ``BLOCK + 1`` times. The rate is the
+    median over the rounds of the round's fastest product."""
     runs = {}
     for kind in KINDS:
         torch.manual_seed(0)
         net = SoftplusNet(x.shape[1], K, H, dropout=0.5 if kind == "dropout" else 0.0).train()
         runs[kind] = (net, torch.optim.SGD(net.parameters(), lr=0.01), _objective(kind))
+    mats = [(torch.randn(m, k), torch.randn(k, n)) for m, k, n in GEMM_SHAPES]
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    for i in range(rounds + 3):
+    rates: list[float] = []
+    for i in range(rounds + 1):
         for kind, (net, opt, objective) in runs.items():
-            t0 = time.perf_counter()
-            loss = objective(net, x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if i >= 3:
-                times[kind].append(time.perf_counter() - t0)
-    return {kind: statistics.median(t) for kind, t in times.items()}
-
-
-def gemm_rate() -> float:
-    """Peak measured float32 matrix-product rate (flop/s): the best of 9 runs of the
-    (n K, H) x (H, d) product of a CL step at batch 64 and of a (H, d) x (d, H) product."""
-    best = 0.0
-    for a, b in ((torch.randn(64 * K, H), torch.randn(H, 784)),
-                 (torch.randn(H, 784), torch.randn(784, H))):  # fmt: skip
-        a @ b
-        for _ in range(9):
-            t0 = time.perf_counter()
-            a @ b
-            best = max(best, 2 * a.shape[0] * a.shape[1] * b.shape[1] / (time.perf_counter() - t0))
-    return best
+            for j in range(BLOCK + 1):
+                t0 = time.perf_counter()
+                loss = objective(net, x, y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if i > 0 and j > 0:
+                    times[kind].append(time.perf_counter() - t0)
+        best = 0.0
+        for a, b in mats:
+            for _ in range(BLOCK + 1):
+                t0 = time.perf_counter()
+                a @ b
+                best = max(best, 2 * a.numel() * b.shape[1] / (time.perf_counter() - t0))
+        if i > 0:
+            rates.append(best)
+    return {kind: statistics.median(t) for kind, t in times.items()}, statistics.median(rates)
 
 
 def cl_bound_flops(n: int, d: int) -> float:
@@ -125,14 +137,14 @@ def cl_bound_flops(n: int, d: int) -> float:
 def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     ds = load_dataset("mnist5k")
-    rate = gemm_rate()
-    res: dict = {"machine": describe_machine(), "gemm_gflops_float32": rate / 1e9}
-    for batch, steps in ((64, 30), (1024, 8)):
+    res: dict = {"machine": describe_machine()}
+    for batch, rounds in ((64, 8), (1024, 2)):
         x = torch.as_tensor(ds.x_train[:batch])
         y = torch.as_tensor(ds.y_train[:batch])
-        secs = step_seconds(x, y, steps)
+        secs, rate = step_seconds(x, y, rounds)
         bound = cl_bound_flops(batch, x.shape[1]) / rate
         tag = "" if batch == 64 else f"_batch{batch}"
+        res[f"gemm_gflops_float32{tag}"] = rate / 1e9
         res[f"step_seconds{tag}"] = secs
         res[f"ratio_cl_to_plain{tag}"] = secs["cross_lipschitz"] / secs["plain"]
         res[f"ratio_cl_to_double_backprop{tag}"] = (
@@ -146,12 +158,15 @@ def main() -> None:
     res["kernel_setup_and_20_lbfgs_iterations_seconds"] = kern.metrics["seconds"]
     res["kernel_objective_evaluations"] = len(kern.metrics["curve"])
 
-    print(f"machine: {res['machine']}; float32 GEMM {res['gemm_gflops_float32']:.0f} GFLOP/s")
+    print(f"machine: {res['machine']}")
     for batch in (64, 1024):
         tag = "" if batch == 64 else f"_batch{batch}"
         secs = res[f"step_seconds{tag}"]
         parts = [f"{k} {1e3 * v:.1f} ms (x{v / secs['plain']:.2f})" for k, v in secs.items()]
         print(f"batch {batch}: " + ", ".join(parts))
+        print(
+            f"  float32 matrix products meanwhile: {res['gemm_gflops_float32' + tag]:.0f} GFLOP/s"
+        )
         print(f"  Cross-Lipschitz closed form: x{res['ratio_cl_to_plain' + tag]:.2f} plain, "
               f"x{res['ratio_cl_to_double_backprop' + tag]:.2f} double backprop, "
               f"x{res['ratio_cl_to_arithmetic_bound' + tag]:.2f} the arithmetic bound "
