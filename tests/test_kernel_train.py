@@ -90,6 +90,12 @@ def test_lbfgs_reaches_the_optimum_of_a_small_problem(reg):
     assert res.metrics["status"] == "ok"
     assert res.metrics["gradient_norm"] < 1e-6
     assert res.metrics["n_centers"] == 60
+    m = res.metrics
+    # each L-BFGS iteration takes at least one objective evaluation (more in line searches)
+    assert 1 <= m["lbfgs_iterations"] <= min(len(m["curve"]), cfg.max_iter)
+    assert 0 < m["setup_seconds"] < m["seconds"]
+    per_iter = (m["seconds"] - m["setup_seconds"]) / m["lbfgs_iterations"]
+    assert m["seconds_per_lbfgs_iteration"] == pytest.approx(per_iter)
 
 
 def test_short_kernel_training_on_embedded_data_reaches_a_sensible_error():
