@@ -5,7 +5,7 @@
 closed form, exactly as ``crosslip.train`` computes them, and two baselines:
 Cross-Lipschitz by double backpropagation (``cross_lipschitz_autograd``, the generic method)
 and the same closed form differentiated by autograd instead of by its hand-written backward.
-The kinds take turns in rounds (one untimed step, then ``BLOCK`` timed steps each), so that
+The kinds take turns in rounds (one untimed step, then ``--block`` timed steps each), so that
 load from other processes hits all of them alike; each time is the median of its steps.
 Ratios to plain; the same at batch 1024.
 
@@ -25,6 +25,7 @@ Run: ``.venv/bin/python benchmarks/bench_train.py``; the last line is one JSON o
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -42,7 +43,6 @@ from crosslip.train import TrainConfig, objective_terms
 
 H, K = 1024, 10
 LAM = 1e-3
-BLOCK = 4  # timed steps in a row per kind and round
 
 
 def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
@@ -91,13 +91,15 @@ KINDS = (
 GEMM_SHAPES = ((64 * (K - 1), H, 784), (H, 784, H), (H, H, 784), (H, 1024, H))
 
 
-def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> tuple[dict[str, float], float]:
+def step_seconds(
+    x: torch.Tensor, y: torch.Tensor, rounds: int, block: int = 4
+) -> tuple[dict[str, float], float]:
     """Median wall time of one SGD step per kind, and the float32 matrix-product rate
     (flop/s) the machine gave meanwhile.
 
     The kinds take turns: in each round every kind runs one untimed step (its caches warm
-    again after the other kinds ran) and then ``BLOCK`` timed steps in a row, as in
-    training; then each product of ``GEMM_SHAPES`` runs ``BLOCK + 1`` times. The rate is the
+    again after the other kinds ran) and then ``block`` timed steps in a row, as in
+    training; then each product of ``GEMM_SHAPES`` runs ``block + 1`` times. The rate is the
     median over the rounds of the round's fastest product."""
     runs = {}
     for kind in KINDS:
@@ -109,7 +111,7 @@ def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> tuple[dict[st
     rates: list[float] = []
     for i in range(rounds + 1):
         for kind, (net, opt, objective) in runs.items():
-            for j in range(BLOCK + 1):
+            for j in range(block + 1):
                 t0 = time.perf_counter()
                 loss = objective(net, x, y)
                 opt.zero_grad(set_to_none=True)
@@ -119,7 +121,7 @@ def step_seconds(x: torch.Tensor, y: torch.Tensor, rounds: int) -> tuple[dict[st
                     times[kind].append(time.perf_counter() - t0)
         best = 0.0
         for a, b in mats:
-            for _ in range(BLOCK + 1):
+            for _ in range(block + 1):
                 t0 = time.perf_counter()
                 a @ b
                 best = max(best, 2 * a.numel() * b.shape[1] / (time.perf_counter() - t0))
@@ -135,13 +137,20 @@ def cl_bound_flops(n: int, d: int) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=8, help="timed rounds at batch 64")
+    ap.add_argument("--rounds-1024", type=int, default=2, help="timed rounds at batch 1024")
+    ap.add_argument("--block", type=int, default=4, help="timed steps per kind and round")
+    ap.add_argument("--kernel-centers", type=int, default=2000)
+    ap.add_argument("--kernel-iterations", type=int, default=20)
+    args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     ds = load_dataset("mnist5k")
     res: dict = {"machine": describe_machine()}
-    for batch, rounds in ((64, 8), (1024, 2)):
+    for batch, rounds in ((64, args.rounds), (1024, args.rounds_1024)):
         x = torch.as_tensor(ds.x_train[:batch])
         y = torch.as_tensor(ds.y_train[:batch])
-        secs, rate = step_seconds(x, y, rounds)
+        secs, rate = step_seconds(x, y, rounds, args.block)
         bound = cl_bound_flops(batch, x.shape[1]) / rate
         tag = "" if batch == 64 else f"_batch{batch}"
         res[f"gemm_gflops_float32{tag}"] = rate / 1e9
@@ -152,10 +161,11 @@ def main() -> None:
         )
         res[f"cl_arithmetic_bound_seconds{tag}"] = bound
         res[f"ratio_cl_to_arithmetic_bound{tag}"] = secs["cross_lipschitz"] / bound
-    cfg = KernelTrainConfig(regularizer="kernel_cl", lam=0.1, n_centers=2000, max_iter=20)
+    cfg = KernelTrainConfig(regularizer="kernel_cl", lam=0.1, n_centers=args.kernel_centers,
+                            max_iter=args.kernel_iterations)  # fmt: skip
     kern = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:10], ds.y_test[:10], 10)
-    res["kernel_centers"] = 2000
-    res["kernel_setup_and_20_lbfgs_iterations_seconds"] = kern.metrics["seconds"]
+    res["kernel_centers"] = kern.metrics["n_centers"]
+    res["kernel_seconds"] = kern.metrics["seconds"]
     res["kernel_setup_seconds"] = kern.metrics["setup_seconds"]
     res["kernel_lbfgs_iterations"] = kern.metrics["lbfgs_iterations"]
     res["kernel_seconds_per_lbfgs_iteration"] = kern.metrics["seconds_per_lbfgs_iteration"]
@@ -174,7 +184,7 @@ def main() -> None:
               f"x{res['ratio_cl_to_double_backprop' + tag]:.2f} double backprop, "
               f"x{res['ratio_cl_to_arithmetic_bound' + tag]:.2f} the arithmetic bound "
               f"({1e3 * res['cl_arithmetic_bound_seconds' + tag]:.1f} ms)")  # fmt: skip
-    print(f"kernel (2000 centres, {len(ds.x_train)} training points): setup "
+    print(f"kernel ({res['kernel_centers']} centres, {len(ds.x_train)} training points): setup "
           f"{res['kernel_setup_seconds']:.2f} s, then "
           f"{1e3 * res['kernel_seconds_per_lbfgs_iteration']:.0f} ms per L-BFGS iteration "
           f"({res['kernel_lbfgs_iterations']} iterations, "
