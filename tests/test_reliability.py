@@ -7,9 +7,9 @@ corrupt results.
 2. downloads: a corrupt mirror file fails the workflow's ``prepare_data`` job and a rerun
    after the fix succeeds (the library-level cases live in ``test_data.py`` and
    ``test_data_archives.py``);
-3. interruptions: SIGKILL of Snakemake while a model trains and of a certification job;
-   the same command redoes exactly the unfinished jobs and the results equal an
-   uninterrupted run; every output is written under a temporary name, then renamed;
+3. interruptions: SIGKILL of Snakemake while a model trains and of a certification job,
+   Ctrl-C (SIGINT) and a batch system's SIGTERM during a certification; the same command
+   redoes exactly the unfinished jobs and the results equal an uninterrupted run; every output is written under a temporary name, then renamed;
 4. numerics: a diverging model in a sweep, ties, misclassified points and constant models,
    failed attacks;
 5. untrusted files: malicious ``model.pt`` and ``.npz`` files are refused without running
@@ -819,6 +819,22 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     leftovers |= set(temporaries(work / "results"))
     todo = plan_now(work)
     assert todo == unfinished(work, plan) and ("certify", f"dataset=mnist5k, model={model}") in todo
+
+    # (d) A batch system ends the allocation (scancel, time limit: SIGTERM to Snakemake and
+    # its jobs, SIGKILL after a grace period) during a certification.
+    proc = start(work)
+    model, _ = wait_for_job(proc, "certify")
+    os.killpg(proc.pid, signal.SIGTERM)
+    out = proc.communicate(timeout=600)[0]
+    interruptions += 1
+    # The jobs die of the signal; Snakemake reports them failed, exits 1 and releases its
+    # lock (unlike after a SIGKILL), so the same command can simply run again.
+    assert proc.returncode == 1 and "died with <Signals.SIGTERM" in out, out
+    assert "Error in rule certify" in out
+    assert not (work / f"results/certify/mnist5k/{model}.parquet").exists()
+    leftovers |= set(temporaries(work / "results"))
+    todo = plan_now(work)
+    assert todo == unfinished(work, plan) and ("certify", f"dataset=mnist5k, model={model}") in todo
     kept = {k: v for k, v in mtimes(work).items() if k not in marked_incomplete(work)}
 
     # The same command again: exactly the unfinished jobs run, nothing finished is redone.
@@ -842,7 +858,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
         b = read_json(reference / f"results/models/mnist5k/{m}/metrics.json")
         a.pop("seconds"), b.pop("seconds")
         assert a == b
-    assert lost == 0 and interruptions == 3
+    assert lost == 0 and interruptions == 4
     assert set(temporaries(work / "results")) <= leftovers  # no run leaves a temporary
 
 
