@@ -9,7 +9,8 @@ corrupt results.
    ``test_data_archives.py``);
 3. interruptions: SIGKILL of Snakemake while a model trains and of a certification job,
    Ctrl-C (SIGINT) and a batch system's SIGTERM during a certification; the same command
-   redoes exactly the unfinished jobs and the results equal an uninterrupted run; every output is written under a temporary name, then renamed;
+   redoes exactly the unfinished jobs and the results equal an uninterrupted run; every
+   output is written under a temporary name, then renamed;
 4. numerics: a diverging model in a sweep, ties, misclassified points and constant models,
    failed attacks;
 5. untrusted files: malicious ``model.pt`` and ``.npz`` files are refused without running
