@@ -12,7 +12,7 @@ corrupt results.
    redoes exactly the unfinished jobs and the results equal an uninterrupted run; every
    output is written under a temporary name, then renamed;
 4. numerics: a diverging model in a sweep, ties, misclassified points and constant models,
-   failed attacks;
+   degenerate Gaussian-kernel models (untrained, tied, underflowing), failed attacks;
 5. untrusted files: malicious ``model.pt`` and ``.npz`` files are refused without running
    their code;
 6. load: a workflow of more than 50 jobs on 2 cores loses and duplicates no row.
@@ -53,6 +53,7 @@ from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import ChecksumError, Dataset, load_dataset, load_prepared, save_prepared
 from crosslip.io import atomic_path, read_json, write_json
+from crosslip.kernels import GaussianKernelModel
 from crosslip.models import SoftplusNet, load_model, save_model
 from crosslip.pipeline import (
     GUARANTEE_COLUMNS,
@@ -984,6 +985,72 @@ def test_stages_on_degenerate_models_write_defined_values(tmp_path):
         assert np.isfinite(df.loc[ok, "upper_bound"]).all()
         assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_l2"]).all()
         assert df.loc[~ok, "upper_bound"].isna().all()
+
+
+def kernel_model(kind: str, x: np.ndarray) -> GaussianKernelModel:
+    """Degenerate Gaussian-kernel models on the centres ``x`` (3 classes): ``zero`` (the
+    untrained model: a three-way tie everywhere), ``tie`` (classes 0 and 1 share their
+    coefficients, class 2 is below both), ``underflow`` (a width so small that every kernel
+    value away from the centres is exactly 0: a tie wherever the points are not centres),
+    ``near`` (class 1's coefficients are class 0's lowered by 1e-6: tiny positive margins,
+    yet class 0 wins everywhere)."""
+    centers = torch.as_tensor(x, dtype=torch.float64)
+    model = GaussianKernelModel(centers, 3, 1e6 if kind == "underflow" else 2.0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        if kind != "zero":
+            model.coef.copy_(torch.randn(3, len(x), generator=g, dtype=torch.float64))
+            model.coef[1] = model.coef[0] - (1e-6 if kind == "near" else 0.0)
+            model.coef[2] = model.coef[0] - 1.0  # f_2 < f_0 everywhere
+    return model.eval()
+
+
+def test_kernel_stages_on_degenerate_models_write_defined_values(tmp_path):
+    """The kernel model through certify_stage / attack_stage / instances_stage: guarantees are
+    0 with no bound class at a tie, finite and positive otherwise, never NaN; a tie's failed
+    attack (no perturbation changes an argmax that a tie resolves to the lower index) is a row
+    with a null upper bound; every successful attack lies outside the certified ball."""
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, 256, size=(20, 6)) / 255).astype(np.float32)
+    y = np.array([0, 1] * 10, dtype=np.int64)
+    save_prepared(Dataset("toy", x[:10], y[:10], x[10:], y[10:], (6,), 3), tmp_path / "toy.npz")
+    cfg = {"regularizer": "kernel_cl", "lr": None, "lam": 0.1, "seed": 0}
+    write_json(
+        {"status": "ok", "dataset": "toy", "model_id": "m", "test_error": 0.5, "config": cfg},
+        tmp_path / "metrics.json",
+    )
+    frames = {}
+    for kind in ("zero", "tie", "underflow", "near"):
+        d = tmp_path / kind
+        save_model(kernel_model(kind, x[:10]), d / "model.pt")
+        args = (tmp_path / "toy.npz", d / "model.pt", tmp_path / "metrics.json")
+        certify_stage(*args, d / "c.parquet", n_points=10, rtol=1e-3)
+        attack_stage(*args, d / "a.parquet", n_points=10, rtol=1e-3, max_steps=20)
+        df = instances_stage(
+            d / "c.parquet", d / "a.parquet", tmp_path / "metrics.json", kind, d / "i.parquet"
+        )
+        assert pq.read_table(d / "i.parquet").schema.equals(INSTANCE_SCHEMA, check_metadata=False)
+        assert len(df) == 10 and (df["family"] == "kernel").all()
+        for col in ("margin", "guarantee_local", "guarantee_l2", "radius_local"):
+            assert df[col].notna().all() and (df[col] >= 0).all(), (kind, col)
+        ok = df["attack_success"]
+        assert (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_l2"]).all(), kind
+        assert df.loc[~ok, "upper_bound"].isna().all() and (df.loc[~ok, "adv_class"] == -1).all()
+        frames[kind] = df
+    for kind in ("zero", "tie", "underflow"):
+        df = frames[kind]
+        assert (df["pred"] == 0).all() and (df["margin"] == 0).all(), kind
+        assert (df["guarantee_l2"] == 0).all() and (df["bound_class"] == -1).all(), kind
+    assert not frames["zero"]["attack_success"].any()  # a constant function: nothing moves it
+    near = frames["near"]
+    assert (
+        (near["pred"] == 0).all() and (near["margin"] > 0).all() and (near["margin"] < 1e-4).all()
+    )
+    assert np.isfinite(near["guarantee_l2"]).all() and (near["guarantee_l2"] > 0).all()
+    # class 1's margin is tiny but so is its gradient difference (both scale with the 1e-6
+    # gap), so the guarantee need not be tiny and class 2 may attain it; since
+    # f_0 - f_1 = 1e-6 sum_r k(x, x_r) > 0 everywhere, no attack can succeed either
+    assert near["bound_class"].isin([1, 2]).all() and not near["attack_success"].any()
 
 
 def test_failed_attacks_count_in_the_success_rate_not_in_the_mean():
