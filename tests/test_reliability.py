@@ -942,35 +942,50 @@ def test_tiny_margin_gives_a_tiny_positive_finite_guarantee(gap):
     assert ub.success.item() and ub.norm.item() >= res["guarantee_l2"].item()
 
 
+def toy_inputs(tmp_path: Path, y: np.ndarray, cfg: dict, test_error: float) -> np.ndarray:
+    """A 6-pixel, 3-class prepared dataset (10 train, 10 test points with labels ``y``) and
+    a metrics file in ``tmp_path``; returns all 20 points."""
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, 256, size=(20, 6)) / 255).astype(np.float32)
+    save_prepared(Dataset("toy", x[:10], y[:10], x[10:], y[10:], (6,), 3), tmp_path / "toy.npz")
+    write_json(
+        {"status": "ok", "dataset": "toy", "model_id": "m", "test_error": test_error,
+         "config": cfg},
+        tmp_path / "metrics.json",
+    )  # fmt: skip
+    return x
+
+
+def run_stages(tmp_path: Path, name: str, model: torch.nn.Module) -> pd.DataFrame:
+    """``model`` through certify_stage, attack_stage and instances_stage on the toy data
+    (10 points); returns the instances, whose file must have the instance schema."""
+    d = tmp_path / name
+    save_model(model, d / "model.pt")
+    args = (tmp_path / "toy.npz", d / "model.pt", tmp_path / "metrics.json")
+    certify_stage(*args, d / "c.parquet", n_points=10, rtol=1e-3)
+    attack_stage(*args, d / "a.parquet", n_points=10, rtol=1e-3, max_steps=20)
+    df = instances_stage(
+        d / "c.parquet", d / "a.parquet", tmp_path / "metrics.json", name, d / "i.parquet"
+    )
+    assert pq.read_table(d / "i.parquet").schema.equals(INSTANCE_SCHEMA, check_metadata=False)
+    assert len(df) == 10
+    return df
+
+
 def test_stages_on_degenerate_models_write_defined_values(tmp_path):
     """Through certify_stage / attack_stage / instances_stage: a tie model, a constant model,
     misclassified points. Rows are kept; guarantees are finite or +inf, never NaN; failed
     attacks are rows with attack_success False and a null upper bound."""
-    rng = np.random.default_rng(0)
-    x = (rng.integers(0, 256, size=(20, 6)) / 255).astype(np.float32)
     y = np.array([2] * 20, dtype=np.int64)  # every model predicts 0 or 1: all misclassified
-    save_prepared(Dataset("toy", x[:10], y[:10], x[10:], y[10:], (6,), 3), tmp_path / "toy.npz")
-    cfg = {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}
-    write_json(
-        {"status": "ok", "dataset": "toy", "model_id": "m", "test_error": 1.0, "config": cfg},
-        tmp_path / "metrics.json",
-    )
+    toy_inputs(tmp_path, y, {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}, 1.0)
     frames = {}
     for name, net in (
         ("tie", tie_net()),
         ("constant", constant_net((1.0, 0.0, -1.0))),
         ("zero", constant_net((0.0, 0.0, 0.0))),
     ):
-        d = tmp_path / name
-        save_model(net, d / "model.pt")
-        args = (tmp_path / "toy.npz", d / "model.pt", tmp_path / "metrics.json")
-        certify_stage(*args, d / "c.parquet", n_points=10, rtol=1e-3)
-        attack_stage(*args, d / "a.parquet", n_points=10, rtol=1e-3, max_steps=20)
-        df = instances_stage(
-            d / "c.parquet", d / "a.parquet", tmp_path / "metrics.json", name, d / "i.parquet"
-        )
-        assert pq.read_table(d / "i.parquet").schema.equals(INSTANCE_SCHEMA, check_metadata=False)
-        assert len(df) == 10 and not df["correct"].any()  # misclassified points are kept
+        df = run_stages(tmp_path, name, net)
+        assert not df["correct"].any()  # misclassified points are kept
         for col in [c for c in GUARANTEE_COLUMNS if c != "bound_class"]:
             assert df[col].notna().all(), (name, col)
         frames[name] = df
@@ -1010,27 +1025,13 @@ def test_kernel_stages_on_degenerate_models_write_defined_values(tmp_path):
     0 with no bound class at a tie, finite and positive otherwise, never NaN; a tie's failed
     attack (no perturbation changes an argmax that a tie resolves to the lower index) is a row
     with a null upper bound; every successful attack lies outside the certified ball."""
-    rng = np.random.default_rng(0)
-    x = (rng.integers(0, 256, size=(20, 6)) / 255).astype(np.float32)
     y = np.array([0, 1] * 10, dtype=np.int64)
-    save_prepared(Dataset("toy", x[:10], y[:10], x[10:], y[10:], (6,), 3), tmp_path / "toy.npz")
     cfg = {"regularizer": "kernel_cl", "lr": None, "lam": 0.1, "seed": 0}
-    write_json(
-        {"status": "ok", "dataset": "toy", "model_id": "m", "test_error": 0.5, "config": cfg},
-        tmp_path / "metrics.json",
-    )
+    x = toy_inputs(tmp_path, y, cfg, 0.5)
     frames = {}
     for kind in ("zero", "tie", "underflow", "near"):
-        d = tmp_path / kind
-        save_model(kernel_model(kind, x[:10]), d / "model.pt")
-        args = (tmp_path / "toy.npz", d / "model.pt", tmp_path / "metrics.json")
-        certify_stage(*args, d / "c.parquet", n_points=10, rtol=1e-3)
-        attack_stage(*args, d / "a.parquet", n_points=10, rtol=1e-3, max_steps=20)
-        df = instances_stage(
-            d / "c.parquet", d / "a.parquet", tmp_path / "metrics.json", kind, d / "i.parquet"
-        )
-        assert pq.read_table(d / "i.parquet").schema.equals(INSTANCE_SCHEMA, check_metadata=False)
-        assert len(df) == 10 and (df["family"] == "kernel").all()
+        df = run_stages(tmp_path, kind, kernel_model(kind, x[:10]))
+        assert (df["family"] == "kernel").all()
         for col in ("margin", "guarantee_local", "guarantee_l2", "radius_local"):
             assert df[col].notna().all() and (df[col] >= 0).all(), (kind, col)
         ok = df["attack_success"]
