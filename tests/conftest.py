@@ -1,11 +1,84 @@
-"""Fixtures shared by the data tests."""
+"""Fixtures shared by the data tests: a local HTTP server and a closed port."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+
+
+@dataclass
+class Server:
+    """What the ``server`` fixture serves (``root``), where (``url``), the paths requested so
+    far, and the names it sends cut short (``truncated``)."""
+
+    root: Path
+    url: str
+    requests: list[str] = field(default_factory=list)
+    truncated: set[str] = field(default_factory=set)
+
+    def put(self, name: str, data: bytes) -> None:
+        (self.root / name).write_bytes(data)
+
+    def put_all(self, files: dict[str, bytes]) -> None:
+        for name, data in files.items():
+            self.put(name, data)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """HTTP server on 127.0.0.1 serving ``tmp_path/served``. Two ways to interrupt a transfer:
+
+    * ``/truncated/<anything>`` announces 100000 bytes, sends a few bytes that start like a
+      gzip file, then closes the connection;
+    * a served name in ``Server.truncated`` announces 1000 bytes more than the file and sends
+      the first half of it.
+    """
+    root = tmp_path / "served"
+    root.mkdir()
+    state = Server(root, "")
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def _cut_short(self, announced: int, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(announced))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            self.close_connection = True
+
+        def do_GET(self):
+            state.requests.append(self.path)
+            name = self.path.lstrip("/")
+            if self.path.startswith("/truncated/"):
+                return self._cut_short(100_000, b"\x1f\x8b" + b"partial body" * 10)
+            if name in state.truncated and (root / name).is_file():
+                data = (root / name).read_bytes()
+                return self._cut_short(len(data) + 1000, data[: len(data) // 2])
+            super().do_GET()
+
+        def log_message(self, *args):  # keep pytest output quiet
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.fixture

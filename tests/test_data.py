@@ -10,8 +10,6 @@ import gzip
 import hashlib
 import struct
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -66,58 +64,6 @@ def idx_bytes(arr: np.ndarray) -> bytes:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class Server:
-    root: Path
-    url: str
-    requests: list[str] = field(default_factory=list)
-
-    def put(self, name: str, data: bytes) -> None:
-        (self.root / name).write_bytes(data)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """HTTP server on 127.0.0.1 serving ``tmp_path/served``.
-
-    Special paths: ``/truncated/<name>`` announces a Content-Length larger than the body it
-    sends, then closes the connection.
-    """
-    root = tmp_path / "served"
-    root.mkdir()
-    requests: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def do_GET(self):
-            requests.append(self.path)
-            if self.path.startswith("/truncated/"):
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", "100000")
-                self.end_headers()
-                self.wfile.write(b"\x1f\x8b" + b"partial body" * 10)
-                self.wfile.flush()
-                self.close_connection = True
-                return
-            super().do_GET()
-
-        def log_message(self, *args):  # keep pytest output quiet
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        yield Server(root, f"http://127.0.0.1:{httpd.server_address[1]}/", requests)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

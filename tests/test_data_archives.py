@@ -19,13 +19,11 @@ import pickle
 import struct
 import subprocess
 import tarfile
-import threading
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
@@ -60,59 +58,6 @@ SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
-
-
-@dataclass
-class Server:
-    root: Path
-    url: str
-    requests: list[str] = field(default_factory=list)
-    truncated: set[str] = field(default_factory=set)  # names served cut short
-
-    def put(self, files: dict[str, bytes]) -> None:
-        for name, data in files.items():
-            (self.root / name).write_bytes(data)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """HTTP server on 127.0.0.1 serving ``tmp_path/served``; a name in ``truncated`` is sent
-    with a Content-Length 1000 bytes larger than the half of the file that follows."""
-    root = tmp_path / "served"
-    root.mkdir()
-    state = Server(root, "")
-
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def do_GET(self):
-            state.requests.append(self.path)
-            name = self.path.lstrip("/")
-            if name in state.truncated and (root / name).is_file():
-                data = (root / name).read_bytes()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data) + 1000))
-                self.end_headers()
-                self.wfile.write(data[: len(data) // 2])
-                self.wfile.flush()
-                self.close_connection = True
-                return
-            super().do_GET()
-
-        def log_message(self, *args):  # keep pytest output quiet
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -362,7 +307,7 @@ def load_tiny(t: Tiny, cache_dir: Path, specs: list[RemoteFile], mirror: Path | 
 
 
 def test_cifar10_download_and_load(tmp_path, server):
-    server.put({cifar_mod.ARCHIVE: tiny_cifar()})
+    server.put_all({cifar_mod.ARCHIVE: tiny_cifar()})
     cache = tmp_path / "downloads"
     specs = cifar_mod.remote_files((server.url,), md5=md5(tiny_cifar()))
     ds = cifar_mod.load_cifar10(cache, files=specs, counts=None)
@@ -411,7 +356,7 @@ def test_cifar10_official_counts_are_enforced(tmp_path):
 
 
 def test_gtsrb_download_and_load(tmp_path, server):
-    server.put(tiny_gtsrb())
+    server.put_all(tiny_gtsrb())
     cache = tmp_path / "downloads"
     specs = gtsrb_mod.remote_files((server.url,), {n: md5(b) for n, b in tiny_gtsrb().items()})
     ds = gtsrb_mod.load_gtsrb(cache, files=specs, counts=None)
@@ -465,7 +410,7 @@ def test_gtsrb_size_and_counts(tmp_path):
 
 
 def test_checksum_mismatch_leaves_no_file(tmp_path, server, tiny):
-    server.put(tiny.files)
+    server.put_all(tiny.files)
     first = next(iter(tiny.files))
     cache = tmp_path / "cache"
     specs = tiny.fetch_specs(server.url, **{first: b"other content"})
@@ -481,7 +426,7 @@ def test_checksum_mismatch_leaves_no_file(tmp_path, server, tiny):
 
 def test_md5_is_of_the_stored_archive_not_its_decompressed_content(tmp_path, server):
     """A tar.gz is verified as stored: the MD5 of its gunzipped tar must not be accepted."""
-    server.put({cifar_mod.ARCHIVE: tiny_cifar()})
+    server.put_all({cifar_mod.ARCHIVE: tiny_cifar()})
     wrong = cifar_mod.remote_files((server.url,), md5=md5(gzip.decompress(tiny_cifar())))
     with pytest.raises(DataUnavailableError, match="checksum mismatch"):
         cifar_mod.load_cifar10(tmp_path / "c", files=wrong, counts=None)
@@ -499,7 +444,7 @@ def test_md5_is_of_the_stored_archive_not_its_decompressed_content(tmp_path, ser
 
 
 def test_interrupted_transfer_leaves_no_file_and_rerun_succeeds(tmp_path, server, tiny):
-    server.put(tiny.files)
+    server.put_all(tiny.files)
     server.truncated.update(tiny.files)
     cache = tmp_path / "cache"
     specs = tiny.fetch_specs(server.url)
@@ -567,7 +512,7 @@ def test_mirror_is_used_without_download(tmp_path, server, tiny):
 
 
 def test_corrupt_mirror_file_raises_and_is_kept(tmp_path, server, tiny):
-    server.put(tiny.files)  # a good copy is reachable, but a bad mirror is an error
+    server.put_all(tiny.files)  # a good copy is reachable, but a bad mirror is an error
     mirror, cache = tmp_path / "mirror", tmp_path / "cache"
     mirror.mkdir()
     for name, data in tiny.files.items():
