@@ -27,7 +27,7 @@ from crosslip.data import (
 )
 from crosslip.data import mnist as mnist_mod
 from crosslip.data.embedded import SPLIT_SEED, TEST_PER_CLASS, split_stratified
-from crosslip.data.fetch import RemoteFile, content_sha256, fetch_files
+from crosslip.data.fetch import RemoteFile, content_digest, fetch_files
 from crosslip.data.idx import IdxFormatError, parse_idx, read_idx
 
 from .helpers import files_in
@@ -186,14 +186,14 @@ def test_read_idx_errors_name_the_file(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_content_sha256_is_over_decompressed_bytes(tmp_path, payload):
+def test_content_digest_is_over_decompressed_bytes(tmp_path, payload):
     raw, gz = payload
     a, b = tmp_path / "a.gz", tmp_path / "b.gz"
     a.write_bytes(gz)
     b.write_bytes(gzip.compress(raw, compresslevel=1, mtime=12345))  # another wrapper
     assert a.read_bytes() != b.read_bytes()
-    assert content_sha256(a) == content_sha256(b) == sha256(raw)
-    assert content_sha256(a, gunzip=False) == sha256(gz)
+    assert content_digest(a) == content_digest(b, "sha256") == sha256(raw)
+    assert content_digest(a, gunzip=False) == sha256(gz)
 
 
 def test_download_into_cache_and_verify(tmp_path, server, payload):
@@ -594,7 +594,7 @@ def test_mnist_remote_files_spec():
     assert [s.name for s in specs] == list(MNIST_FILES)
     for s in specs:
         assert s.urls == ("http://a/" + s.name, "http://b/" + s.name)
-        assert s.decompressed and len(s.sha256) == 64
+        assert s.decompressed and s.algorithm == "sha256" and len(s.checksum) == 64
     default = mnist_mod.remote_files()
     assert all(s.urls[0].startswith("https://") for s in default)
 
@@ -602,7 +602,7 @@ def test_mnist_remote_files_spec():
 def test_mnist_mirror_checksums_match_published(mnist_mirror):
     """The decompressed hashes in the code agree with the mirror (and its README)."""
     for name in ("t10k-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz"):
-        assert content_sha256(mnist_mirror / name) == mnist_mod.CHECKSUMS[name]
+        assert content_digest(mnist_mirror / name) == mnist_mod.CHECKSUMS[name]
 
 
 def _tiny_mnist(folder: Path) -> dict[str, bytes]:

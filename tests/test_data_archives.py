@@ -803,9 +803,7 @@ def test_config_schema_accepts_the_new_datasets():
 
 
 def test_remote_file_checksum_spec():
-    assert RemoteFile("a.gz", "0" * 64, ()).sha256 == "0" * 64  # the original API
-    with pytest.raises(AttributeError, match="md5"):
-        _ = RemoteFile("a.zip", "0" * 32, (), algorithm="md5").sha256
+    assert RemoteFile("a.gz", "0" * 64, ()).checksum == "0" * 64
     with pytest.raises(ValueError, match="32 lowercase hex"):
         RemoteFile("a.zip", "0" * 64, (), algorithm="md5")
     with pytest.raises(ValueError, match="64 lowercase hex"):

@@ -159,8 +159,6 @@ def load_prepared(path: Path | str) -> Dataset:
                 num_classes=int(z["num_classes"]),
             )
     except (ValueError, KeyError) as exc:
-        if isinstance(exc, DataFormatError):
-            raise
         raise DataFormatError(
             f"{path}: not a prepared dataset ({exc}); delete it and let the prepare_data job "
             "write it again"

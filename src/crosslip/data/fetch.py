@@ -75,13 +75,6 @@ class RemoteFile:
             )
 
     @property
-    def sha256(self) -> str:
-        """The SHA-256 checksum (for callers of the original API); error for other algorithms."""
-        if self.algorithm != "sha256":
-            raise AttributeError(f"{self.name}: checksum is {self.algorithm}, not sha256")
-        return self.checksum
-
-    @property
     def gunzip(self) -> bool:
         """Whether the checksum is over the gunzipped content rather than the stored bytes."""
         return self.decompressed and self.name.endswith(".gz")
@@ -103,11 +96,6 @@ def content_digest(path: Path, algorithm: str = "sha256", gunzip: bool | None = 
     except (OSError, EOFError, zlib.error) as exc:  # truncated, damaged or not gzip
         raise ChecksumError(f"{path}: cannot be read ({exc})") from exc
     return h.hexdigest()
-
-
-def content_sha256(path: Path, gunzip: bool | None = None) -> str:
-    """SHA-256 of a file's content, gunzipped first if ``gunzip`` (default: name ends .gz)."""
-    return content_digest(path, "sha256", gunzip)
 
 
 def verify(path: Path, spec: RemoteFile) -> None:
