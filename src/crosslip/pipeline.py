@@ -85,6 +85,9 @@ ATTACK_COLUMNS = ["test_index", "upper_bound", "attack_success", "attack_target"
                   "upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
                   "upper_bound_linf", "upper_bound_linf_refined", "attack_seconds"]  # fmt: skip
 #: attack.norms in the config -> the p of the norm
+#: Identifying columns of a model (:func:`model_keys`), shared by the per-instance results
+#: and the summary tables: the schema's columns up to ``test_error``.
+MODEL_KEYS = INSTANCE_SCHEMA.names[: INSTANCE_SCHEMA.names.index("test_error") + 1]
 ATTACK_NORMS = {"l2": 2.0, "l1": 1.0, "linf": float("inf")}
 
 
@@ -94,6 +97,26 @@ def model_family(cfg: dict[str, Any]) -> str:
     if cfg["regularizer"] in KERNEL_REGULARIZERS:
         return "kernel"
     return str(cfg.get("arch", "mlp"))
+
+
+def model_keys(met: dict[str, Any], model_id: str) -> dict[str, Any]:
+    """The identifying columns of a model (:data:`MODEL_KEYS`, in order) from its metrics:
+    kernel models have no ``lr`` and networks no ``kernel_a`` (NaN); kernel models train in
+    the plain setting."""
+    cfg = met["config"]
+    return {
+        "dataset": met["dataset"],
+        "model_id": model_id,
+        "family": model_family(cfg),
+        "regularizer": cfg["regularizer"],
+        "lr": float("nan") if cfg.get("lr") is None else float(cfg["lr"]),
+        "lam": float(cfg["lam"]),
+        "kernel_a": float(cfg["a"]) if "a" in cfg else float("nan"),
+        "seed": int(cfg["seed"]),
+        "setting": cfg.get("setting", "plain"),
+        "status": met["status"],
+        "test_error": met["test_error"],
+    }
 
 
 def write_parquet(df: pd.DataFrame, path: Path | str, schema: pa.Schema | None = None) -> None:
@@ -284,27 +307,13 @@ def instances_stage(
 ) -> pd.DataFrame:
     """Join certification and attack results with the model's identifiers (INSTANCE_SCHEMA)."""
     met = read_json(metrics)
-    cfg = met["config"]
     df = pd.read_parquet(certify).merge(
         pd.read_parquet(attack), on="test_index", how="outer", validate="one_to_one"
     )
     df["correct"] = df["pred"] == df["label"]
     ratio = df["guarantee_global"] / df["guarantee_local"]
     df["ratio_global_local"] = ratio.where(df["guarantee_local"] > 0)
-    ids = {
-        "dataset": met["dataset"],
-        "model_id": model_id,
-        "family": model_family(cfg),
-        "regularizer": cfg["regularizer"],
-        "lr": float("nan") if cfg.get("lr") is None else float(cfg["lr"]),  # kernels: no lr
-        "lam": float(cfg["lam"]),
-        "kernel_a": float(cfg["a"]) if "a" in cfg else float("nan"),
-        "seed": int(cfg["seed"]),
-        "setting": cfg.get("setting", "plain"),  # kernel models: plain
-        "status": met["status"],
-        "test_error": met["test_error"],
-    }
-    for k, v in ids.items():
+    for k, v in model_keys(met, model_id).items():
         df[k] = v
     df = df.sort_values("test_index")[INSTANCE_SCHEMA.names]
     write_parquet(df, out, INSTANCE_SCHEMA)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .io import atomic_path
-from .pipeline import model_family
+from .pipeline import MODEL_KEYS, model_keys
 
 #: Guarantee columns of the per-instance results that the summary averages.
 MEAN_COLUMNS = [
@@ -30,12 +30,8 @@ MEAN_COLUMNS = [
 #: Further upper-bound columns (refined L2, L1, Linf) averaged over their successes.
 UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
                  "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
-#: Identifying columns of a model, shared by the per-instance results and the summary.
-MODEL_KEYS = ["dataset", "model_id", "family", "regularizer", "lr", "lam", "kernel_a", "seed",
-              "setting", "status", "test_error"]  # fmt: skip
 SUMMARY_COLUMNS = [
-    *MODEL_KEYS[:-1],
-    "test_error", "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
+    *MODEL_KEYS, "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
     "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
 ]  # fmt: skip
 TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
@@ -84,14 +80,7 @@ def add_diverged(summary: pd.DataFrame, metrics: list[dict]) -> pd.DataFrame:
     for m in metrics:
         if (m["dataset"], m["model_id"]) in have:
             continue
-        cfg = m["config"]
-        extra.append({
-            "dataset": m["dataset"], "model_id": m["model_id"], "family": model_family(cfg),
-            "regularizer": cfg["regularizer"], "lr": cfg.get("lr"), "lam": cfg["lam"],
-            "kernel_a": cfg.get("a"), "seed": cfg["seed"], "setting": cfg.get("setting", "plain"),
-            "status": m["status"], "test_error": m["test_error"],
-            "n_eval": 0, "n_correct": 0,
-        })  # fmt: skip
+        extra.append({**model_keys(m, m["model_id"]), "n_eval": 0, "n_correct": 0})
     if not extra:
         return summary
     return pd.concat([summary, pd.DataFrame(extra)], ignore_index=True)[SUMMARY_COLUMNS]
