@@ -260,7 +260,6 @@ def all_models(pattern):
     return expand(pattern, dataset=DATASETS, model=sorted(GRID), allow_missing=True)
 
 
-
 def families():
     """(family, setting) pairs the config trains: networks (``model.arch``: mlp or resnet)
     in each setting with a non-empty grid, Gaussian-kernel models in the plain setting."""
@@ -283,11 +282,10 @@ def aggregate_targets():
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), the figures and the illustration."""
     fams = {fam for fam, _ in families()}
-    targets = expand(f"{RESULTS}/tables/summary.{{ext}}", ext=["csv", "md", "tex"])
-    if "mlp" in fams:
-        targets += expand(f"{RESULTS}/tables/table1_global_local.{{ext}}", ext=["csv", "md", "tex"])
-    if "kernel" in fams:
-        targets += expand(f"{RESULTS}/tables/kernel.{{ext}}", ext=["csv", "md", "tex"])
+    tables = ["summary"]
+    tables += ["table1_global_local"] if "mlp" in fams else []
+    tables += ["kernel"] if "kernel" in fams else []
+    targets = expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=tables, ext=["csv", "md", "tex"])
     targets += figure_files("png") + figure_files("pdf")
     targets += expand(f"{RESULTS}/figures/adversarial_samples.{{ext}}", ext=["png", "pdf"])
     return targets
