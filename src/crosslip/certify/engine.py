@@ -82,7 +82,7 @@ def _certify_batch(
     m = margins(logits, pred)
     res: dict[str, torch.Tensor] = {"pred": pred, "margin": m.min(1).values}
     glob = global_bound(net, pred, x.dtype, spectral_norm=terms.spectral_norm)
-    z = x @ terms.U.T + terms.b  # the pre-activations, shared by every range
+    z = terms.preactivation(x)  # shared by every range
 
     def ranges(p: float, box: bool = False) -> PreactivationRange:
         return PreactivationRange(terms, x, pred, p=p, box=box, z=z)

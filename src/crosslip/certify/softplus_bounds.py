@@ -84,6 +84,10 @@ class NetTerms:
         self.alpha = net.alpha
         self._row_norms: dict[float, torch.Tensor] = {}
 
+    def preactivation(self, x: torch.Tensor) -> torch.Tensor:
+        """``z = U x + b`` (n, H) for ``x`` (n, d) in the terms' dtype."""
+        return x @ self.U.T + self.b
+
     def row_norms(self, q: float) -> torch.Tensor:
         """``||u_r||_q`` (H,)."""
         if q not in self._row_norms:
@@ -135,7 +139,7 @@ class PreactivationRange:
         self.p, self.q = p, dual_exponent(p)
         self.unorm = terms.row_norms(self.q)  # (H,)
         self.x = x.to(terms.U.dtype)
-        self.z = self.x @ terms.U.T + terms.b if z is None else z  # (n, H)
+        self.z = terms.preactivation(self.x) if z is None else z  # (n, H)
         self.pred = pred
         self.num_classes = k = self.W.shape[0]
         self.not_pred = torch.ones(k, k, dtype=torch.bool, device=pred.device)
