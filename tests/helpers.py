@@ -1,4 +1,5 @@
-"""Shared builders for the tests: small random models with controllable shapes."""
+"""Shared builders for the tests: small random models with controllable shapes, and readers
+of Snakemake's dry-run listing."""
 
 from __future__ import annotations
 
@@ -34,3 +35,43 @@ def random_points(n: int, d: int, seed: int) -> torch.Tensor:
 def files_in(folder) -> list[str]:
     """Names of everything in ``folder`` (hidden temporaries included); [] if absent."""
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def dry_run_jobs(stdout: str) -> list[dict]:
+    """The jobs that a dry run (``snakemake -n``) lists, in order: ``rule``, then every
+    ``key: value`` line under it as printed (``wildcards`` e.g. ``dataset=x, model=y``, ""
+    when none; read ``wildcards`` and ``resources`` with :func:`fields`), except ``input``
+    and ``output``: lists of paths ([] when none)."""
+    jobs, job = [], None
+    for line in stdout.splitlines():
+        head = line.split()
+        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
+            job = {"rule": head[1][:-1], "wildcards": "", "input": [], "output": []}
+            jobs.append(job)
+        elif job is not None and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            job[key] = value.split(", ") if key in ("input", "output") else value
+        else:
+            job = None
+    return jobs
+
+
+def fields(text: str) -> dict[str, str]:
+    """``a=1, b=x`` (a dry run's wildcards or resources) -> ``{"a": "1", "b": "x"}``."""
+    return dict(item.split("=", 1) for item in text.split(", ")) if text else {}
+
+
+def dry_run_counts(stdout: str) -> dict[str, int]:
+    """The dry run's job stats: rule -> number of jobs, and ``total``; ``{"total": 0}`` where
+    it says that there is nothing to be done."""
+    lines = stdout.splitlines()
+    if "Job stats:" not in lines:
+        assert "Nothing to be done" in stdout, stdout[-3000:]
+        return {"total": 0}
+    counts = {}
+    for line in lines[lines.index("Job stats:") + 3 :]:  # after the header and the rule
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts

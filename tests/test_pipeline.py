@@ -16,6 +16,8 @@ import yaml
 from crosslip.pipeline import INSTANCE_SCHEMA
 from crosslip.report import SUMMARY_COLUMNS
 
+from .helpers import dry_run_counts
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -302,11 +304,7 @@ def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
     proc = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "presets" /
                      f"{preset}.yaml"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    counts = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            counts[parts[0]] = int(parts[1])
+    counts = dry_run_counts(proc.stdout)
     n_models, n_panels = PRESETS[preset]
     for rule in ("train", "certify", "attack", "instances"):
         assert counts[rule] == n_models, (rule, counts)

@@ -65,7 +65,7 @@ from crosslip.pipeline import (
 )
 from crosslip.report import MEAN_COLUMNS, UPPER_COLUMNS, add_diverged, summarize, write_tables
 
-from .helpers import random_net
+from .helpers import dry_run_jobs, fields, random_net
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -639,20 +639,7 @@ def job_outputs(rule: str, wildcards: dict[str, str]) -> list[str]:
 
 def planned_jobs(output: str) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job a dry run (``-n``) lists."""
-    jobs, rule, wc = set(), None, ""
-    for line in [*output.splitlines(), "rule end:"]:
-        head = re.fullmatch(r"(?:local)?rule (\w+):", line.strip())
-        if head:
-            if rule is not None:
-                jobs.add((rule, wc))
-            rule, wc = head.group(1), ""
-        elif rule is not None and line.strip().startswith("wildcards:"):
-            wc = line.split(":", 1)[1].strip()
-    return jobs
-
-
-def wildcards(wc: str) -> dict[str, str]:
-    return dict(kv.split("=", 1) for kv in wc.split(", ")) if wc else {}
+    return {(job["rule"], job["wildcards"]) for job in dry_run_jobs(output)}
 
 
 def marked_incomplete(work: Path) -> set[str]:
@@ -672,8 +659,7 @@ def unfinished(work: Path, plan: set[tuple[str, str]]) -> set[tuple[str, str]]:
         job
         for job in plan
         if any(
-            not (work / o).is_file() or o in incomplete
-            for o in job_outputs(job[0], wildcards(job[1]))
+            not (work / o).is_file() or o in incomplete for o in job_outputs(job[0], fields(job[1]))
         )
     }
 
@@ -1264,7 +1250,7 @@ def load_run(tmp_path_factory):
 @pytest.mark.slow
 def test_many_jobs_on_two_cores_lose_and_duplicate_no_row(load_run):
     work, plan, ran, watcher, _ = load_run
-    models = sorted({wildcards(wc)["model"] for rule, wc in plan if rule == "train"})
+    models = sorted({fields(wc)["model"] for rule, wc in plan if rule == "train"})
     assert len(models) == 12 and sum(ran.values()) == len(plan) >= 50
     assert ran["train"] == ran["certify"] == ran["attack"] == ran["instances"] == 12
     df = pd.read_parquet(work / "results" / "instances")

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .helpers import dry_run_counts, dry_run_jobs
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "environment.yml", "workflow", "src", "config")
@@ -62,35 +64,13 @@ class Run:
         """Jobs of a dry run, by key ``rule[wildcards]``, checked against its job count."""
         out = self.snakemake("-n", *args, config=config).stdout
         jobs = jobs_by_key(out)
-        assert len(jobs) == planned_count(out), out[-3000:]
+        assert len(jobs) == dry_run_counts(out)["total"], out[-3000:]
         return jobs
 
 
-def planned_count(stdout: str) -> int:
-    """The ``total`` of the dry run's job stats; 0 where it says there is nothing to do."""
-    totals = [line.split() for line in stdout.splitlines() if line.startswith("total ")]
-    if not totals:
-        assert "Nothing to be done" in stdout, stdout[-3000:]
-        return 0
-    return int(totals[0][1])
-
-
 def jobs_by_key(stdout: str) -> dict[str, dict]:
-    """Parse the dry-run listing: for each job its rule, wildcards, input, output, reason."""
-    jobs, job = {}, None
-    for line in stdout.splitlines():
-        head = line.split()
-        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
-            job = {"rule": head[1][:-1], "wildcards": "", "input": [], "output": [], "reason": ""}
-        elif job is not None and line.startswith("    ") and ": " in line:
-            key, value = line.strip().split(": ", 1)
-            job[key] = value.split(", ") if key in ("input", "output") else value
-        elif job is not None:
-            jobs[f"{job['rule']}[{job['wildcards']}]"] = job
-            job = None
-    if job is not None:
-        jobs[f"{job['rule']}[{job['wildcards']}]"] = job
-    return jobs
+    """The dry-run listing by key ``rule[wildcards]``."""
+    return {f"{job['rule']}[{job['wildcards']}]": job for job in dry_run_jobs(stdout)}
 
 
 def key(rule: str, model: str) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .helpers import dry_run_counts, dry_run_jobs, fields
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
@@ -22,28 +24,6 @@ SLURM_COMMANDS = ("sbatch", "srun", "salloc", "scancel", "sinfo", "squeue", "sac
                   "sacctmgr", "sshare", "scontrol")  # fmt: skip
 SUBMITTING = {"sbatch", "srun", "salloc", "scancel"}
 SITE_VARS = ("CROSSLIP_SLURM_PARTITION", "CROSSLIP_SLURM_GPU_PARTITION", "CROSSLIP_SLURM_ACCOUNT")
-
-
-def parse_dry_run(stdout: str) -> list[dict]:
-    """The jobs of a dry run's listing: rule name and the ``key: value`` lines under it, with
-    ``wildcards`` and ``resources`` split into dicts and ``input``/``output`` into lists."""
-    jobs, job = [], None
-    for line in stdout.splitlines():
-        head = line.split()
-        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
-            job = {"rule": head[1][:-1], "wildcards": {}, "resources": {}, "threads": "1"}
-            jobs.append(job)
-        elif job is not None and line.startswith("    ") and ": " in line:
-            key, value = line.strip().split(": ", 1)
-            if key in ("wildcards", "resources"):
-                job[key] = dict(item.split("=", 1) for item in value.split(", "))
-            elif key in ("input", "output"):
-                job[key] = value.split(", ")
-            else:
-                job[key] = value
-        elif not line.startswith("    "):
-            job = None
-    return jobs
 
 
 @pytest.fixture
@@ -65,9 +45,11 @@ def dry_run(workdir: Path, *args: str, env: dict) -> tuple[list[dict], str]:
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "-n", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    jobs = parse_dry_run(proc.stdout)
-    totals = [line.split() for line in proc.stdout.splitlines() if line.startswith("total ")]
-    assert totals and len(jobs) == int(totals[0][1]), proc.stdout[-3000:]
+    jobs = dry_run_jobs(proc.stdout)
+    assert len(jobs) == dry_run_counts(proc.stdout)["total"] > 0, proc.stdout[-3000:]
+    for job in jobs:  # as the tests read them
+        job["wildcards"], job["resources"] = fields(job["wildcards"]), fields(job.get("resources"))
+        job.setdefault("threads", "1")
     return jobs, proc.stdout + proc.stderr
 
 
