@@ -3,9 +3,25 @@ of Snakemake's dry-run listing."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from crosslip.models import SoftplusNet
+
+#: The repository and the snakemake of this environment.
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def snakemake_cmd(
+    workdir: Path, *args: str, configfile: Path | None = None, snakefile: Path | None = None
+) -> list[str]:
+    """``snakemake -s <snakefile> --directory <workdir> [--configfile <configfile>] <args>``;
+    the snakefile is the repository's unless given."""
+    cmd = [SNAKEMAKE, "-s", str(snakefile or ROOT / "Snakefile"), "--directory", str(workdir)]
+    return cmd + (["--configfile", str(configfile)] if configfile else []) + list(args)
 
 
 def random_net(

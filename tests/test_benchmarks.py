@@ -7,9 +7,8 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT
 
 
 def test_bench_train_runs_and_ends_with_one_json_line():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,7 @@ import yaml
 from crosslip.pipeline import INSTANCE_SCHEMA
 from crosslip.report import SUMMARY_COLUMNS
 
-from .helpers import dry_run_counts
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+from .helpers import ROOT, SNAKEMAKE, dry_run_counts, snakemake_cmd
 
 TINY = {
     "datasets": ["mnist5k"],
@@ -48,12 +44,12 @@ TINY = {
 
 
 def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir)]
+    cfg = None
     if config is not None:
         cfg = workdir / "config.yaml"
         cfg.write_text(yaml.safe_dump(config))
-        cmd += ["--configfile", str(cfg)]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=900)
+    cmd = snakemake_cmd(workdir, *args, configfile=cfg)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -65,10 +64,8 @@ from crosslip.pipeline import (
 )
 from crosslip.report import MEAN_COLUMNS, UPPER_COLUMNS, add_diverged, summarize, write_tables
 
-from .helpers import dry_run_jobs, fields, random_net
+from .helpers import ROOT, dry_run_jobs, fields, random_net, snakemake_cmd
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 MNIST_MIRROR = ROOT.parent / "shared" / "data" / "mnist"
 MNIST_FILES = (
     "train-images-idx3-ubyte.gz",
@@ -82,19 +79,6 @@ SECONDS = ["certify_seconds", "attack_seconds"]  # wall time: differs between ru
 OFFLINE = {
     k: "http://127.0.0.1:9" for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 }
-
-
-def snakemake_cmd(work: Path, *args: str) -> list[str]:
-    return [
-        SNAKEMAKE,
-        "-s",
-        str(ROOT / "Snakefile"),
-        "--directory",
-        str(work),
-        "--configfile",
-        str(work / "config.yaml"),
-        *args,
-    ]
 
 
 def offline_env() -> dict[str, str]:
@@ -117,7 +101,7 @@ def snakemake(
     if config is not None:
         write_config(work, config)
     return subprocess.run(
-        snakemake_cmd(work, *args),
+        snakemake_cmd(work, *args, configfile=work / "config.yaml"),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -689,7 +673,7 @@ def plan_now(work: Path) -> set[tuple[str, str]]:
 def start(work: Path) -> subprocess.Popen:
     """The run command, in its own process group (as a terminal or a batch system would)."""
     return subprocess.Popen(
-        snakemake_cmd(work, *RUN),
+        snakemake_cmd(work, *RUN, configfile=work / "config.yaml"),
         env=offline_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

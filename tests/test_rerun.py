@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .helpers import dry_run_counts, dry_run_jobs
+from .helpers import ROOT, dry_run_counts, dry_run_jobs, snakemake_cmd
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "environment.yml", "workflow", "src", "config")
 PER_MODEL = ("train", "certify", "attack", "instances")
 
@@ -54,8 +51,7 @@ class Run:
     def snakemake(self, *args: str, config: dict = TINY) -> subprocess.CompletedProcess:
         cfg = self.work / "config.yaml"
         cfg.write_text(yaml.safe_dump(config))
-        cmd = [SNAKEMAKE, "-s", str(self.repo / "Snakefile"), "--directory", str(self.work),
-               "--configfile", str(cfg), *args]  # fmt: skip
+        cmd = snakemake_cmd(self.work, *args, configfile=cfg, snakefile=self.repo / "Snakefile")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc

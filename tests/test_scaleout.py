@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .helpers import dry_run_counts, dry_run_jobs, fields
+from .helpers import ROOT, SNAKEMAKE, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
 PRESETS = sorted((ROOT / "config" / "presets").glob("*.yaml"))
@@ -42,7 +39,7 @@ def fake_slurm(tmp_path):
 
 
 def dry_run(workdir: Path, *args: str, env: dict) -> tuple[list[dict], str]:
-    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "-n", *args]
+    cmd = snakemake_cmd(workdir, "-n", *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = dry_run_jobs(proc.stdout)
@@ -139,7 +136,7 @@ rule job:
 def gpu_job_intervals(workdir: Path, *args: str) -> list[tuple[float, float]]:
     workdir.mkdir()
     (workdir / "Snakefile").write_text(TOY)
-    cmd = [SNAKEMAKE, "-s", str(workdir / "Snakefile"), "--directory", str(workdir), *args]
+    cmd = snakemake_cmd(workdir, *args, snakefile=workdir / "Snakefile")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = workdir / "out"
