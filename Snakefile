@@ -19,7 +19,6 @@ include: "workflow/rules/common.smk"
 wildcard_constraints:
     dataset="|".join(DATASETS),
     family="mlp|resnet|kernel",
-    setting="plain|augment|adversarial",
     model="|".join(map(re.escape, sorted(GRID))),
 
 
@@ -34,5 +33,5 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        aggregate_targets(),
+        crosslip_config.aggregate_targets(config),
     default_target: True

@@ -26,7 +26,7 @@ TINY = {
         "grid": {
             "none": {"lr": [0.2], "lambda": [0.0]},
             "weight_decay": {"lr": [0.2], "lambda": [1.0e-4]},
-            "dropout": {"lr": [0.2], "lambda": [0.5]},
+            "dropout": {"lr": [0.2], "keep_hidden": [0.5]},
             "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
         },
     },
@@ -79,7 +79,8 @@ def test_lint_is_clean():
 
 
 def test_bad_config_is_rejected_before_any_job(tmp_path):
-    drop = {**TINY, "train": {**TINY["train"], "grid": {"dropout": {"lr": [0.1], "lambda": [1.5]}}}}
+    grid = {"dropout": {"lr": [0.1], "keep_hidden": [1.5]}}
+    drop = {**TINY, "train": {**TINY["train"], "grid": grid}}
     proc = snakemake(tmp_path, "--cores", "1", config=drop)
     assert proc.returncode != 0 and "1.5" in proc.stderr
     bad = {**TINY, "train": {**TINY["train"], "epochs": -3}}
@@ -101,7 +102,7 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
 def test_tiny_run_writes_parquet_with_schema(tiny_run):
     files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
     nets = ["none-lr0.2-lam0-seed0", "weight_decay-lr0.2-lam0.0001-seed0",
-            "dropout-lr0.2-lam0.5-seed0", "cross_lipschitz-lr0.2-lam0.001-seed0"]  # fmt: skip
+            "dropout-lr0.2-keep0.5-seed0", "cross_lipschitz-lr0.2-lam0.001-seed0"]  # fmt: skip
     expect = [n + suffix for n in nets for suffix in ("", "-augment", "-adversarial")]
     expect += ["kernel_logreg-a1-lam0-seed0", "kernel_logreg-a1-lam0.0001-seed0",
                "kernel_cl-a1-lam0.1-seed0"]  # fmt: skip
@@ -249,8 +250,8 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
     save_prepared(read_cifar10_archive(archive), prepared)
     before = prepared.read_bytes()
     regs = {r: {"lr": [0.05], "lambda": [lam]} for r, lam in
-            (("none", 0.0), ("weight_decay", 1e-4), ("dropout", 0.5),
-             ("cross_lipschitz", 1e-3))}  # fmt: skip
+            (("none", 0.0), ("weight_decay", 1e-4), ("cross_lipschitz", 1e-3))}  # fmt: skip
+    regs["dropout"] = {"lr": [0.05], "keep_hidden": [0.5]}
     cfg = {
         "datasets": ["cifar10"],
         "model": {"arch": "resnet", "resnet_blocks": 1},

@@ -176,10 +176,23 @@ def test_cross_lipschitz_is_invariant_to_adding_a_common_function():
     assert torch.allclose(cross_lipschitz_softplus(net, x), before, rtol=1e-10)
 
 
-def test_weight_decay_is_squared_norm_of_weights():
+def test_weight_decay_is_half_the_squared_norm_of_weights():
+    """The authors' tf.nn.l2_loss: 1/2 sum of squares of the weights, biases excluded."""
     net = random_net(4, 3, 5, 1)
     expected = net.hidden_layer.weight.pow(2).sum() + net.output_layer.weight.pow(2).sum()
-    assert torch.allclose(weight_decay(net), expected)
+    assert torch.allclose(weight_decay(net), expected / 2)
+
+
+def test_weight_decay_of_a_resnet_skips_batch_norm_scales():
+    from crosslip.resnet import ResNet
+
+    net = ResNet((8, 8, 1), n=1)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.fill_(100.0)
+    convs = [m.weight for m in net.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+    assert torch.allclose(weight_decay(net), 0.5 * sum(w.pow(2).sum() for w in convs))
 
 
 def test_softplus_derivatives_are_finite_and_exact_everywhere():

@@ -10,7 +10,7 @@ import torch
 
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, load_model, save_model
-from crosslip.train import TrainConfig, adversarial_batch, train
+from crosslip.train import TrainConfig, adversarial_batch, lr_decay_updates, train
 
 
 @pytest.fixture(scope="module")
@@ -84,18 +84,75 @@ def test_malicious_model_file_is_refused(tmp_path, monkeypatch):
 
 def test_dropout_trains_with_dropped_units_and_predicts_deterministically():
     ds = load_dataset("mnist5k")
-    cfg = TrainConfig(regularizer="dropout", lam=0.5, lr=0.2, epochs=2, hidden=64)
+    cfg = TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, epochs=2,
+                      hidden=64)  # fmt: skip
     res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
     assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
     net = res.model
-    assert net.hyper["dropout"] == 0.5
+    assert net.hyper["keep_hidden"] == 0.5 and net.hyper["keep_input"] == 0.9
     x = torch.as_tensor(ds.x_test[:50])
     with torch.no_grad():
         assert torch.equal(net(x), net(x))  # eval mode: no dropout
         net.train()
         assert not torch.equal(net(x), net(x))  # training mode: units are dropped
-    with pytest.raises(ValueError, match=r"dropout probability in \[0, 1\)"):
-        TrainConfig(regularizer="dropout", lam=1.0)
+    with pytest.raises(ValueError, match=r"keep probability in \(0, 1\]"):
+        TrainConfig(regularizer="dropout", keep_hidden=0.0)
+    with pytest.raises(ValueError, match="takes lambda = 0"):
+        TrainConfig(regularizer="dropout", lam=0.5)
+    with pytest.raises(ValueError, match="needs regularizer 'dropout'"):
+        TrainConfig(regularizer="none", keep_input=0.9)
+
+
+def test_dropout_keep_rates_of_hidden_units_and_inputs():
+    """keep_hidden and keep_input are probabilities of keeping (the authors' meaning): the
+    fraction of hidden units and inputs that survive a training forward pass matches them."""
+    torch.manual_seed(0)
+    d, h, n = 400, 500, 200
+    net = SoftplusNet(d, 3, hidden=h, keep_hidden=0.3, keep_input=0.9).double().train()
+    x = torch.rand(n, d, dtype=torch.float64) + 0.5  # no zero input
+    kept_inputs = (net.input_dropout(x) != 0).double().mean().item()
+    hidden = torch.rand(n, h, dtype=torch.float64) + 0.5
+    kept_hidden = (net.dropout(hidden) != 0).double().mean().item()
+    # 80,000 and 100,000 Bernoulli draws: standard errors about 0.001 and 0.0015
+    assert abs(kept_inputs - 0.9) < 0.006 and abs(kept_hidden - 0.3) < 0.006
+    # inverted dropout: survivors are scaled by 1/keep, so the mean is unchanged
+    assert torch.allclose(net.dropout(hidden).mean(), hidden.mean(), rtol=0.02)
+    _, z = net.logits_and_preactivation(x)  # the preactivation sees the dropped-out input
+    assert not torch.allclose(z, net.preactivation(x))
+
+
+def test_authors_initialisation_and_no_biases():
+    torch.manual_seed(0)
+    d, k, h = 784, 10, 1024
+    net = SoftplusNet(d, k, hidden=h, init="authors")
+    assert net.hidden_layer.bias is None and net.output_layer.bias is None
+    assert abs(net.U.std().item() / (1 / (d * h)) ** 0.5 - 1) < 0.01
+    assert abs(net.W.std().item() / (1 / (k * h)) ** 0.5 - 1) < 0.02
+    with_bias = SoftplusNet(d, k, hidden=h, bias=True, init="authors")
+    assert torch.all(with_bias.hidden_layer.bias == 0.1)
+    default = SoftplusNet(d, k, hidden=h, init="pytorch")  # about 20x larger on MNIST
+    assert default.U.std().item() / net.U.std().item() > 15
+
+
+def test_learning_rate_decays_at_fractions_of_the_updates():
+    assert lr_decay_updates([0.72, 0.88], 1000) == {720, 880}
+    ds = load_dataset("mnist5k")
+    cfg = TrainConfig(lr=0.3, epochs=2, hidden=16, batch_size=1000, lr_decay=0.1,
+                      lr_decay_at=[0.5, 0.75])  # fmt: skip
+    seen = []
+    real_step = torch.optim.SGD.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *args, **kwargs)
+
+    torch.optim.SGD.step = spy
+    try:
+        train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    finally:
+        torch.optim.SGD.step = real_step
+    # 4,000 points in batches of 1,000: 8 updates; decay after updates 4 and 6
+    assert seen == pytest.approx([0.3] * 4 + [0.03] * 2 + [0.003] * 2)
 
 
 def test_augment_setting_trains_on_crops_and_tests_on_center_crops():

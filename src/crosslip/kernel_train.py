@@ -25,38 +25,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .config import KERNEL_REGULARIZERS, KernelTrainSpec  # noqa: F401 (re-exported)
 from .kernels import GaussianKernelModel, gamma_from_data
 from .train import TrainResult, error_rate
 
-KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
-
-
-@dataclass
-class KernelTrainConfig:
-    """Hyperparameters of one kernel training job."""
-
-    regularizer: str = "kernel_cl"
-    lam: float = 1e-2
-    a: float = 1.0
-    n_centers: int = 1000
-    neighbours: int = 40
-    max_iter: int = 300
-    tol: float = 1e-7
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.regularizer not in KERNEL_REGULARIZERS:
-            raise ValueError(
-                f"unknown kernel regularizer {self.regularizer!r}; allowed: "
-                f"{', '.join(KERNEL_REGULARIZERS)}"
-            )
+#: Hyperparameters of one kernel training job: the workflow's typed spec.
+KernelTrainConfig = KernelTrainSpec
 
 
 def cross_lipschitz_gram(model: GaussianKernelModel, x: torch.Tensor) -> torch.Tensor:

@@ -102,7 +102,8 @@ def model_family(cfg: dict[str, Any]) -> str:
 def model_keys(met: dict[str, Any], model_id: str) -> dict[str, Any]:
     """The identifying columns of a model (:data:`MODEL_KEYS`, in order) from its metrics:
     kernel models have no ``lr`` and networks no ``kernel_a`` (NaN); kernel models train in
-    the plain setting."""
+    the plain setting. ``lam`` is the regularizer's grid value: lambda, or for dropout the
+    probability ``keep_hidden`` of keeping a hidden unit."""
     cfg = met["config"]
     return {
         "dataset": met["dataset"],
@@ -110,7 +111,7 @@ def model_keys(met: dict[str, Any], model_id: str) -> dict[str, Any]:
         "family": model_family(cfg),
         "regularizer": cfg["regularizer"],
         "lr": float("nan") if cfg.get("lr") is None else float(cfg["lr"]),
-        "lam": float(cfg["lam"]),
+        "lam": float(cfg["keep_hidden"] if cfg["regularizer"] == "dropout" else cfg["lam"]),
         "kernel_a": float(cfg["a"]) if "a" in cfg else float("nan"),
         "seed": int(cfg["seed"]),
         "setting": cfg.get("setting", "plain"),

@@ -187,5 +187,8 @@ def cross_lipschitz_softplus(
 
 
 def weight_decay(model: nn.Module) -> torch.Tensor:
-    """Squared Euclidean norm of all weights (biases excluded)."""
-    return sum(p.pow(2).sum() for name, p in model.named_parameters() if name.endswith("weight"))
+    """Half the squared Euclidean norm of the weights of the linear and convolutional layers,
+    ``1/2 sum ||W||_F^2`` (biases and batch-norm scales excluded), as the authors'
+    ``tf.nn.l2_loss`` over their "weights" variables; lambda multiplies it."""
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+    return 0.5 * sum(m.weight.pow(2).sum() for m in layers)

@@ -37,8 +37,8 @@ SUMMARY_COLUMNS = [
 TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
                   "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
 KERNEL_TABLE_COLUMNS = ["dataset", "method", "model_id", "kernel_a", "lam", "test_error",
-                        "n_correct", "mean_upper_bound", "mean_guarantee_local",
-                        "attack_success_rate"]  # fmt: skip
+                        "n_correct", "mean_upper_bound", "mean_upper_bound_linf",
+                        "mean_guarantee_local", "attack_success_rate"]  # fmt: skip
 #: Names of the paper's Table 1 / kernel table rows.
 REG_LABEL = {"none": "None", "dropout": "Dropout", "weight_decay": "Weight Dec.",
              "cross_lipschitz": "Cross Lip.", "kernel_logreg": "K-LogReg",
@@ -159,40 +159,48 @@ def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
     plt.close(fig)
 
 
+SETTING_ORDER = ["plain", "augment", "adversarial"]
+SETTING_LABEL = {"plain": "plain", "augment": "data augmentation",
+                 "adversarial": "adversarial training"}  # fmt: skip
+
+
 def plot_bounds_vs_error(
-    summary: pd.DataFrame,
-    png: Path | str,
-    pdf: Path | str,
-    dataset: str,
-    family: str,
-    setting: str,
+    summary: pd.DataFrame, png: Path | str, pdf: Path | str, dataset: str, family: str
 ) -> None:
-    """A figure of Section 5 for one dataset, model family and setting: mean L2 upper bound
-    (left) and mean L2 guarantee (right) against test error, one marker per model (each
-    hyperparameter combination), colour and shape per regularizer. ResNets have no
-    guarantee: the upper-bound panel only (the paper's ResNet figure)."""
-    sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)
-                  & (summary["setting"] == setting)]  # fmt: skip
-    data = sel[sel["status"] == "ok"]
+    """The figure of Section 5 for one dataset and model family, laid out as the paper's:
+    one row per setting (plain, data augmentation, adversarial training, those present),
+    each with the mean L2 upper bound (left) and the mean L2 guarantee (right) against test
+    error, one marker per model (each hyperparameter combination), colour and shape per
+    regularizer. ResNets have no guarantee: the upper-bound panel only."""
+    sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)]
+    present = set(sel["setting"])
+    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
+    settings = settings or ["plain"]
     panels = [("mean_upper_bound", "Adversarial resistance (upper bound), $L_2$")]
     if family != "resnet":
         panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (col, title) in zip(axes[0], panels, strict=True):
-        for reg, g in data.groupby("regularizer"):
-            color, marker = REG_STYLE.get(reg, ("black", "x"))
-            ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, s=40,
-                       label=REG_LABEL.get(reg, reg))  # fmt: skip
-        ax.set_xlabel("test error (%)")
-        ax.set_ylabel(col.replace("_", " "))
-        ax.set_title(f"{dataset} ({setting}), {FAMILY_LABEL.get(family, family)}\n{title}",
-                     fontsize=9)  # fmt: skip
-        ax.grid(alpha=0.3)
-        if len(data):
-            ax.legend(fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "no model finished", ha="center", va="center",
-                    transform=ax.transAxes)  # fmt: skip
+    fig, axes = plt.subplots(len(settings), len(panels),
+                             figsize=(5 * len(panels), 3.8 * len(settings)),
+                             squeeze=False)  # fmt: skip
+    for row, setting in zip(axes, settings, strict=True):
+        part = sel[sel["setting"] == setting]
+        data = part[(part["status"] == "ok") & part["mean_upper_bound"].notna()]
+        for ax, (col, title) in zip(row, panels, strict=True):
+            for reg, g in data.groupby("regularizer"):
+                color, marker = REG_STYLE.get(reg, ("black", "x"))
+                ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, s=40,
+                           label=REG_LABEL.get(reg, reg))  # fmt: skip
+            ax.set_xlabel("test error (%)")
+            ax.set_ylabel(col.replace("_", " "))
+            ax.set_title(f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+                         f"{FAMILY_LABEL.get(family, family)}\n{title}",
+                         fontsize=9)  # fmt: skip
+            ax.grid(alpha=0.3)
+            if len(data):
+                ax.legend(fontsize=8)
+            else:
+                ax.text(0.5, 0.5, "no model evaluated", ha="center", va="center",
+                        transform=ax.transAxes)  # fmt: skip
     n_div = int((sel["status"] != "ok").sum())
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s) not shown", fontsize=8)

@@ -2,18 +2,21 @@
 
 Objective (Eq. eq:L-Alg): mean cross-entropy + lambda * regularizer, where the regularizer is
 ``none``, ``cross_lipschitz`` (exact closed form, Section 3.2) or ``weight_decay``
-(squared norm of the weights); for ``dropout`` (Section 5) lambda is the probability of
-dropping a hidden unit during training (inverted dropout: nothing changes at test time, so
-the certified and attacked function is the plain network). SGD with mini-batches (64 in the
-paper); the learning rate can decay by a constant factor at given epochs. Deterministic for a
-fixed seed on one machine.
+(half the squared norm of the weights, as the authors' ``tf.nn.l2_loss``); ``dropout``
+(Section 5) keeps each hidden unit with probability ``keep_hidden`` and each input
+coordinate with ``keep_input`` during training (the paper's "dropout probabilities" are the
+authors' keep probabilities; inverted dropout: nothing changes at test time, so the certified
+and attacked function is the plain network). SGD with mini-batches (64 in the paper); the
+learning rate is multiplied by ``lr_decay`` after each fraction ``lr_decay_at`` of all updates
+(the authors' schedule: x0.1 at 72% and x0.01 at 88%). Deterministic for a fixed seed on one
+machine.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -22,57 +25,19 @@ from torch.nn import functional as F
 
 from .attacks import upper_bound
 from .augment import augment, center_crop
+from .config import NET_REGULARIZERS, NetTrainSpec
+from .config import SETTINGS as CONFIG_SETTINGS
 from .models import SoftplusNet
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
-REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
+REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
-SETTINGS = ("plain", "augment", "adversarial")
+SETTINGS = CONFIG_SETTINGS
 ADV_NORMS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
 
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of one training job."""
-
-    regularizer: str = "none"
-    lam: float = 0.0
-    lr: float = 0.2
-    epochs: int = 10
-    batch_size: int = 64
-    seed: int = 0
-    hidden: int = 1024
-    alpha: float = 10.0
-    bias: bool = True
-    lr_decay: float = 1.0
-    lr_decay_epochs: list[int] = field(default_factory=list)
-    arch: str = "mlp"
-    resnet_blocks: int = 5
-    resnet_width: int = 1
-    setting: str = "plain"
-    crop: int = 24
-    adv_norm: str = "linf"
-    adv_fraction: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.regularizer not in REGULARIZERS:
-            raise ValueError(
-                f"unknown regularizer {self.regularizer!r}; allowed: {', '.join(REGULARIZERS)}"
-            )
-        if self.regularizer == "none" and self.lam != 0:
-            raise ValueError("regularizer 'none' takes lambda = 0")
-        if self.arch not in ("mlp", "resnet"):
-            raise ValueError(f"unknown arch {self.arch!r}; allowed: mlp, resnet")
-        if self.setting not in SETTINGS:
-            raise ValueError(f"unknown setting {self.setting!r}; allowed: {', '.join(SETTINGS)}")
-        if self.adv_norm not in ADV_NORMS:
-            raise ValueError(f"unknown adv_norm {self.adv_norm!r}; allowed: l1, l2, linf")
-        if self.regularizer == "dropout" and not 0 <= self.lam < 1:
-            raise ValueError(
-                f"regularizer 'dropout' takes lambda = the dropout probability in [0, 1); "
-                f"got {self.lam}"
-            )
+#: Hyperparameters of one training job: the workflow's typed spec, defaults from the schema.
+TrainConfig = NetTrainSpec
 
 
 @dataclass
@@ -111,6 +76,12 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
+
+
+def lr_decay_updates(fractions: list[float], total: int) -> set[int]:
+    """The update counts after which the learning rate decays: ``round(f * total)`` for each
+    fraction ``f`` of all ``total`` SGD updates (the authors' piecewise-constant schedule)."""
+    return {round(f * total) for f in fractions}
 
 
 @torch.no_grad()
@@ -153,7 +124,7 @@ def train(
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     aug_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    dropout = cfg.lam if cfg.regularizer == "dropout" else 0.0
+    drop_hidden = 1.0 - cfg.keep_hidden
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
         raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
@@ -164,9 +135,11 @@ def train(
     in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
     if cfg.arch == "resnet":
         net = ResNet(model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha,
-                     dropout)  # fmt: skip
+                     drop_hidden)  # fmt: skip
     else:
-        net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias, dropout)
+        net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias,
+                          keep_hidden=cfg.keep_hidden, keep_input=cfg.keep_input,
+                          init=cfg.init)  # fmt: skip
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
@@ -176,10 +149,9 @@ def train(
     status = "ok"
     t0 = time.perf_counter()
     n = len(xtr)
+    decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
+    updates = 0
     for epoch in range(cfg.epochs):
-        if epoch in cfg.lr_decay_epochs:
-            for group in opt.param_groups:
-                group["lr"] *= cfg.lr_decay
         net.train()
         perm = torch.randperm(n, generator=gen).to(device)
         tot_loss = tot_pen = 0.0
@@ -198,6 +170,10 @@ def train(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            updates += 1
+            if updates in decay_after:
+                for group in opt.param_groups:
+                    group["lr"] *= cfg.lr_decay
             tot_loss += loss.item() * len(idx)
             tot_pen += pen.item() * len(idx)
         if status != "ok":

@@ -1,7 +1,9 @@
-# Tables and figures of Section 5, each a rule from the per-instance results (via the
-# per-model summary). Outputs marked report() go into `snakemake --report report.html`.
-# They take seconds: on a cluster they run where Snakemake runs, not as batch jobs.
+# Model selection, then the tables and figures of Section 5, each a rule over the per-instance
+# results (via the per-model summary). Outputs marked report() go into
+# `snakemake --report report.html`. They take seconds: on a cluster they run where Snakemake
+# runs, not as batch jobs.
 localrules:
+    select_models,
     summary,
     table1,
     kernel_table,
@@ -9,11 +11,25 @@ localrules:
     figure_adversarial,
 
 
+checkpoint select_models:
+    input:
+        metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
+    output:
+        f"{RESULTS}/selected_models.json",
+    params:
+        code=code("select_models.py"),
+    log:
+        f"{RESULTS}/logs/select_models.log",
+    conda:
+        ENV
+    script:
+        "../scripts/select_models.py"
+
+
 rule summary:
     input:
-        instances=all_models(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
+        instances=evaluated(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
         metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
-        lib=lib("report"),
     output:
         csv=report(
             f"{RESULTS}/tables/summary.csv",
@@ -22,6 +38,8 @@ rule summary:
         ),
         md=f"{RESULTS}/tables/summary.md",
         tex=f"{RESULTS}/tables/summary.tex",
+    params:
+        code=code("summary.py"),
     log:
         f"{RESULTS}/logs/summary.log",
     conda:
@@ -33,7 +51,6 @@ rule summary:
 rule table1:
     input:
         summary=rules.summary.output.csv,
-        lib=lib("report"),
     output:
         csv=report(
             f"{RESULTS}/tables/table1_global_local.csv",
@@ -44,6 +61,7 @@ rule table1:
         tex=f"{RESULTS}/tables/table1_global_local.tex",
     params:
         table="table1",
+        code=code("table.py"),
     log:
         f"{RESULTS}/logs/table1.log",
     conda:
@@ -63,6 +81,7 @@ use rule table1 as kernel_table with:
         tex=f"{RESULTS}/tables/kernel.tex",
     params:
         table="kernel",
+        code=code("table.py"),
     log:
         f"{RESULTS}/logs/kernel_table.log",
 
@@ -70,18 +89,19 @@ use rule table1 as kernel_table with:
 rule figure_bounds:
     input:
         summary=rules.summary.output.csv,
-        lib=lib("report"),
     output:
         png=report(
-            f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}-{{setting}}.png",
+            f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}.png",
             caption="../report/bounds_vs_error.rst",
             category="Figures",
             subcategory="{dataset}",
-            labels={"family": "{family}", "setting": "{setting}"},
+            labels={"family": "{family}"},
         ),
-        pdf=f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}-{{setting}}.pdf",
+        pdf=f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}.pdf",
+    params:
+        code=code("figure_bounds.py"),
     log:
-        f"{RESULTS}/logs/figure_bounds/{{dataset}}-{{family}}-{{setting}}.log",
+        f"{RESULTS}/logs/figure_bounds/{{dataset}}-{{family}}.log",
     conda:
         ENV
     script:
@@ -91,8 +111,7 @@ rule figure_bounds:
 rule figure_adversarial:
     input:
         summary=rules.summary.output.csv,
-        examples=all_models(f"{RESULTS}/examples/{{dataset}}/{{model}}.npz"),
-        lib=lib("report"),
+        examples=evaluated(f"{RESULTS}/examples/{{dataset}}/{{model}}.npz"),
     output:
         png=report(
             f"{RESULTS}/figures/adversarial_samples.png",
@@ -100,6 +119,8 @@ rule figure_adversarial:
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/adversarial_samples.pdf",
+    params:
+        code=code("figure_adversarial.py"),
     log:
         f"{RESULTS}/logs/figure_adversarial.log",
     conda:

@@ -4,8 +4,7 @@ rule prepare_data:
     params:
         cache=config["data"]["cache"],
         mirror=lambda wc: config["data"]["mirrors"].get(wc.dataset),
-    input:
-        lib=lib("data"),
+        code=code("prepare_data.py"),
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     conda:

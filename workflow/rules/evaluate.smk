@@ -3,7 +3,6 @@ rule certify:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("certify", "models", "kernels"),
     output:
         f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
     params:
@@ -11,6 +10,7 @@ rule certify:
         rtol=config["certify"]["rtol"],
         kinds=config["certify"]["kinds"],
         device=config["device"],
+        code=code("certify.py"),
     threads: 2
     resources:
         mem_mb=4000,
@@ -30,7 +30,6 @@ rule attack:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("attacks", "models", "kernels"),
     output:
         table=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
         examples=f"{RESULTS}/examples/{{dataset}}/{{model}}.npz",
@@ -42,6 +41,7 @@ rule attack:
         refine_steps=config["attack"]["refine_steps"],
         n_examples=config["attack"]["n_examples"],
         device=config["device"],
+        code=code("attack.py"),
     threads: 2
     resources:
         mem_mb=4000,
@@ -61,9 +61,10 @@ rule instances:
         certify=f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
         attack=rules.attack.output.table,
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("pipeline"),
     output:
         f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet",
+    params:
+        code=code("instances.py"),
     log:
         f"{RESULTS}/logs/instances/{{dataset}}/{{model}}.log",
     conda:

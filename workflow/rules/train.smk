@@ -1,12 +1,12 @@
 rule train:
     input:
         data=f"{RESULTS}/data/{{dataset}}.npz",
-        lib=lib("train", "models", "regularizers", "kernels", "kernel_train", "augment", "attacks", "resnet"),
     output:
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
     params:
-        hyper=lambda wc: GRID[wc.model],
+        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
+        code=code("train.py"),
         device=config["device"],
     threads: 2
     resources:

@@ -1,0 +1,437 @@
+"""The workflow's configuration: validation, defaults and the training grid.
+
+One source states every key: the JSON schema ``config.schema.yaml`` beside this module (type,
+range, default and meaning of each key). This module
+
+* validates a config against it and fills in the defaults (:func:`validate`), reporting every
+  problem on one line that names the key path, what is wrong and what is allowed
+  (``config key train.grid.svm: not allowed; allowed keys: none, weight_decay, ...``);
+* expands the grids into typed training specs, one per training job (:func:`training_grid`:
+  model id -> :class:`NetTrainSpec` or :class:`KernelTrainSpec`), whose defaults are read from
+  the schema too;
+* lists the outputs a config calls for (:func:`families`, :func:`aggregate_targets`).
+
+It imports neither torch nor Snakemake, so the Snakefile parses fast and tests call it
+directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import itertools
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+#: Network regularizers (Section 5) and the settings they are trained in.
+NET_REGULARIZERS = ("none", "weight_decay", "dropout", "cross_lipschitz")
+KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
+SETTINGS = ("plain", "augment", "adversarial")
+ARCHS = ("mlp", "resnet")
+INITS = ("authors", "pytorch")
+ADV_NORM_NAMES = ("l1", "l2", "linf")
+
+
+class ConfigError(ValueError):
+    """A config the workflow cannot run; the message names every offending key."""
+
+
+@functools.cache
+def load_schema() -> dict[str, Any]:
+    """The parsed schema (cached; treat it as read-only)."""
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with a local ``$ref`` replaced by its target (siblings of ``$ref`` win)."""
+    while node.get("$ref", "").startswith("#/"):
+        target = root
+        for part in node["$ref"][2:].split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def schema_node(dotted: str) -> dict[str, Any]:
+    """The schema of the key ``dotted`` (e.g. ``train.epochs``, ``$defs.grid.lr``)."""
+    root = load_schema()
+    node = root
+    parts = dotted.split(".")
+    if parts[0] == "$defs":
+        node, parts = root["$defs"][parts[1]], parts[2:]
+    for part in parts:
+        node = _resolve(node, root)["properties"][part]
+    return _resolve(node, root)
+
+
+def default(dotted: str) -> Any:
+    """The schema's default of the key ``dotted`` (a fresh copy), e.g.
+    ``default("train.epochs") == 200``."""
+    node = schema_node(dotted)
+    if "default" not in node:
+        raise KeyError(f"the schema gives no default for {dotted}")
+    return copy.deepcopy(node["default"])
+
+
+def _default_field(dotted: str) -> Any:
+    value = default(dotted)
+    if isinstance(value, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(value))
+    return field(default=value)
+
+
+# --------------------------------------------------------------------------------------
+# validation messages
+# --------------------------------------------------------------------------------------
+_BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+_TYPE_WORDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+}
+
+
+def _show(value: Any) -> str:
+    """A config value as the user wrote it in YAML (JSON spelling), shortened."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def key_path(parts: Iterable[str | int]) -> str:
+    """``train.grid.none.lr[0]`` from jsonschema's path parts."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def allowed(node: dict[str, Any], root: dict[str, Any]) -> str:
+    """What a schema node accepts, in words: ``an integer >= 1``, ``one of a, b``, ..."""
+    node = _resolve(node, root)
+    if "enum" in node:
+        return "one of " + ", ".join(map(str, node["enum"]))
+    kind = node.get("type")
+    text = _TYPE_WORDS.get(kind, "a value")
+    bounds = [f"{op} {node[k]:g}" for k, op in _BOUNDS.items() if k in node]
+    if bounds:
+        text += " " + " and ".join(bounds)
+    if kind == "array":
+        if node.get("minItems"):
+            text += f" of at least {node['minItems']} item" + "s" * (node["minItems"] > 1)
+        if node.get("uniqueItems"):
+            text += ", no duplicates"
+        if "items" in node:
+            text += f", each {allowed(node['items'], root)}"
+    if kind == "object" and node.get("additionalProperties") is False:
+        text += " with keys among " + ", ".join(node.get("properties", {}))
+    if "pattern" in node and "description" in node:
+        text += " (" + " ".join(node["description"].split()) + ")"
+    return text
+
+
+def _closest(word: Any, choices: Iterable[Any]) -> str:
+    near = difflib.get_close_matches(str(word), list(map(str, choices)), n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def problems(error: Any, root: dict[str, Any]) -> list[str]:
+    """One line per problem of a jsonschema ``error``: ``config key <path>: <what is wrong>;
+    allowed: <what is allowed>`` (``root``: the whole schema)."""
+    path, node, value = list(error.absolute_path), error.schema, error.instance
+    key = key_path(path)
+    kind = error.validator
+    if "propertyNames" in error.relative_schema_path:  # a key name outside an enum
+        names = error.validator_value if kind == "enum" else []
+        return [
+            f"config key {key_path([*path, value])}: not allowed; allowed keys: "
+            + ", ".join(map(str, names))
+        ]
+    if kind == "additionalProperties":
+        known = list(node.get("properties", {}))
+        return [
+            f"config key {key_path([*path, k])}: not allowed; allowed keys: "
+            f"{', '.join(known) or 'none'}{_closest(k, known)}"
+            for k in value
+            if k not in known
+        ]
+    if kind == "required":
+        props = node.get("properties", {})
+        return [
+            f"config key {key_path([*path, k])}: missing; it is required: "
+            f"{allowed(props.get(k, {}), root)}"
+            for k in error.validator_value
+            if k not in value
+        ]
+    if kind in _BOUNDS:
+        what = "out of range"
+    else:
+        what = {
+            "type": "wrong type",
+            "enum": "not an allowed value",
+            "pattern": "not allowed",
+            "minItems": "empty list" if not value else "too few items",
+            "uniqueItems": "duplicate items",
+        }.get(kind, error.message)
+    hint = _closest(value, node["enum"]) if kind == "enum" else ""
+    if kind == "type" and isinstance(value, str) and _is_number(value):
+        hint = (
+            f"; YAML reads {value} as text: write numbers with a dot and a signed exponent, "
+            "e.g. 1.0e-3 or 1.0e+6"
+        )
+    return [
+        f"config key {key or '(top level)'}: {what} ({_show(value)}); "
+        f"allowed: {allowed(node, root)}{hint}"
+    ]
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` against the schema and fill in its defaults, in place; returns it.
+
+    Raises one :class:`ConfigError` listing every problem, one line each (:func:`problems`),
+    followed by the consistency checks that a schema cannot express (:func:`training_grid`).
+    """
+    schema = load_schema()
+    base = Draft202012Validator
+    set_properties = base.VALIDATORS["properties"]
+
+    def properties_with_defaults(validator, properties, instance, node):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from set_properties(validator, properties, instance, node)
+
+    checker = validators.extend(base, {"properties": properties_with_defaults})(schema)
+    errors = sorted(checker.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    lines = list(dict.fromkeys(line for e in errors for line in problems(e, schema)))
+    if lines:
+        raise ConfigError(
+            f"invalid config ({len(lines)} problem{'s' * (len(lines) > 1)}; every key is "
+            f"documented in docs/configuration.md):\n" + "\n".join(lines)
+        )
+    training_grid(config)  # the checks beyond the schema
+    return config
+
+
+# --------------------------------------------------------------------------------------
+# typed training specs
+# --------------------------------------------------------------------------------------
+@dataclass
+class NetTrainSpec:
+    """Hyperparameters of one network training job (SGD, Section 5). Defaults: the schema's.
+
+    ``lam`` weighs the penalty of ``weight_decay`` and ``cross_lipschitz`` and is 0 for
+    ``none`` and ``dropout``; dropout networks keep each hidden unit with probability
+    ``keep_hidden`` and each input coordinate with ``keep_input`` in training (1 = no dropout;
+    other regularizers keep everything). The learning rate is multiplied by ``lr_decay``
+    after each fraction ``lr_decay_at`` of all updates.
+    """
+
+    regularizer: str = "none"
+    lam: float = 0.0
+    lr: float = 0.2
+    keep_hidden: float = 1.0
+    keep_input: float = 1.0
+    epochs: int = _default_field("train.epochs")
+    batch_size: int = _default_field("train.batch_size")
+    seed: int = 0
+    hidden: int = _default_field("model.hidden")
+    alpha: float = _default_field("model.alpha")
+    bias: bool = _default_field("model.bias")
+    init: str = _default_field("model.init")
+    lr_decay: float = _default_field("train.lr_decay")
+    lr_decay_at: list[float] = _default_field("train.lr_decay_at")
+    arch: str = _default_field("model.arch")
+    resnet_blocks: int = _default_field("model.resnet_blocks")
+    resnet_width: int = _default_field("model.resnet_width")
+    setting: str = "plain"
+    crop: int = _default_field("train.crop")
+    adv_norm: str = _default_field("train.adv_norm")
+    adv_fraction: float = _default_field("train.adv_fraction")
+
+    def __post_init__(self) -> None:
+        _one_of("regularizer", self.regularizer, NET_REGULARIZERS)
+        _one_of("arch", self.arch, ARCHS)
+        _one_of("setting", self.setting, SETTINGS)
+        _one_of("adv_norm", self.adv_norm, ADV_NORM_NAMES)
+        _one_of("init", self.init, INITS)
+        if self.regularizer in ("none", "dropout") and self.lam != 0:
+            raise ConfigError(f"regularizer {self.regularizer!r} takes lambda = 0 (got {self.lam})")
+        for name in ("keep_hidden", "keep_input"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ConfigError(f"{name} is a keep probability in (0, 1]; got {value}")
+            if self.regularizer != "dropout" and value != 1:
+                raise ConfigError(f"{name} = {value} needs regularizer 'dropout'")
+        if any(not 0 < f < 1 for f in self.lr_decay_at):
+            raise ConfigError(f"lr_decay_at takes fractions in (0, 1); got {self.lr_decay_at}")
+
+    @property
+    def hyperparameter(self) -> float:
+        """The grid's value of the regularizer: ``keep_hidden`` for dropout, else ``lam``."""
+        return self.keep_hidden if self.regularizer == "dropout" else self.lam
+
+
+@dataclass
+class KernelTrainSpec:
+    """Hyperparameters of one Gaussian-kernel training job (L-BFGS, Sections 3.1 and 5)."""
+
+    regularizer: str = "kernel_cl"
+    lam: float = 1e-2
+    a: float = 1.0
+    n_centers: int = _default_field("kernel.n_centers")
+    neighbours: int = _default_field("kernel.neighbours")
+    max_iter: int = _default_field("kernel.max_iter")
+    tol: float = 1e-7
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _one_of("kernel regularizer", self.regularizer, KERNEL_REGULARIZERS)
+
+
+def _one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown {what} {value!r}; allowed: {', '.join(choices)}")
+
+
+def fmt_num(x: float) -> str:
+    """A number as it appears in a model id (``1e-05``, ``0.2``)."""
+    return f"{x:g}"
+
+
+def net_grid(config: dict[str, Any], setting: str) -> dict[str, Any]:
+    """The network grid of one setting: ``train.grid_by_setting[setting]`` where given (the
+    paper changes grids between settings), else ``train.grid``."""
+    return config["train"].get("grid_by_setting", {}).get(setting, config["train"]["grid"])
+
+
+def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrainSpec]:
+    """Model id -> training spec, for a validated ``config``: every setting x network
+    regularizer x lr x lambda (keep_hidden for dropout) x seed (``-augment`` /
+    ``-adversarial`` appended to the id), and every kernel regularizer x a x lambda x seed.
+    A ``train.grid_by_setting`` entry for a setting that ``train.settings`` does not train is
+    ignored (so one override can restrict every preset). Raises :class:`ConfigError` for what
+    the schema cannot check."""
+    tr, mo, kern = config["train"], config["model"], config["kernel"]
+    grid: dict[str, NetTrainSpec | KernelTrainSpec] = {}
+    common = dict(
+        epochs=tr["epochs"],
+        batch_size=tr["batch_size"],
+        lr_decay=float(tr["lr_decay"]),
+        lr_decay_at=[float(f) for f in tr["lr_decay_at"]],
+        arch=mo["arch"],
+        hidden=mo["hidden"],
+        alpha=float(mo["alpha"]),
+        bias=mo["bias"],
+        init=mo["init"],
+        resnet_blocks=mo["resnet_blocks"],
+        resnet_width=mo["resnet_width"],
+        crop=tr["crop"],
+        adv_norm=tr["adv_norm"],
+        adv_fraction=float(tr["adv_fraction"]),
+    )
+    for setting in tr["settings"]:
+        for reg, spec in net_grid(config, setting).items():
+            if reg == "none" and any(v != 0 for v in spec["lambda"]):
+                raise ConfigError(
+                    f"config key train.grid.none.lambda must be [0.0] (got {spec['lambda']})"
+                )
+            values = spec["keep_hidden"] if reg == "dropout" else spec["lambda"]
+            values = [0.0] if reg == "none" else values
+            tag = "keep" if reg == "dropout" else "lam"
+            for lr, value, seed in itertools.product(spec["lr"], values, tr["seeds"]):
+                model_id = f"{reg}-lr{fmt_num(lr)}-{tag}{fmt_num(value)}-seed{seed}"
+                if setting != "plain":
+                    model_id += f"-{setting}"
+                dropout = reg == "dropout"
+                grid[model_id] = NetTrainSpec(
+                    regularizer=reg,
+                    lam=0.0 if dropout else float(value),
+                    keep_hidden=float(value) if dropout else 1.0,
+                    keep_input=float(tr["keep_input"]) if dropout else 1.0,
+                    lr=float(lr),
+                    seed=int(seed),
+                    setting=setting,
+                    **common,
+                )
+    for reg, spec in kern.get("grid", {}).items():
+        for a, lam, seed in itertools.product(spec["a"], spec["lambda"], tr["seeds"]):
+            grid[f"{reg}-a{fmt_num(a)}-lam{fmt_num(lam)}-seed{seed}"] = KernelTrainSpec(
+                regularizer=reg,
+                a=float(a),
+                lam=float(lam),
+                seed=int(seed),
+                n_centers=kern["n_centers"],
+                neighbours=kern["neighbours"],
+                max_iter=kern["max_iter"],
+            )
+    if not grid:
+        raise ConfigError(
+            "the config trains no model: give train.grid (networks) or kernel.grid "
+            "(Gaussian-kernel models) at least one regularizer"
+        )
+    return grid
+
+
+def spec_params(spec: NetTrainSpec | KernelTrainSpec) -> dict[str, Any]:
+    """A spec as the plain dict a training job receives (``params.hyper``)."""
+    return asdict(spec)
+
+
+def spec_from_params(params: dict[str, Any]) -> NetTrainSpec | KernelTrainSpec:
+    """The spec back from :func:`spec_params`."""
+    cls = KernelTrainSpec if params["regularizer"] in KERNEL_REGULARIZERS else NetTrainSpec
+    return cls(**params)
+
+
+# --------------------------------------------------------------------------------------
+# what a config produces
+# --------------------------------------------------------------------------------------
+def families(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(family, setting) pairs the config trains: networks (``model.arch``: mlp or resnet)
+    in each setting with a non-empty grid, Gaussian-kernel models in the plain setting."""
+    arch, settings = config["model"]["arch"], config["train"]["settings"]
+    pairs = [(arch, s) for s in settings if net_grid(config, s)]
+    if config["kernel"].get("grid"):
+        pairs.append(("kernel", "plain"))
+    return pairs
+
+
+def aggregate_targets(config: dict[str, Any]) -> list[str]:
+    """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
+    networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
+    and family (a row per setting), and the illustration."""
+    res = config["results"]
+    fams = {fam for fam, _ in families(config)}
+    tables = ["summary"]
+    tables += ["table1_global_local"] if "mlp" in fams else []
+    tables += ["kernel"] if "kernel" in fams else []
+    targets = [f"{res}/tables/{t}.{ext}" for t in tables for ext in ("csv", "md", "tex")]
+    targets += [
+        f"{res}/figures/bounds_vs_error/{ds}-{fam}.{ext}"
+        for ds in config["datasets"]
+        for fam in sorted(fams)
+        for ext in ("png", "pdf")
+    ]
+    targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]
+    return targets

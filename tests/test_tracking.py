@@ -1,0 +1,82 @@
+"""Code tracking (crosslip.tracking): a job's code digest follows the code it imports, and
+only its behaviour: docstrings, comments and formatting do not count, paths do not count."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crosslip import tracking
+
+from .helpers import ROOT
+
+SCRIPTS = ROOT / "workflow" / "scripts"
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch) -> Path:
+    """A copy of the crosslip package to edit, which the digests then read."""
+    copy = tmp_path / "crosslip"
+    shutil.copytree(tracking.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(tracking, "PACKAGE_DIR", copy)
+    return copy
+
+
+def digests() -> dict[str, str]:
+    return {s.stem: tracking.code_digest(s) for s in sorted(SCRIPTS.glob("*.py"))}
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_closure_follows_imports_transitively_and_takes_parent_packages():
+    mods = tracking.module_closure(SCRIPTS / "train.py")
+    assert {"crosslip", "crosslip.io", "crosslip.train", "crosslip.models"} <= set(mods)
+    assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
+    assert "crosslip.attacks.projections" in mods  # via the package's __init__
+    select = tracking.module_closure(SCRIPTS / "select_models.py")
+    assert {"crosslip.config", "crosslip.selection"} <= set(select)
+    assert not {"crosslip.train", "crosslip.models", "crosslip.certify"} & set(select)
+
+
+def test_docstring_comment_and_formatting_edits_change_no_digest(package):
+    before = digests()
+    edit(package / "models.py", '"""Input gradients', '"""Edited: input gradients')
+    edit(package / "models.py", "\nimport torch\n", "\nimport torch  # a new comment\n\n")
+    edit(package / "regularizers.py", "\n\n\n", "\n\n\n\n")
+    assert digests() == before
+
+
+def test_a_code_edit_changes_exactly_the_digests_of_scripts_that_import_it(package):
+    before = digests()
+    edit(package / "report.py", "def read_summary(", "X = 1\n\n\ndef read_summary(")
+    after = digests()
+    changed = {name for name in before if before[name] != after[name]}
+    importers = {
+        n for n in before if "crosslip.report" in tracking.module_closure(SCRIPTS / f"{n}.py")
+    }
+    assert changed == importers and "train" not in changed and "table" in changed
+
+
+def test_digest_does_not_depend_on_where_the_checkout_lives(package):
+    before = tracking.code_digest(SCRIPTS / "certify.py")
+    moved = package.parent / "elsewhere" / "crosslip"
+    shutil.copytree(package, moved)
+    tracking.PACKAGE_DIR = moved  # the fixture's monkeypatch restores it
+    assert tracking.code_digest(SCRIPTS / "certify.py") == before
+
+
+def test_relative_imports_resolve_against_the_module():
+    import ast
+
+    tree = ast.parse("from . import io\nfrom .search import theorem21\nfrom ..models import x\n")
+    names = tracking.imported_names(tree, "crosslip.certify.engine", is_package=False)
+    assert {"crosslip.certify", "crosslip.certify.io", "crosslip.certify.search",
+            "crosslip.models", "crosslip.models.x"} <= names  # fmt: skip
+    pkg = tracking.imported_names(ast.parse("from .engine import KINDS"), "crosslip.certify", True)
+    assert "crosslip.certify.engine" in pkg

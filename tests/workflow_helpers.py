@@ -1,0 +1,131 @@
+"""Shared by the workflow tests: a small config (BASE) and ways to vary it, Snakemake runs
+that cannot reach the internet, and readers of a results folder."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from .helpers import ROOT, dry_run_jobs, snakemake_cmd
+
+MNIST_MIRROR = ROOT.parent / "shared" / "data" / "mnist"
+MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+SECONDS = ["certify_seconds", "attack_seconds"]  # wall time: differs between runs
+#: Every Snakemake subprocess gets proxies at a closed loopback port: a download attempt
+#: fails at once instead of reaching the internet.
+OFFLINE = {
+    k: "http://127.0.0.1:9" for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+}
+
+
+def offline_env() -> dict[str, str]:
+    env = {**os.environ, **OFFLINE}
+    env.pop("no_proxy", None)
+    env.pop("NO_PROXY", None)
+    return env
+
+
+def write_config(work: Path, cfg: dict | str) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "config.yaml"
+    path.write_text(cfg if isinstance(cfg, str) else yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def snakemake(
+    work: Path, *args: str, config: dict | str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    if config is not None:
+        write_config(work, config)
+    return subprocess.run(
+        snakemake_cmd(work, *args, configfile=work / "config.yaml"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=offline_env(),
+    )
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def temporaries(folder: Path) -> list[str]:
+    """Leftover temporaries of atomic writes (``.<name>.*.tmp``) and downloads (``*.part``)."""
+    return [p for p in files_under(folder) if p.endswith((".tmp", ".part"))]
+
+
+
+BASE = {
+    "datasets": ["mnist5k"],
+    "model": {"hidden": 8},
+    "train": {
+        "epochs": 1,
+        "grid": {
+            "none": {"lr": [0.2], "lambda": [0.0]},
+            "dropout": {"lr": [0.2], "keep_hidden": [0.5]},
+        },
+    },
+    "certify": {"n_points": 5, "kinds": ["local", "global"]},
+    "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 0},
+}
+DELETE = object()
+
+
+def changed(cfg: dict, **changes) -> dict:
+    """A deep copy of ``cfg`` with ``a__b__c=value`` set at ``cfg[a][b][c]`` (DELETE: removed)."""
+    out = copy.deepcopy(cfg)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is DELETE:
+            node.pop(last)
+        else:
+            node[last] = value
+    return out
+
+
+
+
+SWEEP = {
+    "datasets": ["mnist5k"],
+    "model": {"hidden": 32},
+    "train": {
+        "epochs": 6,
+        "grid": {
+            "none": {"lr": [0.1, 0.2], "lambda": [0.0]},
+            "weight_decay": {"lr": [0.2, 1000.0], "lambda": [1.0e-4, 1.0]},
+            "dropout": {"lr": [0.1, 0.2], "keep_hidden": [0.5]},
+            "cross_lipschitz": {"lr": [0.1, 0.2], "lambda": [1.0e-3, 1.0e-2]},
+        },
+    },
+    "certify": {"n_points": 1000, "kinds": ["local", "global"]},
+    "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 0, "n_examples": 1},
+}
+DIVERGED = "weight_decay-lr1000-lam1-seed0"
+#: One thread per job: two jobs run at once on the 2 cores (and every run of a model uses
+#: the same number of threads, so that its floating-point results are reproducible). Last
+#: on a command line: --set-threads takes every argument after it.
+THREADS = ["--set-threads", "train=1", "certify=1", "attack=1"]
+
+
+def planned_jobs(output: str) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run (``-n``) lists."""
+    return {(job["rule"], job["wildcards"]) for job in dry_run_jobs(output)}
+
+
+def finished_rules(output: str) -> Counter:
+    return Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
