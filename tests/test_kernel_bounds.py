@@ -14,8 +14,10 @@ from crosslip.certify.kernel_bounds import (
     certify_kernel,
     certify_kernel_reference,
     lemma21,
+    plan_for,
     prop22_reference,
 )
+from crosslip.kernel_memory import KernelMemoryError, certify_minimum_bytes, certify_plan
 from crosslip.kernels import GaussianKernelModel, gamma_from_data, knn_mean_distance
 
 DT = torch.float64
@@ -388,3 +390,77 @@ def test_shared_data_is_reused_across_chunks():
     b = KernelProp22Bound(model, x[3:], pred[3:], shared)(torch.arange(3), r)
     alone = KernelProp22Bound(model, x, pred)(torch.arange(6), torch.full((6,), 0.2, dtype=DT))
     torch.testing.assert_close(torch.cat([a, b]), alone, rtol=1e-13, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Within a memory budget: tiles recomputed instead of the (n, n) arrays
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("block", [None, 5])
+def test_streamed_tiles_equal_the_stored_arrays(cfg, block):
+    """Without the cached pair arrays and ``H`` every tile is recomputed from the centres:
+    the same bounds (to rounding), on all points and on a subset."""
+    model = make_model(*cfg)
+    x = points(7, cfg[0], cfg[3])
+    pred = model(x).argmax(1)
+    stored = KernelProp22Bound(model, x, pred, block=block)
+    streamed = KernelProp22Bound(model, x, pred, Prop22Shared(model, cache=False), block=block,
+                                 store_h=False)  # fmt: skip
+    assert streamed.H is None and not streamed.shared.cached
+    for R in RADII:
+        for idx in (torch.arange(7), torch.tensor([5, 1, 3])):
+            r = torch.full((len(idx),), R, dtype=DT)
+            a, b = stored(idx, r), streamed(idx, r)
+            torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-13 * float(a.abs().max()))
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[i] for i in (1, 3, 4, 7)])
+def test_streamed_bound_is_sound(cfg):
+    model = make_model(*cfg)
+    x = points(3, cfg[0], cfg[3])
+    bound = KernelProp22Bound(model, x, model(x).argmax(1), Prop22Shared(model, cache=False),
+                              block=7, store_h=False)  # fmt: skip
+    assert max_ratio(model, x, bound, samples=300) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[1:5])
+def test_certify_within_a_tiny_budget_matches_the_reference(cfg):
+    """A budget just above the irreducible part: no cached pair arrays, no stored ``H``, one
+    point at a time, tiles of 64 x 64 pairs; the guarantees equal the per-point reference."""
+    model = make_model(*cfg)
+    x = points(6, cfg[0], cfg[3])
+    n, d = model.centers.shape
+    k = model.coef.shape[0]
+    tiny = (certify_minimum_bytes(n, d, k) + 8 * n * (7 * k + 2) // 2) / 2**30
+    plan = plan_for(model, tiny)
+    assert not plan.cache_pairs and not plan.store_h and plan.points == 1
+    assert plan.peak_bytes <= plan.budget
+    got = certify_kernel(model, x, memory_gb=tiny)
+    ref = certify_kernel_reference(model, x)
+    assert torch.equal(got["pred"], ref["pred"])
+    torch.testing.assert_close(got["guarantee_local"], ref["guarantee_local"], rtol=1e-9, atol=0)
+    torch.testing.assert_close(got["radius_local"], ref["radius_local"], rtol=1e-9, atol=0)
+    whole = certify_kernel(model, x)  # the default budget caches everything
+    assert plan_for(model).cache_pairs and plan_for(model).store_h
+    torch.testing.assert_close(got["guarantee_local"], whole["guarantee_local"], rtol=1e-10,
+                               atol=0)  # fmt: skip
+    with pytest.raises(KernelMemoryError, match="needs at least"):
+        certify_kernel(model, x, memory_gb=0.5 * certify_minimum_bytes(n, d, k) / 2**30)
+
+
+def test_certify_plans_fit_their_budget():
+    gen = np.random.default_rng(3)
+    for _ in range(300):
+        n, d, k = int(gen.integers(1, 70000)), int(gen.choice([5, 784, 3072])), int(
+            gen.choice([2, 10, 43])
+        )
+        device = str(gen.choice(["cpu", "cuda"]))
+        need = certify_minimum_bytes(n, d, k)
+        budget = int(need * gen.choice([1.0, 1.5, 4.0, 100.0, 1e4]))
+        plan = certify_plan(n, d, k, budget, device)
+        assert plan.peak_bytes <= budget, (n, d, k, budget, plan)
+        assert plan.points >= 1 and (plan.cache_pairs or not plan.store_h)
+    # all 60,000 MNIST points as centres in 70 GiB of a GPU: tiles recomputed, 128 points
+    plan = certify_plan(60000, 784, 10, 70 * 2**30, "cuda")
+    assert not plan.cache_pairs and plan.points == 128 and plan.peak_bytes < 8 * 2**30

@@ -7,14 +7,19 @@ import pytest
 import torch
 
 from crosslip.data import load_dataset
+from crosslip.kernel_memory import KernelMemoryError, train_minimum_bytes, train_plan
 from crosslip.kernel_train import (
     KernelTrainConfig,
+    check_device_memory,
     cross_lipschitz_gram,
+    cross_lipschitz_gram_chunked,
     cross_lipschitz_kernel,
+    kernel_matrix_chunked,
+    plan_for,
     rkhs_norm,
     train_kernel,
 )
-from crosslip.kernels import GaussianKernelModel
+from crosslip.kernels import GaussianKernelModel, gamma_from_data
 from crosslip.models import class_gradients
 
 
@@ -112,3 +117,123 @@ def test_short_kernel_training_on_embedded_data_reaches_a_sensible_error():
 def test_unknown_kernel_regularizer_is_rejected():
     with pytest.raises(ValueError, match="kernel_logreg"):
         KernelTrainConfig(regularizer="svm")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chunked computation within a memory budget (all 60,000 MNIST points as centres)
+
+
+def dense_lbfgs(cfg, x, y, num_classes):
+    """The dense algorithm, literally: the (n, N) kernel matrix, the Gram matrix from four
+    full products (cross_lipschitz_gram) or K_cc whole, one L-BFGS run on the full objective.
+    Returns the coefficients and the objective per evaluation."""
+    xtr, ytr = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y)
+    n = len(xtr)
+    pick = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed))
+    pick = pick[: cfg.n_centers or n].sort().values
+    gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1))
+    model = GaussianKernelModel(xtr[pick], num_classes, gamma)
+    kt = model.kernel(xtr)
+    if cfg.regularizer == "kernel_logreg":
+        mat = model.kernel(model.centers)
+        pen = lambda c: rkhs_norm(c, mat)  # noqa: E731
+    else:
+        mat = cross_lipschitz_gram(model, xtr)
+        pen = lambda c: cross_lipschitz_kernel(c, mat, n)  # noqa: E731
+    coef = model.coef
+    opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
+                            tolerance_change=1e-15, history_size=20,
+                            line_search_fn="strong_wolfe")  # fmt: skip
+    losses = []
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(kt @ coef.T, ytr) + cfg.lam * pen(coef)
+        loss.backward()
+        losses.append(loss.item())
+        return loss
+
+    opt.step(closure)
+    return coef.detach(), losses, gamma
+
+
+def toy_data(n=70, d=6, seed=0):
+    gen = np.random.default_rng(seed)
+    x = gen.random((n, d)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 1).astype(np.int64) + (x[:, 2] > 0.5)
+    return x, y
+
+
+@pytest.mark.parametrize(("rows", "block"), [(1, 1), (5, 7), (8, 3), (13, 40), (37, 23), (99, 99)])
+def test_chunked_gram_equals_the_dense_products(rows, block):
+    model, x = small_model(n=23, d=5, seed=3)
+    x = torch.cat([x, x[:12] + 0.01])  # 37 points
+    dense = cross_lipschitz_gram(model, x)
+    chunked = cross_lipschitz_gram_chunked(x, model.centers, model.gamma, rows, block)
+    assert torch.equal(chunked, chunked.T)
+    err = (chunked - dense).abs().max() / dense.abs().max()
+    assert err < 1e-12, err
+    kcc = kernel_matrix_chunked(model.centers, model.gamma, rows)
+    torch.testing.assert_close(kcc, model.kernel(model.centers), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("reg", ["kernel_logreg", "kernel_cl"])
+def test_chunked_training_equals_the_dense_algorithm(reg):
+    """A budget a few KiB above the irreducible part forces chunks of a few rows, several
+    passes for the Gram matrix and a kernel matrix recomputed at every evaluation; the
+    coefficients after 25 L-BFGS iterations equal those of the dense algorithm."""
+    x, y = toy_data()
+    cfg = KernelTrainConfig(regularizer=reg, lam=1e-2, n_centers=40, neighbours=10,
+                            max_iter=25, tol=1e-12)  # fmt: skip
+    coef, losses, gamma = dense_lbfgs(cfg, x, y, 3)
+    need = train_minimum_bytes(70, 40, 6, 3, reg)
+    tiny = (need + 3 * 8 * 40) / 2**30  # room for ~3 kernel rows beyond the minimum
+    plan = plan_for(cfg, 70, 6, 3, tiny)
+    assert plan.rows < 10 and not plan.keep_kernel and plan.peak_bytes <= plan.budget
+    if reg == "kernel_cl":
+        assert plan.passes > 1
+    res = train_kernel(cfg, x, y, x, y, 3, memory_gb=tiny)
+    m = res.metrics
+    assert m["chunk_rows"] == plan.rows and m["kernel_matrix_kept"] is False
+    assert m["gamma"] == pytest.approx(gamma, rel=1e-12)  # knn distances in other chunks
+    got = [c["loss"] for c in m["curve"]]
+    assert len(got) == len(losses)
+    np.testing.assert_allclose(got, losses, rtol=1e-10)
+    err = (res.model.coef.detach() - coef).abs().max() / coef.abs().max()
+    assert err < 1e-9, err
+    # the default budget holds everything: the same again
+    whole = train_kernel(cfg, x, y, x, y, 3)
+    assert whole.metrics["kernel_matrix_kept"] is True and whole.metrics["gram_passes"] == 1
+    err = (whole.model.coef.detach() - coef).abs().max() / coef.abs().max()
+    assert err < 1e-9, err
+    assert whole.metrics["test_error"] == m["test_error"]
+
+
+def test_training_beyond_the_budget_stops_with_the_estimate():
+    x, y = toy_data()
+    cfg = KernelTrainConfig(regularizer="kernel_cl", n_centers=0, neighbours=10, max_iter=2)
+    need = train_minimum_bytes(70, 70, 6, 3, "kernel_cl")
+    with pytest.raises(KernelMemoryError, match=r"70 expansion points .* needs at least"):
+        train_kernel(cfg, x, y, x, y, 3, memory_gb=0.9 * need / 2**30)
+    with pytest.raises(KernelMemoryError, match=r"kernel\.memory_gb"):
+        check_device_memory("cpu", 1e6)  # a million GiB: more than this machine has
+    check_device_memory("cpu", 1e-3)
+
+
+@pytest.mark.parametrize("reg", ["kernel_logreg", "kernel_cl"])
+def test_plans_fit_their_budget_and_use_it(reg):
+    gen = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(gen.integers(2, 70000))
+        N = int(gen.integers(1, n + 1))
+        d, K = int(gen.choice([5, 784, 3072])), int(gen.choice([2, 10, 43]))
+        need = train_minimum_bytes(n, N, d, K, reg)
+        budget = int(need * gen.uniform(1.0, 6.0))
+        plan = train_plan(n, N, d, K, reg, budget)
+        assert plan.peak_bytes <= budget, (n, N, d, K, plan)
+        assert 1 <= plan.rows <= min(n, 4096) and 1 <= plan.block <= N
+        assert plan.passes <= 8
+        if budget >= 2 * (need + 8 * (n * N + 3 * n * K + N * N + 4096 * 2 * N)):
+            assert plan.keep_kernel and plan.passes == 1, plan  # plenty: nothing recomputed
+        with pytest.raises(KernelMemoryError):
+            train_plan(n, N, d, K, reg, need - 1)

@@ -230,6 +230,11 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             f"documented in docs/configuration.md):\n" + "\n".join(lines)
         )
     training_grid(config)  # the checks beyond the schema
+    from .kernel_memory import config_problems  # torch-free; imports nothing from here
+
+    memory = config_problems(config)
+    if memory:
+        raise ConfigError("kernel models do not fit kernel.memory_gb:\n" + "\n".join(memory))
     return config
 
 

@@ -16,14 +16,23 @@ or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop
   ``1/(n K^2) sum_{l,m} (alpha_l - alpha_m)^T M (alpha_l - alpha_m)`` with the (N, N) Gram
   matrix ``M_rs = sum_i <g_r(x_i), g_s(x_i)> = 4 gamma^2 sum_i k_ir k_is <x_i - x_r, x_i - x_s>``
   (the paper's ``k'``), and ``sum_{l,m} (a_l - a_m)^T M (a_l - a_m) = 2K sum_l a_l^T M a_l
-  - 2 s^T M s`` with ``s = sum_l a_l``. ``M`` is computed once, from four (N, n) x (n, N)
-  products (:func:`cross_lipschitz_gram`), so each L-BFGS step costs one (n, N) x (N, K)
-  product. Both penalties are convex quadratics (``K_cc``, ``M`` positive semi-definite).
+  - 2 s^T M s`` with ``s = sum_l a_l``. ``M`` is computed once (:func:`cross_lipschitz_gram`
+  densely, :func:`cross_lipschitz_gram_chunked` within a memory budget), so each L-BFGS step
+  costs one (n, N) x (N, K) product. Both penalties are convex quadratics (``K_cc``, ``M``
+  positive semi-definite).
+
+At scale (all 60,000 MNIST training points as centres) nothing of size (n, N) beyond the
+budget ``memory_gb`` is held: :func:`crosslip.kernel_memory.train_plan` chooses the chunks.
+``M`` is accumulated over chunks of training points, its ``(C C^T) * (Kt^T Kt)`` term in an
+accumulator of a block of centre rows per pass; ``K_cc`` is built in row blocks; L-BFGS keeps
+``Kt`` if it fits and otherwise recomputes it chunk by chunk at every evaluation
+(cross-entropy and its gradient are sums over training points, accumulated per chunk).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import asdict
 from typing import Any
@@ -33,8 +42,10 @@ import torch
 import torch.nn.functional as F
 
 from .config import KERNEL_REGULARIZERS, KernelTrainSpec  # noqa: F401 (re-exported)
-from .kernels import GaussianKernelModel, gamma_from_data
-from .train import TrainResult, error_rate
+from .config import default as config_default
+from .kernel_memory import KernelMemoryError, TrainPlan, budget_bytes, centers_used, train_plan
+from .kernels import GaussianKernelModel, gamma_from_data, kernel_rows
+from .train import TrainResult
 
 #: Hyperparameters of one kernel training job: the workflow's typed spec.
 KernelTrainConfig = KernelTrainSpec
@@ -53,6 +64,71 @@ def cross_lipschitz_gram(model: GaussianKernelModel, x: torch.Tensor) -> torch.T
     return 0.5 * (m + m.T)
 
 
+def cross_lipschitz_gram_chunked(
+    x: torch.Tensor, centers: torch.Tensor, gamma: float, rows: int, block: int
+) -> torch.Tensor:
+    """The Gram matrix of :func:`cross_lipschitz_gram`, shape (N, N), for the points ``x``
+    (n, d) and ``centers`` (N, d), holding no (n, N) array: per chunk of ``rows`` training
+    points, one product ``B_i = x_i C^T`` gives ``Kt_i = exp(-gamma (|x_i|^2 + |c|^2 -
+    2 B_i))`` and ``W_i = Kt_i * (|x_i|^2 - 2 B_i)`` (two (rows, N) buffers), and for the
+    centre rows ``I`` of the current block ``M[I] += Kt_i[:, I]^T W_i`` and
+    ``A_I += Kt_i[:, I]^T Kt_i``. After each pass over the training set the accumulator
+    ``A_I`` (``block`` x N) gets ``M[I] += (C_I C^T) * A_I``. ``Kt^T W`` is ``M / (4 gamma^2)``
+    up to an antisymmetric part, so ``M = 4 gamma^2 (S + S^T) / 2`` with ``S`` the sum,
+    symmetrized in place block by block. Passes: ``ceil(N / block)``."""
+    n, N = x.shape[0], centers.shape[0]
+    rows, block = max(1, min(rows, n)), max(1, min(block, N))
+    opts = dict(dtype=centers.dtype, device=centers.device)
+    m = torch.zeros(N, N, **opts)
+    c_sq = (centers * centers).sum(1)
+    kbuf, bbuf = torch.empty(rows, N, **opts), torch.empty(rows, N, **opts)
+    for b0 in range(0, N, block):
+        b1 = min(N, b0 + block)
+        acc = torch.zeros(b1 - b0, N, **opts)
+        for i0 in range(0, n, rows):
+            xi = x[i0 : i0 + rows]
+            ci = xi.shape[0]
+            x_sq = (xi * xi).sum(1)[:, None]
+            bmat = torch.mm(xi, centers.T, out=bbuf[:ci])  # <x_i, c_s>
+            kt = torch.mul(bmat, -2.0, out=kbuf[:ci]).add_(x_sq).add_(c_sq[None, :])
+            kt.clamp_min_(0.0).mul_(-gamma).exp_()  # k(x_i, c_s)
+            w = bmat.mul_(-2.0).add_(x_sq).mul_(kt)  # k_is (|x_i|^2 - 2 <x_i, c_s>)
+            k_block = kt[:, b0:b1]
+            m[b0:b1].addmm_(k_block.T, w)
+            acc.addmm_(k_block.T, kt)
+        for s0 in range(b0, b1, rows):  # A_I *= C_I C^T, ``rows`` rows at a time
+            s1 = min(b1, s0 + rows)
+            acc[s0 - b0 : s1 - b0].mul_(torch.mm(centers[s0:s1], centers.T, out=kbuf[: s1 - s0]))
+        m[b0:b1].add_(acc)
+        del acc
+    m.mul_(4 * gamma**2)
+    symmetrize_(m, rows)
+    return m
+
+
+def symmetrize_(m: torch.Tensor, block: int) -> torch.Tensor:
+    """``m <- (m + m^T) / 2`` in place, in (block, block) tiles (no (N, N) temporary)."""
+    N = m.shape[0]
+    for i0 in range(0, N, block):
+        for j0 in range(i0, N, block):
+            upper, lower = m[i0 : i0 + block, j0 : j0 + block], m[j0 : j0 + block, i0 : i0 + block]
+            avg = 0.5 * (upper + lower.T)
+            upper.copy_(avg)
+            lower.copy_(avg.T)
+    return m
+
+
+def kernel_matrix_chunked(centers: torch.Tensor, gamma: float, rows: int) -> torch.Tensor:
+    """``K_cc = k(c_r, c_s)``, shape (N, N), computed ``rows`` rows at a time in place."""
+    N = centers.shape[0]
+    out = torch.empty(N, N, dtype=centers.dtype, device=centers.device)
+    c_sq = (centers * centers).sum(1)
+    for i0 in range(0, N, max(1, rows)):
+        block = out[i0 : i0 + max(1, rows)]
+        kernel_rows(centers[i0 : i0 + max(1, rows)], centers, gamma, out=block, centers_sq=c_sq)
+    return out
+
+
 def cross_lipschitz_kernel(coef: torch.Tensor, gram: torch.Tensor, n: int) -> torch.Tensor:
     """Eq. crosslip for a kernel model from its Gram matrix (:func:`cross_lipschitz_gram`
     over the ``n`` training points): ``(2 / (n K)) [sum_l a_l^T M a_l - s^T M s / K]``."""
@@ -66,6 +142,63 @@ def rkhs_norm(coef: torch.Tensor, kcc: torch.Tensor) -> torch.Tensor:
     return ((coef @ kcc) * coef).sum()
 
 
+def device_memory_bytes(device: torch.device | str) -> int | None:
+    """Total memory of ``device``: the GPU's for CUDA, the machine's RAM for the CPU (None
+    where unknown)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_device_memory(device: torch.device | str, memory_gb: float | None) -> None:
+    """Stop a kernel job whose budget ``kernel.memory_gb`` exceeds its device's memory, with
+    a message that names the key, instead of running out of memory hours later."""
+    total = device_memory_bytes(device)
+    if memory_gb is None or total is None or memory_gb * 2**30 <= total:
+        return
+    raise KernelMemoryError(
+        f"config key kernel.memory_gb ({memory_gb:g}) exceeds the memory of device {device} "
+        f"({total / 2**30:.1f} GiB); lower kernel.memory_gb (and kernel.n_centers with it) or "
+        "run the job on a device that has the memory"
+    )
+
+
+def plan_for(
+    cfg: KernelTrainConfig, n: int, dim: int, num_classes: int, memory_gb: float | None = None
+) -> TrainPlan:
+    """The chunk plan of a training job (:func:`crosslip.kernel_memory.train_plan`) within
+    ``memory_gb`` GiB (default: the schema's ``kernel.memory_gb``)."""
+    memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
+    N = centers_used(cfg.n_centers, n)
+    return train_plan(n, N, dim, num_classes, cfg.regularizer, budget_bytes(memory_gb))
+
+
+def _errors(
+    model: GaussianKernelModel,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    rows: int,
+) -> float:
+    """Fraction of misclassified points, ``rows`` kernel rows at a time on the model's
+    device (float64)."""
+    c, dev = model.centers, model.centers.device
+    c_sq, buf = (c * c).sum(1), None
+    wrong = 0
+    with torch.no_grad():
+        for i in range(0, len(x), rows):
+            xb = torch.as_tensor(x[i : i + rows]).to(device=dev, dtype=c.dtype)
+            yb = torch.as_tensor(y[i : i + rows]).to(dev)
+            if buf is None:
+                buf = torch.empty(min(rows, len(x)), c.shape[0], dtype=c.dtype, device=dev)
+            kt = kernel_rows(xb, c, model.gamma, out=buf[: len(xb)], centers_sq=c_sq)
+            wrong += int(((kt @ model.coef.T).argmax(1) != yb).sum())
+    return wrong / max(len(x), 1)
+
+
 def train_kernel(
     cfg: KernelTrainConfig,
     x_train: np.ndarray,
@@ -74,34 +207,53 @@ def train_kernel(
     y_test: np.ndarray,
     num_classes: int,
     device: torch.device | str = "cpu",
+    memory_gb: float | None = None,
 ) -> TrainResult:
-    """Fit a :class:`GaussianKernelModel` by L-BFGS (float64); metrics as in
-    :func:`crosslip.train.train` (``curve``: objective per evaluation, several per L-BFGS
-    iteration when the line search needs them; ``setup_seconds``: bandwidth, kernel and Gram
-    matrices; ``lbfgs_iterations`` and ``seconds_per_lbfgs_iteration``)."""
+    """Fit a :class:`GaussianKernelModel` by L-BFGS (float64) on ``device`` within
+    ``memory_gb`` GiB of it (default: the schema's ``kernel.memory_gb``; see
+    :func:`plan_for`); metrics as in :func:`crosslip.train.train` (``curve``: objective per
+    evaluation, several per L-BFGS iteration when the line search needs them;
+    ``setup_seconds``: bandwidth, kernel and Gram matrices; ``lbfgs_iterations`` and
+    ``seconds_per_lbfgs_iteration``) and the plan (``chunk_rows``, ``gram_block_rows``,
+    ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``; on
+    CUDA ``cuda_peak_gib``, the allocator's peak). Raises
+    :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget."""
     device = torch.device(device)
     dt = torch.float64
-    xtr = torch.as_tensor(x_train, device=device, dtype=dt)
-    ytr = torch.as_tensor(y_train, device=device)
-    n = len(xtr)
+    n, dim = len(x_train), int(np.prod(np.shape(x_train)[1:]))
+    plan = plan_for(cfg, n, dim, num_classes, memory_gb)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    xtr = torch.as_tensor(x_train).to(device=device, dtype=dt)
+    ytr = torch.as_tensor(y_train).to(device)
     gen = torch.Generator().manual_seed(cfg.seed)
-    n_centers = n if cfg.n_centers in (0, None) or cfg.n_centers >= n else cfg.n_centers
+    n_centers = plan.n_centers
     pick = torch.randperm(n, generator=gen)[:n_centers].sort().values.to(device)
     t0 = time.perf_counter()
-    gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1))
+    gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1),
+                            chunk=plan.knn_rows)  # fmt: skip
     model = GaussianKernelModel(xtr[pick], num_classes, gamma).to(device)
-    kt = model.kernel(xtr)  # (n, N), fixed during training
+    centers = model.centers
+    # The (N, N) penalty matrix and Kt (n, N), fixed during training (Kt kept whole if it
+    # fits, else recomputed per chunk); dropped after training.
+    held: dict[str, torch.Tensor] = {}
     if cfg.regularizer == "kernel_logreg":
-        kcc = model.kernel(model.centers)
+        held["matrix"] = kernel_matrix_chunked(centers, gamma, plan.rows)
 
         def penalty(coef: torch.Tensor) -> torch.Tensor:
-            return rkhs_norm(coef, kcc)
+            return rkhs_norm(coef, held["matrix"])
     else:
-        gram = cross_lipschitz_gram(model, xtr)
+        held["matrix"] = cross_lipschitz_gram_chunked(xtr, centers, gamma, plan.rows, plan.block)
 
         def penalty(coef: torch.Tensor) -> torch.Tensor:
-            return cross_lipschitz_kernel(coef, gram, n)
+            return cross_lipschitz_kernel(coef, held["matrix"], n)
 
+    c_sq = (centers * centers).sum(1)
+    if plan.keep_kernel:
+        held["kt"] = kernel_rows(xtr, centers, gamma, centers_sq=c_sq)
+    else:
+        held["buffer"] = torch.empty(plan.rows, n_centers, dtype=dt, device=device)
+    step = n if plan.keep_kernel else plan.rows
     coef = model.coef
     setup_seconds = time.perf_counter() - t0
     opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
@@ -111,10 +263,20 @@ def train_kernel(
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        ce = F.cross_entropy(kt @ coef.T, ytr)
+        ce = torch.zeros((), dtype=dt, device=device)
+        for i0 in range(0, n, step):  # (1/n) sum_i CE: one backward pass per chunk
+            if plan.keep_kernel:
+                k_i = held["kt"][i0 : i0 + step]
+            else:
+                with torch.no_grad():
+                    xi, buf = xtr[i0 : i0 + step], held["buffer"]
+                    k_i = kernel_rows(xi, centers, gamma, out=buf[: len(xi)], centers_sq=c_sq)
+            part = F.cross_entropy(k_i @ coef.T, ytr[i0 : i0 + step], reduction="sum") / n
+            part.backward()
+            ce += part.detach()
         pen = penalty(coef)
-        loss = ce + cfg.lam * pen
-        loss.backward()
+        (cfg.lam * pen).backward()
+        loss = ce + cfg.lam * pen.detach()
         curve.append({"evaluation": len(curve) + 1, "loss": loss.item(), "penalty": pen.item()})
         return loss
 
@@ -124,12 +286,16 @@ def train_kernel(
         grad_norm = float(coef.grad.norm()) if coef.grad is not None else float("nan")
     seconds = time.perf_counter() - t0
     iterations = int(opt.state[coef].get("n_iter", 0))
-    model = model.cpu().eval()
-    xte, yte = torch.as_tensor(x_test, dtype=dt), torch.as_tensor(y_test)
+    held.clear()
+    opt.state.clear()
+    model.eval()
+    ok = status == "ok"
+    test_error = _errors(model, x_test, y_test, plan.rows) if ok else None
+    train_error = _errors(model, xtr, ytr, plan.rows) if ok else None
     metrics: dict[str, Any] = {
         "status": status,
-        "test_error": error_rate(model, xte, yte) if status == "ok" else None,
-        "train_error": error_rate(model, xtr.cpu(), ytr.cpu()) if status == "ok" else None,
+        "test_error": test_error,
+        "train_error": train_error,
         "curve": curve,
         "gradient_norm": grad_norm,
         "gamma": gamma,
@@ -141,6 +307,9 @@ def train_kernel(
         "device": str(device),
         "n_train": int(n),
         "n_test": len(x_test),
+        **plan.describe(),
         "config": {**asdict(cfg), "lr": None},
     }
-    return TrainResult(model, metrics)
+    if device.type == "cuda":
+        metrics["cuda_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return TrainResult(model.cpu(), metrics)

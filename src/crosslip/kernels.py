@@ -75,6 +75,25 @@ class GaussianKernelModel(nn.Module):
         return -2.0 * self.gamma * (f[:, :, None] * x[:, None, :] - w @ self.centers)
 
 
+def kernel_rows(
+    x: torch.Tensor,
+    centers: torch.Tensor,
+    gamma: float,
+    out: torch.Tensor | None = None,
+    centers_sq: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``exp(-gamma ||x_i - c_r||^2)``, shape (m, N), for ``x`` (m, d) and ``centers`` (N, d),
+    computed in place in one (m, N) buffer (``out``, or a new one): one matmul, then
+    ``-2 <x_i, c_r> + ||x_i||^2 + ||c_r||^2`` clamped at 0, times ``-gamma``, exponentiated.
+    ``centers_sq`` (N,): ``||c_r||^2`` if already known. Not differentiable (use
+    :meth:`GaussianKernelModel.kernel` for autograd); same values as it up to rounding."""
+    if centers_sq is None:
+        centers_sq = (centers * centers).sum(1)
+    out = torch.mm(x, centers.T, out=out)
+    out.mul_(-2.0).add_((x * x).sum(1)[:, None]).add_(centers_sq[None, :])
+    return out.clamp_min_(0.0).mul_(-gamma).exp_()
+
+
 def knn_mean_distance(x_train: torch.Tensor, neighbours: int = 40, chunk: int = 1024) -> float:
     """Mean of the distances of every training point to its ``neighbours`` nearest other
     training points (the point itself excluded by index, so duplicates count as neighbours

@@ -22,7 +22,12 @@ from .certify import KINDS, certify_kernel, certify_softplus, margins
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
-from .kernel_train import KERNEL_REGULARIZERS, KernelTrainConfig, train_kernel
+from .kernel_train import (
+    KERNEL_REGULARIZERS,
+    KernelTrainConfig,
+    check_device_memory,
+    train_kernel,
+)
 from .kernels import GaussianKernelModel
 from .models import SoftplusNet, load_model, save_model
 from .train import TrainConfig, train
@@ -148,13 +153,17 @@ def train_stage(
     model_out: Path | str,
     metrics_out: Path | str,
     device: str = "auto",
+    memory_gb: float | None = None,
 ) -> dict[str, Any]:
-    """Train one grid point (a net by SGD or a kernel model by L-BFGS); write the model
-    (weights-only file) and its metrics JSON."""
+    """Train one grid point (a net by SGD or a kernel model by L-BFGS, within ``memory_gb``
+    GiB of its device: config ``kernel.memory_gb``); write the model (weights-only file) and
+    its metrics JSON."""
     ds = load_prepared(data)
     args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if params["regularizer"] in KERNEL_REGULARIZERS:
-        res = train_kernel(KernelTrainConfig(**params), *args, device=resolve_device(device))
+        dev = resolve_device(device)
+        check_device_memory(dev, memory_gb)
+        res = train_kernel(KernelTrainConfig(**params), *args, device=dev, memory_gb=memory_gb)
     else:
         cfg = TrainConfig(**params)
         res = train(cfg, *args, device=resolve_device(device), shape=ds.shape)
@@ -196,12 +205,14 @@ def certify_stage(
     rtol: float,
     kinds: list[str] | tuple[str, ...] = KINDS,
     device: str = "auto",
+    memory_gb: float | None = None,
 ) -> pd.DataFrame:
     """Guarantees of Theorem 2.1 for the eval points. One-hidden-layer nets: local L2
     (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
     versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
-    kernel models: local L2 (Proposition 2.2); the other columns stay empty. Other networks
-    (ResNets): prediction and margin only (``local_bound = "none"``)."""
+    kernel models: local L2 (Proposition 2.2, on ``device`` within ``memory_gb`` GiB); the
+    other columns stay empty. Other networks (ResNets): prediction and margin only
+    (``local_bound = "none"``)."""
     met = read_json(metrics)
     idx, x, y, _ = _points(data, n_points, met)
     if met["status"] != "ok":
@@ -211,7 +222,8 @@ def certify_stage(
         net = load_model(model)
         t0 = time.perf_counter()
         if isinstance(net, GaussianKernelModel):  # Proposition 2.2: the L2 local bound only
-            res = certify_kernel(net, x.to(dev), rtol=rtol)
+            check_device_memory(dev, memory_gb)
+            res = certify_kernel(net, x, rtol=rtol, memory_gb=memory_gb, device=dev)
             res["guarantee_l2"] = res["guarantee_local"]
             local_bound = "prop2.2"
         elif isinstance(net, SoftplusNet):

@@ -10,11 +10,15 @@ rule certify:
         rtol=config["certify"]["rtol"],
         kinds=config["certify"]["kinds"],
         device=config["device"],
+        memory_gb=config["kernel"]["memory_gb"],
         code=code("certify.py"),
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=60,
+        # crosslip.job_resources: kernel models need their memory budget and, unless device
+        # is cpu, a GPU of their own; networks 4,000 MB on the CPU.
+        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["mem_mb"],
+        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["runtime"],
+        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["gpu"],
     log:
         f"{RESULTS}/logs/certify/{{dataset}}/{{model}}.log",
     benchmark:
@@ -44,8 +48,9 @@ rule attack:
         code=code("attack.py"),
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["mem_mb"],
+        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["runtime"],
+        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["gpu"],
     log:
         f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
     benchmark:

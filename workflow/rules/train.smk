@@ -1,3 +1,6 @@
+from crosslip.job_resources import job_resources
+
+
 rule train:
     input:
         data=f"{RESULTS}/data/{{dataset}}.npz",
@@ -8,14 +11,17 @@ rule train:
         hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
         code=code("train.py"),
         device=config["device"],
+        memory_gb=config["kernel"]["memory_gb"],
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=120,
-        # One GPU per training job: counted by Snakemake only where a limit is given
+        # From the config and the model (crosslip.job_resources): kernel models the memory
+        # budget kernel.memory_gb and a runtime from their flop count. One GPU per training
+        # job unless device is cpu: counted by Snakemake only where a limit is given
         # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
         # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
-        gpu=1,
+        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["mem_mb"],
+        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["runtime"],
+        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["gpu"],
     log:
         f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
     benchmark:

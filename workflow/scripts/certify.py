@@ -16,6 +16,7 @@ def main() -> None:
         rtol=snakemake.params.rtol,
         kinds=list(snakemake.params.kinds),
         device=snakemake.params.device,
+        memory_gb=snakemake.params.memory_gb,
     )
     logging.getLogger("crosslip").info(
         "%d points, mean local guarantee %.4f", len(df), df["guarantee_local"].mean()

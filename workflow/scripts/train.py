@@ -14,6 +14,7 @@ def main() -> None:
         snakemake.output.model,
         snakemake.output.metrics,
         device=snakemake.params.device,
+        memory_gb=snakemake.params.memory_gb,
     )
     logging.getLogger("crosslip").info(
         "status=%s test_error=%s seconds=%.1f device=%s",

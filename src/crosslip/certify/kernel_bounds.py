@@ -86,6 +86,13 @@ the tiles ``r in I, s in J`` with ``I <= J`` of the (symmetric) pair matrix and 
 and classes at once, about 15 elementwise passes into reusable cache-sized buffers and two
 batched matmuls. :func:`prop22_reference` evaluates the paper's formula literally, as an
 oracle.
+
+Memory. The pair arrays (``delta^2``, ``||mu_rs - mean||^2``: three (n, n) arrays) and ``H``
+((n, n) per point) are kept only where they fit the budget
+(:func:`crosslip.kernel_memory.certify_plan`); otherwise each tile recomputes them from the
+centres (one (block, d) x (d, block) product) and from ``v`` (m, n) per point, so that
+certification with all 60,000 MNIST training points as centres holds O(n (d + K m)) plus
+the tile scratch. Both ways give the same numbers up to rounding.
 """
 
 from __future__ import annotations
@@ -96,6 +103,8 @@ import itertools
 import numpy as np
 import torch
 
+from ..config import default as config_default
+from ..kernel_memory import CertifyPlan, budget_bytes, certify_plan
 from ..kernels import GaussianKernelModel
 from .search import certificate_columns, margins, theorem21
 
@@ -148,12 +157,13 @@ class _Workspace:
 
 class Prop22Shared:
     """Point-independent data of the bound for one model, computed once and shared by the
-    chunks: the centers relative to their mean ``Xc`` (n, d), ``-delta^2`` and
-    ``-4 gamma delta^2`` with ``delta^2 = ||x_r - x_s||^2 / 4`` (n, n), ``||mu_rs - mean||^2``
-    (n, n), the coefficients in float64 and the scratch buffers. Memory: three (n, n)
-    float64 arrays."""
+    chunks: the centers relative to their mean ``Xc`` (n, d), their squared norms ``g`` (n,),
+    the coefficients in float64 and the scratch buffers; with ``cache`` (default) also
+    ``-delta^2`` and ``-4 gamma delta^2`` with ``delta^2 = ||x_r - x_s||^2 / 4`` (n, n) and
+    ``||mu_rs - mean||^2`` (n, n): three (n, n) float64 arrays (four while built). Without
+    ``cache`` :meth:`pair_tile` recomputes a tile of them from ``Xc`` when asked."""
 
-    def __init__(self, model: GaussianKernelModel) -> None:
+    def __init__(self, model: GaussianKernelModel, cache: bool = True) -> None:
         self.gamma = float(model.gamma)
         X = model.centers.detach().to(DTYPE)
         self.device = X.device
@@ -161,6 +171,11 @@ class Prop22Shared:
         self.Xc = X - self.mean
         self.coef = model.coef.detach().to(DTYPE)
         self.n = X.shape[0]
+        self.cached = cache
+        self.workspace = _Workspace(self.device)
+        if not cache:
+            self.g = (self.Xc * self.Xc).sum(1)
+            return
         gram = self.Xc @ self.Xc.T
         gram = 0.5 * (gram + gram.T)  # exactly symmetric, so everything below is too
         g = gram.diagonal().clone()
@@ -170,7 +185,27 @@ class Prop22Shared:
         self.neg_exp4 = (4.0 * self.gamma) * self.neg_delta2
         self.mid_sq = g_sum.add_(gram, alpha=2.0).mul_(0.25)  # (g_r + g_s + 2 G_rs) / 4
         del gram
-        self.workspace = _Workspace(self.device)
+
+    def pair_tile(
+        self, i0: int, i1: int, j0: int, j1: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(-delta^2, -4 gamma delta^2, ||mu - mean||^2)`` for the pairs ``r in [i0, i1)``,
+        ``s in [j0, j1)``, each (i1 - i0, j1 - j0): views of the cached arrays, or computed
+        into scratch buffers (valid until the next call) by the same formulas."""
+        if self.cached:
+            return (self.neg_delta2[i0:i1, j0:j1], self.neg_exp4[i0:i1, j0:j1],
+                    self.mid_sq[i0:i1, j0:j1])  # fmt: skip
+        ws, shape = self.workspace, (i1 - i0, j1 - j0)
+        gram = torch.mm(self.Xc[i0:i1], self.Xc[j0:j1].T, out=ws.get("p_gram", shape, DTYPE))
+        g_sum = torch.add(self.g[i0:i1, None], self.g[None, j0:j1],
+                          out=ws.get("p_mid", shape, DTYPE))  # fmt: skip
+        nd2 = torch.sub(gram, g_sum, alpha=0.5, out=ws.get("p_nd2", shape, DTYPE))
+        nd2.mul_(0.5).clamp_max_(0.0)
+        if i0 == j0:  # delta_rr = 0 exactly, as in the cached arrays
+            nd2.diagonal().zero_()
+        ne4 = torch.mul(nd2, 4.0 * self.gamma, out=ws.get("p_ne4", shape, DTYPE))
+        mid = g_sum.add_(gram, alpha=2.0).mul_(0.25)
+        return nd2, ne4, mid
 
 
 class KernelProp22Bound:
@@ -184,9 +219,11 @@ class KernelProp22Bound:
     Each call walks the tiles ``(I, J)``, ``I <= J``, of a ``block``-partition of the pair
     matrix (the summands are symmetric in r, s: an off-diagonal tile counts twice), all
     ``k`` points at once per tile: half the work of the full matrix, and tile buffers that
-    stay in cache. ``block=None`` picks ``sqrt(TILE_ELEMENTS / m)`` (at least 64).
+    stay in cache. ``block=None`` picks ``sqrt(tile_elements / m)`` (at least 64).
     Memory: ``8 m n^2`` bytes for ``H`` plus about ``50 k block^2`` bytes of scratch and the
-    shared data (:class:`Prop22Shared`).
+    shared data (:class:`Prop22Shared`). With ``store_h=False`` (or shared data without the
+    cached pair arrays) ``H`` is not stored: each tile recomputes it from ``v`` (m, n),
+    ``H_rs = sqrt(||mu_rs - mean||^2 + v_r + v_s)``.
     """
 
     def __init__(
@@ -196,6 +233,8 @@ class KernelProp22Bound:
         pred: torch.Tensor,
         shared: Prop22Shared | None = None,
         block: int | None = None,
+        store_h: bool = True,
+        tile_elements: int = TILE_ELEMENTS,
     ) -> None:
         self.shared = Prop22Shared(model) if shared is None else shared
         sh = self.shared
@@ -206,17 +245,19 @@ class KernelProp22Bound:
         self.K = sh.coef.shape[0]
         xc = x - sh.mean
         v = 0.5 * (xc * xc).sum(1)[:, None] - xc @ sh.Xc.T  # (m, n)
-        H = torch.empty(self.m, n, n, dtype=DTYPE, device=sh.device)
-        torch.add(sh.mid_sq, v[:, :, None], out=H)
-        H.add_(v[:, None, :]).clamp_min_(0.0).sqrt_()  # ||x - mu_rs||, (m, n, n)
-        self.H = H
+        self.v, self.H = v, None
+        if store_h and sh.cached:
+            H = torch.empty(self.m, n, n, dtype=DTYPE, device=sh.device)
+            torch.add(sh.mid_sq, v[:, :, None], out=H)
+            H.add_(v[:, None, :]).clamp_min_(0.0).sqrt_()  # ||x - mu_rs||, (m, n, n)
+            self.H = H
         beta = sh.coef[None, :, :] - sh.coef[pred][:, None, :]  # (m, K, n)
         bp, bn = beta.clamp_min(0.0), (-beta).clamp_min(0.0)
         self.bpn = torch.cat([bp, bn], dim=1)  # (m, 2K, n): [b+; b-]
         self.bnp = torch.cat([bn, bp], dim=1)  # [b-; b+]
         self._all = torch.arange(self.m, device=sh.device)
         if block is None:
-            block = max(64, int((TILE_ELEMENTS / max(self.m, 1)) ** 0.5))
+            block = max(64, int((tile_elements / max(self.m, 1)) ** 0.5))
         blocks = list(itertools.pairwise([*range(0, n, block), n]))
         self.tiles = [(a, b, c, e) for i, (a, b) in enumerate(blocks) for c, e in blocks[i:]]
 
@@ -226,14 +267,19 @@ class KernelProp22Bound:
         idx = idx.to(sh.device)
         full = k == self.m and torch.equal(idx, self._all)
         bpn, bnp = (self.bpn, self.bnp) if full else (self.bpn[idx], self.bnp[idx])
+        v = self.v if full else self.v[idx]
         R = r.detach().to(device=sh.device, dtype=DTYPE)[:, None, None]
         total = torch.zeros(k, K, dtype=DTYPE, device=sh.device)
         for i0, i1, j0, j1 in self.tiles:
             shape = (k, i1 - i0, j1 - j0)
-            H = self.H[:, i0:i1, j0:j1]
-            if not full:
-                H = torch.index_select(H, 0, idx, out=ws.get("sel", shape, DTYPE))
-            nd2, ne4 = sh.neg_delta2[i0:i1, j0:j1], sh.neg_exp4[i0:i1, j0:j1]
+            nd2, ne4, mid = sh.pair_tile(i0, i1, j0, j1)
+            if self.H is None:  # ||x - mu_rs|| = sqrt(||mu_rs - mean||^2 + v_r + v_s)
+                H = torch.add(mid, v[:, i0:i1, None], out=ws.get("sel", shape, DTYPE))
+                H.add_(v[:, None, j0:j1]).clamp_min_(0.0).sqrt_()
+            else:
+                H = self.H[:, i0:i1, j0:j1]
+                if not full:
+                    H = torch.index_select(H, 0, idx, out=ws.get("sel", shape, DTYPE))
             e_lo, a_hi, e_hi, a_lo, t_plus = (ws.get(f"b{i}", shape, DTYPE) for i in range(5))
             mask = ws.get("mask", shape, torch.bool)
             # ||y - mu|| ranges over [t, H + R] with t = max(H - R, 0); the exponents are
@@ -261,13 +307,16 @@ class KernelProp22Bound:
         return 2.0 * g * total.clamp_min(0.0).sqrt()
 
 
-def default_chunk(n_centers: int, memory_bytes: int = 2**30, max_chunk: int = 8) -> int:
-    """Points per chunk: at most ``max_chunk``, and few enough that the chunk's ``H``
-    (``8 n^2`` bytes a point), the shared (n, n) arrays and the scratch fit in
-    ``memory_bytes``; at least 1."""
-    per_point = 8 * n_centers**2
-    fixed = 3 * 8 * n_centers**2 + 8 * 8 * TILE_ELEMENTS
-    return int(max(1, min(max_chunk, (memory_bytes - fixed) // per_point)))
+def plan_for(
+    model: GaussianKernelModel, memory_gb: float | None = None, device: torch.device | str = "cpu"
+) -> CertifyPlan:
+    """How :func:`certify_kernel` evaluates the bound of ``model`` within ``memory_gb`` GiB
+    (default: the schema's ``kernel.memory_gb``) on ``device``
+    (:func:`crosslip.kernel_memory.certify_plan`)."""
+    memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
+    n, d = model.centers.shape
+    k = model.coef.shape[0]
+    return certify_plan(n, d, k, budget_bytes(memory_gb), torch.device(device).type)
 
 
 def _empty_result() -> dict[str, torch.Tensor]:
@@ -287,22 +336,26 @@ def certify_kernel(
     x: torch.Tensor,
     rtol: float = 1e-3,
     chunk: int | None = None,
-    memory_bytes: int = 2**30,
+    memory_gb: float | None = None,
+    device: torch.device | str | None = None,
 ) -> dict[str, torch.Tensor]:
     """L2 guarantees (Theorem 2.1 + Proposition 2.2) of a Gaussian-kernel model at ``x``.
 
-    ``x`` (n, d). Works in float64 on the model's device, ``chunk`` points at a time (default
-    :func:`default_chunk`: 8 points, about 0.4 GiB, for 2000 centers). Returns per-point CPU
-    tensors of shape (n,): ``pred``, ``margin`` (``f_c - max_{j != c} f_j``),
+    ``x`` (n, d). Works in float64 on ``device`` (default: the model's), within
+    ``memory_gb`` GiB of it (:func:`plan_for`: the pair arrays and ``H`` where they fit, else
+    recomputed per tile), ``chunk`` points at a time (default: the plan's). Returns
+    per-point CPU tensors of shape (n,): ``pred``, ``margin`` (``f_c - max_{j != c} f_j``),
     ``guarantee_local``, ``radius_local`` (the R attaining it), ``bound_class`` and
     ``evaluations`` (number of R evaluated).
     """
     model = _as64(model)
+    if device is not None and torch.device(device) != model.centers.device:
+        model = copy.deepcopy(model).to(device)
     if len(x) == 0:
         return _empty_result()
-    shared = Prop22Shared(model)
-    if chunk is None:
-        chunk = default_chunk(shared.n, memory_bytes)
+    plan = plan_for(model, memory_gb, model.centers.device)
+    shared = Prop22Shared(model, cache=plan.cache_pairs)
+    chunk = plan.points if chunk is None else chunk
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad():
         for i in range(0, len(x), chunk):
@@ -310,7 +363,9 @@ def certify_kernel(
             logits = model(xb)
             pred = logits.argmax(1)
             m = margins(logits, pred)
-            cert = theorem21(m, KernelProp22Bound(model, xb, pred, shared), rtol=rtol)
+            bound = KernelProp22Bound(model, xb, pred, shared, store_h=plan.store_h,
+                                      tile_elements=plan.tile_elements)  # fmt: skip
+            cert = theorem21(m, bound, rtol=rtol)
             for key, val in certificate_columns(pred, m, cert).items():
                 out.setdefault(key, []).append(val.cpu())
     return {key: torch.cat(val) for key, val in out.items()}

@@ -1,0 +1,142 @@
+"""Snakemake resources (``mem_mb``, ``runtime``, ``gpu``) of the train, certify and attack
+jobs, from the config and the model's training spec. Torch-free: the rules call it while the
+workflow is planned.
+
+* ``gpu``: 1 for training unless config ``device`` is ``cpu``; for certification and attacks
+  of Gaussian-kernel models too (Proposition 2.2 costs ``O(N^2)`` per point and fills the
+  device's memory budget, so two such jobs should not share one GPU); 0 for the
+  certification and attacks of networks (cheap next to training).
+* ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the budget
+  ``kernel.memory_gb`` where the job may run on the CPU (``device`` ``cpu`` or ``auto``),
+  plus the process and the dataset (float32 and a float64 copy); with ``device: cuda`` the
+  budget is GPU memory and the host holds the process, the data and the model.
+* ``runtime`` (minutes): kernel models from the flop counts of the chunked algorithm at an
+  assumed sustained float64 rate (:data:`FLOPS`: the CPU's is what this project's 2-core
+  machine gave, see docs/kernels-at-scale.md; the GPU's a conservative share of an
+  H100-class card), times :data:`SAFETY`; one-hidden-layer networks from the measured cost
+  per training sample on that CPU (Cross-Lipschitz, the slowest regularizer); ResNets a
+  fixed day (not measured here).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .kernel_memory import (
+    DATASET_SHAPES,
+    budget_bytes,
+    centers_used,
+    train_plan,
+)
+
+#: Sustained float64 rate assumed for the runtime estimate, flop/s, by device kind.
+FLOPS = {"cpu": 2.0e10, "cuda": 5.0e12}
+#: Pair evaluations of Proposition 2.2 per second (one pair of centres for one point at one
+#: radius, about 20 elementwise operations), by device kind.
+PAIRS_PER_SECOND = {"cpu": 1.0e8, "cuda": 1.0e10}
+#: Radii tried per point by the search of Theorem 2.1 (about 5 at rtol 1e-3) with margin.
+EVALUATIONS = 10
+#: L-BFGS objective evaluations per iteration (line searches), with margin.
+EVALS_PER_ITER = 1.5
+#: Factor on every runtime estimate.
+SAFETY = 2.0
+#: Seconds per training sample of the 784-1024-10 network on the 2-core CPU (Cross-Lipschitz
+#: in closed form, batch 64: about 20 ms per step, README "Training speed"), with margin.
+MLP_SECONDS_PER_SAMPLE = 5e-4
+#: Host memory of the process itself (Python, torch, CUDA context), MB.
+PROCESS_MB = 2000
+NET_MEM_MB = 4000
+
+
+def _kind(device: str) -> str:
+    """``cpu`` for ``cpu``, else ``cuda`` (``auto`` asks for a GPU, so plan with one)."""
+    return "cpu" if device == "cpu" else "cuda"
+
+
+def _is_kernel(spec: Any) -> bool:
+    return getattr(spec, "regularizer", "") in ("kernel_logreg", "kernel_cl")
+
+
+def _minutes(seconds: float, floor: int) -> int:
+    return max(floor, math.ceil(SAFETY * seconds / 60))
+
+
+def _kernel_mem_mb(config: dict[str, Any], dataset: str, n_centers: int) -> int:
+    shape = DATASET_SHAPES[dataset]
+    data = (shape.n_train + shape.n_test) * shape.dim * (4 + 8)  # float32 + float64 copy
+    host = PROCESS_MB + math.ceil(data / 2**20) + math.ceil(16 * n_centers * shape.dim / 2**20)
+    if config["device"].startswith("cuda"):
+        return host
+    return host + math.ceil(budget_bytes(config["kernel"]["memory_gb"]) / 2**20)
+
+
+def kernel_train_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
+    """Estimated seconds of one kernel training job: the nearest-neighbour distances
+    (``2 n^2 d``), the penalty matrix (Kernel-CL: one kernel matrix per pass, ``2 n N d``
+    each, and ``4 n N^2`` for the products; Kernel-LogReg ``2 N^2 d``), L-BFGS (per
+    evaluation ``4 n N K`` for the loss and its gradient, ``4 K N^2`` for the penalty, and
+    ``2 n N d`` where ``Kt`` is recomputed) and the errors (``2 (n + n_test) N d``)."""
+    shape = DATASET_SHAPES[dataset]
+    n, d, K = shape.n_train, shape.dim, shape.classes
+    N = centers_used(spec.n_centers, n)
+    try:
+        plan = train_plan(n, N, d, K, spec.regularizer, budget_bytes(config["kernel"]["memory_gb"]))
+        passes, keep = plan.passes, plan.keep_kernel
+    except ValueError:  # does not fit: validation reports it; plan for the slowest case
+        passes, keep = 8, False
+    kernel = 2 * n * N * d
+    build = passes * kernel + 4 * n * N * N if spec.regularizer == "kernel_cl" else 2 * N * N * d
+    per_eval = 4 * n * N * K + 4 * K * N * N + (0 if keep else kernel)
+    flops = 2 * n * n * d + build + spec.max_iter * EVALS_PER_ITER * per_eval
+    flops += 2 * (n + shape.n_test) * N * d
+    return flops / FLOPS[_kind(config["device"])]
+
+
+def kernel_certify_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
+    """Estimated seconds of certifying a kernel model: ``certify.n_points`` points (at most
+    the test set) x :data:`EVALUATIONS` radii x ``N^2 / 2`` pairs."""
+    shape = DATASET_SHAPES[dataset]
+    N = centers_used(spec.n_centers, shape.n_train)
+    points = min(config["certify"]["n_points"], shape.n_test)
+    return points * EVALUATIONS * N * N / 2 / PAIRS_PER_SECOND[_kind(config["device"])]
+
+
+def kernel_attack_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
+    """Estimated seconds of the attacks on a kernel model: per point, norm and step of the
+    search (and of the refinement) one kernel row and the class gradients, ``4 N d K``."""
+    shape = DATASET_SHAPES[dataset]
+    N = centers_used(spec.n_centers, shape.n_train)
+    at = config["attack"]
+    points = min(at["n_points"], shape.n_test)
+    steps = at["max_steps"] * (1 + at["refine_steps"])
+    flops = points * len(at["norms"]) * steps * 4 * N * shape.dim * shape.classes
+    return flops / FLOPS[_kind(config["device"])]
+
+
+def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> dict[str, int]:
+    """``{"mem_mb", "runtime", "gpu"}`` of the ``stage`` (``train``, ``certify`` or
+    ``attack``) job of the model with training spec ``spec`` on ``dataset``, for a validated
+    ``config``."""
+    on_gpu = int(config["device"] != "cpu")
+    if _is_kernel(spec):
+        N = centers_used(spec.n_centers, DATASET_SHAPES[dataset].n_train)
+        seconds = {
+            "train": kernel_train_seconds,
+            "certify": kernel_certify_seconds,
+            "attack": kernel_attack_seconds,
+        }[stage](config, spec, dataset)
+        return {
+            "mem_mb": _kernel_mem_mb(config, dataset, N),
+            "runtime": _minutes(seconds, 60),
+            "gpu": on_gpu,
+        }
+    if stage != "train":
+        return {"mem_mb": NET_MEM_MB, "runtime": 60, "gpu": 0}
+    if getattr(spec, "arch", "mlp") == "resnet":
+        runtime = 24 * 60
+    else:
+        samples = spec.epochs * DATASET_SHAPES[dataset].n_train
+        factor = 3 if getattr(spec, "setting", "plain") == "adversarial" else 1
+        runtime = _minutes(factor * samples * MLP_SECONDS_PER_SAMPLE, 120)
+    return {"mem_mb": NET_MEM_MB, "runtime": runtime, "gpu": on_gpu}
