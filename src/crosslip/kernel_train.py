@@ -213,7 +213,8 @@ def train_kernel(
     ``memory_gb`` GiB of it (default: the schema's ``kernel.memory_gb``; see
     :func:`plan_for`); metrics as in :func:`crosslip.train.train` (``curve``: objective per
     evaluation, several per L-BFGS iteration when the line search needs them;
-    ``setup_seconds``: bandwidth, kernel and Gram matrices; ``lbfgs_iterations`` and
+    ``setup_seconds``: bandwidth, kernel and Gram matrices, of which ``bandwidth_seconds``
+    and ``penalty_matrix_seconds`` the first two; ``lbfgs_iterations`` and
     ``seconds_per_lbfgs_iteration``) and the plan (``chunk_rows``, ``gram_block_rows``,
     ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``; on
     CUDA ``cuda_peak_gib``, the allocator's peak). Raises
@@ -232,6 +233,7 @@ def train_kernel(
     t0 = time.perf_counter()
     gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1),
                             chunk=plan.knn_rows)  # fmt: skip
+    bandwidth_seconds = time.perf_counter() - t0
     model = GaussianKernelModel(xtr[pick], num_classes, gamma).to(device)
     centers = model.centers
     # The (N, N) penalty matrix and Kt (n, N), fixed during training (Kt kept whole if it
@@ -248,6 +250,7 @@ def train_kernel(
         def penalty(coef: torch.Tensor) -> torch.Tensor:
             return cross_lipschitz_kernel(coef, held["matrix"], n)
 
+    matrix_seconds = time.perf_counter() - t0 - bandwidth_seconds
     c_sq = (centers * centers).sum(1)
     if plan.keep_kernel:
         held["kt"] = kernel_rows(xtr, centers, gamma, centers_sq=c_sq)
@@ -302,6 +305,8 @@ def train_kernel(
         "n_centers": n_centers,
         "seconds": seconds,
         "setup_seconds": setup_seconds,
+        "bandwidth_seconds": bandwidth_seconds,
+        "penalty_matrix_seconds": matrix_seconds,
         "lbfgs_iterations": iterations,
         "seconds_per_lbfgs_iteration": (seconds - setup_seconds) / max(iterations, 1),
         "device": str(device),

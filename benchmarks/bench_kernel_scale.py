@@ -1,0 +1,100 @@
+"""Kernel models at scale: Kernel-CL training and certification on full MNIST within a budget.
+
+For each number of expansion points ``N`` (``--centers``), on all 60,000 MNIST training
+digits: one Kernel-CL training run of ``--iterations`` L-BFGS iterations
+(:func:`crosslip.kernel_train.train_kernel`: bandwidth, Gram matrix, seconds per iteration,
+the plan the budget gave), then Proposition 2.2 guarantees for ``--points`` test digits with
+the plan of the budget (:func:`crosslip.certify.kernel_bounds.certify_kernel`) and, with
+``--streamed``, again with the (N, N) arrays recomputed per tile (the budget of a model that
+does not fit, forced by a budget just above the irreducible part). ``--device`` picks the
+device (``auto``: CUDA if there is one). The largest ``N`` whose training fits the budget
+comes from :func:`crosslip.kernel_memory.largest_centers`. The model is trained for a few
+iterations only: the timings, not its accuracy, are the point.
+
+Run: ``.venv/bin/python benchmarks/bench_kernel_scale.py --mirror <folder with the MNIST
+files> [--centers 2000 5000] [--device auto]``; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from crosslip.certify.kernel_bounds import certify_kernel, plan_for
+from crosslip.config import default
+from crosslip.data import load_dataset
+from crosslip.device import describe_machine, resolve_device
+from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
+from crosslip.kernel_train import KernelTrainConfig, train_kernel
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = resolve_device(args.device)
+    ds = load_dataset("mnist", cache_dir=args.cache, mirror_dir=args.mirror)
+    n, d = ds.x_train.shape
+    budget = args.memory_gb * GIB
+    out: dict = {
+        "machine": describe_machine(device),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "memory_gb": args.memory_gb,
+        "n_train": int(n),
+        "largest_centers_kernel_cl": largest_centers(n, d, 10, "kernel_cl", budget),
+        "largest_centers_kernel_logreg": largest_centers(n, d, 10, "kernel_logreg", budget),
+        "sizes": [],
+    }
+    x_eval = torch.as_tensor(ds.x_test[: args.points])
+    for N in args.centers:
+        cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, a=1.0, n_centers=N,
+                                max_iter=args.iterations)  # fmt: skip
+        res = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:1000], ds.y_test[:1000], 10,
+                           device=device, memory_gb=args.memory_gb)  # fmt: skip
+        m = res.metrics
+        row = {k: m[k] for k in ("n_centers", "bandwidth_seconds", "penalty_matrix_seconds",
+                                 "setup_seconds", "lbfgs_iterations",
+                                 "seconds_per_lbfgs_iteration", "chunk_rows", "gram_passes",
+                                 "kernel_matrix_kept", "memory_peak_gib")}  # fmt: skip
+        row["cuda_peak_gib"] = m.get("cuda_peak_gib")
+        plan = plan_for(res.model, args.memory_gb, device)
+        row["certify_plan"] = {
+            "cache_pairs": plan.cache_pairs,
+            "store_h": plan.store_h,
+            "points": plan.points,
+            "peak_gib": plan.peak_bytes / GIB,
+        }
+        t0 = time.perf_counter()
+        cert = certify_kernel(res.model, x_eval, memory_gb=args.memory_gb, device=device)
+        row["certify_seconds_per_point"] = (time.perf_counter() - t0) / len(x_eval)
+        row["mean_evaluations"] = cert["evaluations"].double().mean().item()
+        if args.streamed:
+            tiny = (certify_minimum_bytes(N, d, 10) + 8 * N * 72 * 2) / GIB
+            t0 = time.perf_counter()
+            again = certify_kernel(res.model, x_eval, memory_gb=tiny, device=device)
+            row["streamed_plan_points"] = plan_for(res.model, tiny, device).points
+            row["streamed_seconds_per_point"] = (time.perf_counter() - t0) / len(x_eval)
+            g0, g1 = cert["guarantee_local"], again["guarantee_local"]
+            row["streamed_max_rel_diff"] = ((g1 - g0).abs() / g0.clamp_min(1e-300)).max().item()
+        out["sizes"].append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--centers", type=int, nargs="+", default=[2000, 5000])
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--points", type=int, default=16)
+    parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--mirror", default=None, help="folder with the official MNIST files")
+    parser.add_argument("--cache", default="results/downloads")
+    parser.add_argument("--streamed", action="store_true",
+                        help="also certify with the pair arrays recomputed per tile")  # fmt: skip
+    print(json.dumps(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
