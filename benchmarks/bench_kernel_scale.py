@@ -29,6 +29,7 @@ from crosslip.data import load_dataset
 from crosslip.device import describe_machine, resolve_device
 from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
+from crosslip.kernels import gamma_from_data
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -47,11 +48,19 @@ def run(args: argparse.Namespace) -> dict:
         "sizes": [],
     }
     x_eval = torch.as_tensor(ds.x_test[: args.points])
+    # gamma = a / rho^2 from the first --gamma-points digits only: the full nearest-neighbour
+    # pass (2 n^2 d flops) is timed by the training metric bandwidth_seconds when
+    # --gamma-points is 0; the timings below do not depend on the value of gamma
+    gamma = None
+    if args.gamma_points:
+        sub = torch.as_tensor(ds.x_train[: args.gamma_points], dtype=torch.float64)
+        gamma = gamma_from_data(sub, a=1.0, neighbours=40)
+    out["gamma"], out["gamma_points"] = gamma, args.gamma_points or int(n)
     for N in args.centers:
         cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, a=1.0, n_centers=N,
                                 max_iter=args.iterations)  # fmt: skip
         res = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:1000], ds.y_test[:1000], 10,
-                           device=device, memory_gb=args.memory_gb)  # fmt: skip
+                           device=device, memory_gb=args.memory_gb, gamma=gamma)  # fmt: skip
         m = res.metrics
         row = {k: m[k] for k in ("n_centers", "bandwidth_seconds", "penalty_matrix_seconds",
                                  "setup_seconds", "lbfgs_iterations",
@@ -86,6 +95,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--centers", type=int, nargs="+", default=[2000, 5000])
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--gamma-points", type=int, default=0,
+                        help="estimate gamma on this many training digits (0: all)")  # fmt: skip
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
     parser.add_argument("--device", default="auto")

@@ -2,16 +2,17 @@
 jobs, from the config and the model's training spec. Torch-free: the rules call it while the
 workflow is planned.
 
-* ``gpu``: 1 for training unless config ``device`` is ``cpu``; for certification and attacks
-  of Gaussian-kernel models too (Proposition 2.2 costs ``O(N^2)`` per point and fills the
-  device's memory budget, so two such jobs should not share one GPU); 0 for the
-  certification and attacks of networks (cheap next to training).
-* ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the budget
-  ``kernel.memory_gb`` where the job may run on the CPU (``device`` ``cpu`` or ``auto``),
-  plus the process and the dataset (float32 and a float64 copy); with ``device: cuda`` the
-  budget is GPU memory and the host holds the process, the data and the model.
+* ``gpu``: 1 for training unless config ``device`` is ``cpu``. Certification and attacks of
+  networks ask for none (cheap next to training); those of Gaussian-kernel models ask for one
+  (unless ``cpu``) when their working set on the device exceeds :data:`SHARED_GPU_BYTES`, so
+  that two large ones (e.g. all 60,000 MNIST centres) never share one GPU's memory.
+* ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the peak of their
+  memory plan (:mod:`crosslip.kernel_memory`, within ``kernel.memory_gb``) where the job may
+  run on the CPU (``device`` ``cpu`` or ``auto``), plus the process and the dataset (float32
+  and a float64 copy); with ``device: cuda`` the plan lives in GPU memory and the host holds
+  the process, the data and the model.
 * ``runtime`` (minutes): kernel models from the flop counts of the chunked algorithm at an
-  assumed sustained float64 rate (:data:`FLOPS`: the CPU's is what this project's 2-core
+  assumed sustained float64 rate (:data:`FLOPS`: the CPU's near what this project's 2-core
   machine gave, see docs/kernels-at-scale.md; the GPU's a conservative share of an
   H100-class card), times :data:`SAFETY`; one-hidden-layer networks from the measured cost
   per training sample on that CPU (Cross-Lipschitz, the slowest regularizer); ResNets a
@@ -24,9 +25,12 @@ import math
 from typing import Any
 
 from .kernel_memory import (
+    BYTES,
     DATASET_SHAPES,
+    KernelMemoryError,
     budget_bytes,
     centers_used,
+    certify_plan,
     train_plan,
 )
 
@@ -47,6 +51,10 @@ MLP_SECONDS_PER_SAMPLE = 5e-4
 #: Host memory of the process itself (Python, torch, CUDA context), MB.
 PROCESS_MB = 2000
 NET_MEM_MB = 4000
+#: A kernel certification or attack job with a larger working set asks for a GPU of its own.
+SHARED_GPU_BYTES = 4 * 2**30
+#: Points per batch of the attacks (:func:`crosslip.attacks.upper_bound`).
+ATTACK_BATCH = 512
 
 
 def _kind(device: str) -> str:
@@ -62,13 +70,33 @@ def _minutes(seconds: float, floor: int) -> int:
     return max(floor, math.ceil(SAFETY * seconds / 60))
 
 
-def _kernel_mem_mb(config: dict[str, Any], dataset: str, n_centers: int) -> int:
+def kernel_working_set(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> int:
+    """Bytes a kernel job holds on its device: the peak of its training or certification
+    plan within ``kernel.memory_gb``; for the attacks a batch of class gradients (three
+    (batch, K, N) arrays) and the centres."""
     shape = DATASET_SHAPES[dataset]
+    n, d, K = shape.n_train, shape.dim, shape.classes
+    N = centers_used(spec.n_centers, n)
+    budget = budget_bytes(config["kernel"]["memory_gb"])
+    kind = _kind(config["device"])
+    try:
+        if stage == "train":
+            return train_plan(n, N, d, K, spec.regularizer, budget).peak_bytes
+        if stage == "certify":
+            return certify_plan(N, d, K, budget, kind).peak_bytes
+    except KernelMemoryError:  # does not fit: validation reports it
+        return budget
+    return BYTES * (3 * ATTACK_BATCH * K * N + 2 * N * d)
+
+
+def _kernel_mem_mb(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> int:
+    shape = DATASET_SHAPES[dataset]
+    N = centers_used(spec.n_centers, shape.n_train)
     data = (shape.n_train + shape.n_test) * shape.dim * (4 + 8)  # float32 + float64 copy
-    host = PROCESS_MB + math.ceil(data / 2**20) + math.ceil(16 * n_centers * shape.dim / 2**20)
+    host = PROCESS_MB + math.ceil(data / 2**20) + math.ceil(16 * N * shape.dim / 2**20)
     if config["device"].startswith("cuda"):
         return host
-    return host + math.ceil(budget_bytes(config["kernel"]["memory_gb"]) / 2**20)
+    return host + math.ceil(kernel_working_set(config, spec, dataset, stage) / 2**20)
 
 
 def kernel_train_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
@@ -120,16 +148,16 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
     ``config``."""
     on_gpu = int(config["device"] != "cpu")
     if _is_kernel(spec):
-        N = centers_used(spec.n_centers, DATASET_SHAPES[dataset].n_train)
         seconds = {
             "train": kernel_train_seconds,
             "certify": kernel_certify_seconds,
             "attack": kernel_attack_seconds,
         }[stage](config, spec, dataset)
+        large = kernel_working_set(config, spec, dataset, stage) > SHARED_GPU_BYTES
         return {
-            "mem_mb": _kernel_mem_mb(config, dataset, N),
+            "mem_mb": _kernel_mem_mb(config, spec, dataset, stage),
             "runtime": _minutes(seconds, 60),
-            "gpu": on_gpu,
+            "gpu": on_gpu if stage == "train" or large else 0,
         }
     if stage != "train":
         return {"mem_mb": NET_MEM_MB, "runtime": 60, "gpu": 0}

@@ -42,6 +42,9 @@ LBFGS_HISTORY = 20
 MAX_PASSES = 8
 #: Training points per chunk at most (larger chunks do not make the products faster).
 MAX_ROWS = 4096
+#: Training points per chunk at least (an eighth of them for fewer than 512): thinner
+#: products would be too slow to be worth running.
+MIN_ROWS = 64
 #: Elements of one tile of the Proposition 2.2 evaluation: cache-sized on a CPU (2 MiB),
 #: larger on a GPU (128 MiB), where each tile costs a few kernel launches.
 TILE_ELEMENTS = {"cpu": 2**18, "cuda": 2**24}
@@ -147,12 +150,18 @@ def _min_block(N: int) -> int:
     return math.ceil(N / MAX_PASSES)
 
 
+def min_rows(n: int) -> int:
+    """The fewest training points per chunk: :data:`MIN_ROWS`, or ``n / 8`` if smaller."""
+    return max(1, min(MIN_ROWS, n // 8))
+
+
 def train_minimum_bytes(n: int, N: int, d: int, K: int, regularizer: str) -> int:
     """The irreducible working set of a kernel training job (bytes): the data, L-BFGS's
-    state, the (N, N) penalty matrix and, for Kernel-CL, the smallest accumulator
-    (``N / MAX_PASSES`` rows) with one kernel row at a time."""
+    state, the (N, N) penalty matrix and the smallest chunks (:func:`min_rows` kernel rows;
+    for Kernel-CL twice that and the accumulator of ``N / MAX_PASSES`` centre rows)."""
     fixed = _train_fixed(n, N, d, K) + N * N
-    work = _min_block(N) * N + 2 * N if regularizer == "kernel_cl" else N
+    rows = min_rows(n)
+    work = _min_block(N) * N + 2 * rows * N if regularizer == "kernel_cl" else rows * N
     return BYTES * (fixed + work)
 
 
@@ -170,14 +179,15 @@ def train_plan(n: int, N: int, d: int, K: int, regularizer: str, budget: int) ->
             f"{gib(BYTES * N * N)}); the budget is {gib(budget)}"
         )
     free = budget // BYTES - _train_fixed(n, N, d, K) - N * N  # elements
+    least = min_rows(n)
     if regularizer == "kernel_cl":
-        rows = max(1, min(n, MAX_ROWS, free // (8 * N)))
+        rows = max(least, min(n, MAX_ROWS, free // (8 * N)))
         block = min(N, (free - 2 * rows * N) // N)
         if block < _min_block(N):  # fewer rows, so that at most MAX_PASSES passes remain
             block = _min_block(N)
-            rows = max(1, min(rows, (free - block * N) // (2 * N)))
+            rows = max(least, min(rows, (free - block * N) // (2 * N)))
     else:
-        rows = max(1, min(n, MAX_ROWS, free // (4 * N)))
+        rows = max(least, min(n, MAX_ROWS, free // (4 * N)))
         block = N
     keep = n * N + 3 * n * K <= free
     knn_rows = max(1, min(n, 1024, (budget // BYTES - _train_fixed(n, N, d, K)) // (3 * n)))

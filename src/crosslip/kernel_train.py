@@ -208,6 +208,7 @@ def train_kernel(
     num_classes: int,
     device: torch.device | str = "cpu",
     memory_gb: float | None = None,
+    gamma: float | None = None,
 ) -> TrainResult:
     """Fit a :class:`GaussianKernelModel` by L-BFGS (float64) on ``device`` within
     ``memory_gb`` GiB of it (default: the schema's ``kernel.memory_gb``; see
@@ -218,7 +219,9 @@ def train_kernel(
     ``seconds_per_lbfgs_iteration``) and the plan (``chunk_rows``, ``gram_block_rows``,
     ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``; on
     CUDA ``cuda_peak_gib``, the allocator's peak). Raises
-    :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget."""
+    :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
+    ``gamma``: the kernel width if already known (benchmarks), instead of ``a / rho^2``
+    (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
     device = torch.device(device)
     dt = torch.float64
     n, dim = len(x_train), int(np.prod(np.shape(x_train)[1:]))
@@ -231,8 +234,9 @@ def train_kernel(
     n_centers = plan.n_centers
     pick = torch.randperm(n, generator=gen)[:n_centers].sort().values.to(device)
     t0 = time.perf_counter()
-    gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1),
-                            chunk=plan.knn_rows)  # fmt: skip
+    if gamma is None:
+        gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1),
+                                chunk=plan.knn_rows)  # fmt: skip
     bandwidth_seconds = time.perf_counter() - t0
     model = GaussianKernelModel(xtr[pick], num_classes, gamma).to(device)
     centers = model.centers
