@@ -34,11 +34,15 @@ from .kernel_memory import (
     train_plan,
 )
 
-#: Sustained float64 rate assumed for the runtime estimate, flop/s, by device kind.
+#: Sustained float64 rate assumed for the runtime estimate, flop/s, by device kind. On one
+#: core of this project's CPU the Gram matrix ran at about 7e10 and the L-BFGS evaluations
+#: (bound by memory traffic) at about 1e10 (docs/kernels-at-scale.md); the GPU's is assumed.
 FLOPS = {"cpu": 2.0e10, "cuda": 5.0e12}
 #: Pair evaluations of Proposition 2.2 per second (one pair of centres for one point at one
-#: radius, about 20 elementwise operations), by device kind.
-PAIRS_PER_SECOND = {"cpu": 1.0e8, "cuda": 1.0e10}
+#: radius, about 20 elementwise operations), by device kind: the CPU's measured on one core
+#: (3.1e7 to 3.9e7 at 2,000 and 5,000 MNIST centres, docs/kernels-at-scale.md); the GPU's
+#: assumed (not measured here).
+PAIRS_PER_SECOND = {"cpu": 3.0e7, "cuda": 3.0e9}
 #: Radii tried per point by the search of Theorem 2.1 (about 5 at rtol 1e-3) with margin.
 EVALUATIONS = 10
 #: L-BFGS objective evaluations per iteration (line searches), with margin.

@@ -86,6 +86,11 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 
 
+def gib_up(nbytes: float) -> str:
+    """``12.4 GiB`` for 12.31 GiB: a requirement, rounded up to 0.1 GiB."""
+    return f"{math.ceil(nbytes / GIB * 10) / 10:.1f} GiB"
+
+
 def budget_bytes(memory_gb: float) -> int:
     """The budget ``memory_gb`` (GiB) in bytes."""
     return int(memory_gb * GIB)
@@ -175,7 +180,7 @@ def train_plan(n: int, N: int, d: int, K: int, regularizer: str, budget: int) ->
     if need > budget:
         raise KernelMemoryError(
             f"training a {regularizer} model with {N:,} expansion points on {n:,} training "
-            f"points needs at least {gib(need)} (the (N, N) penalty matrix alone is "
+            f"points needs at least {gib_up(need)} (the (N, N) penalty matrix alone is "
             f"{gib(BYTES * N * N)}); the budget is {gib(budget)}"
         )
     free = budget // BYTES - _train_fixed(n, N, d, K) - N * N  # elements
@@ -263,7 +268,7 @@ def certify_plan(N: int, d: int, K: int, budget: int, device: str = "cpu") -> Ce
     if need > budget:
         raise KernelMemoryError(
             f"certifying a kernel model with {N:,} expansion points needs at least "
-            f"{gib(need)}; the budget is {gib(budget)}"
+            f"{gib_up(need)}; the budget is {gib(budget)}"
         )
     free = budget // BYTES - _certify_fixed(N, d, K)
     per_point = _point_elements(N, K)
@@ -333,9 +338,9 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             lines.append(
                 f"config keys kernel.n_centers ({kern['n_centers']}: {N:,} expansion points "
                 f"on {name}), kernel.memory_gb ({memory_gb:g}) and datasets ({name}): "
-                f"{reg} needs at least {gib(need)} ({N:,} x {N:,} float64 matrix "
+                f"{reg} needs at least {gib_up(need)} ({N:,} x {N:,} float64 matrix "
                 f"{gib(BYTES * N * N)}), more than kernel.memory_gb; raise kernel.memory_gb "
-                f"to at least {math.ceil(need / GIB * 10) / 10:g} on a device that has it, "
+                f"to at least {gib_up(need).removesuffix(' GiB')} on a device that has it, "
                 f"or set kernel.n_centers to at most {fit:,}"
             )
     return lines
