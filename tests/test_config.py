@@ -319,3 +319,46 @@ def test_quick_override_dry_run_lists_one_model_per_regularizer_and_setting(tmp_
         trains = [j for j in dry_run_jobs(proc.stdout) if j["rule"] == "train"]
         settings = yaml.safe_load(preset.read_text())["train"].get("settings", ["plain"])
         assert len(trains) == 4 * len(settings), (preset.name, len(trains))
+
+
+# --------------------------------------------------------------------------------------
+# one source: every key described, the reference generated from it
+# --------------------------------------------------------------------------------------
+def _keys(node, root, path=""):
+    from crosslip.config import _resolve
+
+    node = _resolve(node, root)
+    for name, sub in node.get("properties", {}).items():
+        key = f"{path}.{name}" if path else name
+        yield key, _resolve(sub, root)
+        yield from _keys(sub, root, key)
+
+
+def test_every_schema_key_has_a_description():
+    root = load_schema()
+    nodes = list(_keys(root, root))
+    for name in root["$defs"]:
+        nodes += list(_keys(root["$defs"][name], root, f"$defs.{name}"))
+    missing = [k for k, node in nodes if not node.get("description")]
+    assert len(nodes) > 60 and missing == []
+
+
+def test_configuration_reference_is_generated_from_the_schema():
+    """docs/configuration.md is `python -m crosslip.config`'s output (regenerate it after a
+    schema change) and lists every key."""
+    from crosslip.config import reference_markdown
+
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == reference_markdown()
+    root = load_schema()
+    for key, _ in _keys(root, root):
+        assert f"| `{key}` |" in committed
+
+
+def test_spec_defaults_are_the_schema_defaults():
+    from crosslip.config import KernelTrainSpec, default
+
+    spec, kern = NetTrainSpec(), KernelTrainSpec()
+    assert spec.epochs == default("train.epochs") and spec.bias is default("model.bias")
+    assert spec.lr_decay_at == default("train.lr_decay_at") and spec.init == default("model.init")
+    assert kern.n_centers == default("kernel.n_centers")
