@@ -19,12 +19,14 @@ ENV = "../../environment.yml"
 DATASETS = config["datasets"]
 GRID = crosslip_config.training_grid(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 
 
 def code(script):
-    """Digest of a script and the crosslip code it imports: a rule's params.code, so that
-    a job reruns when, and only when, the code it runs changes (crosslip.tracking)."""
-    return code_digest(SCRIPTS / script)
+    """Digest of a script and the crosslip code it imports (from the package beside this
+    Snakefile): a rule's params.code, so that a job reruns when, and only when, the code it
+    runs changes (crosslip.tracking)."""
+    return code_digest(SCRIPTS / script, PACKAGE if PACKAGE.is_dir() else None)
 
 
 def all_models(pattern):
