@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,9 +21,19 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# the quick tier for the edit loop: everything but the Snakemake end-to-end tests
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow
 	$(BIN)/snakemake --lint
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/snakefmt Snakefile workflow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pipeline.py
