@@ -50,19 +50,14 @@ import yaml
 from crosslip import pipeline
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import ChecksumError, Dataset, load_dataset, load_prepared, save_prepared
 from crosslip.io import atomic_path, read_json, write_json
 from crosslip.kernels import GaussianKernelModel
-from crosslip.models import SoftplusNet, load_model, save_model
-from crosslip.pipeline import (
-    GUARANTEE_COLUMNS,
-    INSTANCE_SCHEMA,
-    attack_stage,
-    certify_stage,
-    instances_stage,
-    train_stage,
-)
-from crosslip.report import MEAN_COLUMNS, UPPER_COLUMNS, add_diverged, summarize, write_tables
+from crosslip.models import SoftplusNet
+from crosslip.pipeline import attack_stage, certify_stage, instances_stage, train_stage
+from crosslip.report import add_diverged, summarize, write_tables
+from crosslip.results_schema import GUARANTEE_COLUMNS, INSTANCE_SCHEMA, MEAN_COLUMNS, UPPER_COLUMNS
 
 from .helpers import ROOT, dry_run_jobs, fields, random_net, snakemake_cmd
 

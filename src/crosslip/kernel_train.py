@@ -32,10 +32,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .errors import ConfigError
+from .families import KERNEL_REGULARIZERS
 from .kernels import GaussianKernelModel, gamma_from_data
 from .train import TrainResult, error_rate
-
-KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
 
 
 @dataclass
@@ -53,7 +53,7 @@ class KernelTrainConfig:
 
     def __post_init__(self) -> None:
         if self.regularizer not in KERNEL_REGULARIZERS:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown kernel regularizer {self.regularizer!r}; allowed: "
                 f"{', '.join(KERNEL_REGULARIZERS)}"
             )

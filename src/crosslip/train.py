@@ -22,14 +22,15 @@ from torch.nn import functional as F
 
 from .attacks import upper_bound
 from .augment import augment, center_crop
+from .errors import ConfigError
+from .families import ARCHS, NET_REGULARIZERS
 from .models import SoftplusNet
+from .norms import NORMS, norm_p
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
-REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
 #: Section 5's three settings: plain, data augmentation, adversarial training.
 SETTINGS = ("plain", "augment", "adversarial")
-ADV_NORMS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
 
 
 @dataclass
@@ -56,20 +57,20 @@ class TrainConfig:
     adv_fraction: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.regularizer not in REGULARIZERS:
-            raise ValueError(
-                f"unknown regularizer {self.regularizer!r}; allowed: {', '.join(REGULARIZERS)}"
+        if self.regularizer not in NET_REGULARIZERS:
+            raise ConfigError(
+                f"unknown regularizer {self.regularizer!r}; allowed: {', '.join(NET_REGULARIZERS)}"
             )
         if self.regularizer == "none" and self.lam != 0:
-            raise ValueError("regularizer 'none' takes lambda = 0")
-        if self.arch not in ("mlp", "resnet"):
-            raise ValueError(f"unknown arch {self.arch!r}; allowed: mlp, resnet")
+            raise ConfigError("regularizer 'none' takes lambda = 0")
+        if self.arch not in ARCHS:
+            raise ConfigError(f"unknown arch {self.arch!r}; allowed: {', '.join(ARCHS)}")
         if self.setting not in SETTINGS:
-            raise ValueError(f"unknown setting {self.setting!r}; allowed: {', '.join(SETTINGS)}")
-        if self.adv_norm not in ADV_NORMS:
-            raise ValueError(f"unknown adv_norm {self.adv_norm!r}; allowed: l1, l2, linf")
+            raise ConfigError(f"unknown setting {self.setting!r}; allowed: {', '.join(SETTINGS)}")
+        if self.adv_norm not in NORMS:
+            raise ConfigError(f"unknown adv_norm {self.adv_norm!r}; allowed: {', '.join(NORMS)}")
         if self.regularizer == "dropout" and not 0 <= self.lam < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"regularizer 'dropout' takes lambda = the dropout probability in [0, 1); "
                 f"got {self.lam}"
             )
@@ -106,7 +107,7 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
     if m == 0:
         return xb
     net.eval()
-    ub = upper_bound(net, xb[:m], p=ADV_NORMS[cfg.adv_norm], rtol=1e-2, max_steps=10,
+    ub = upper_bound(net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10,
                      dtype=xb.dtype)  # fmt: skip
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
@@ -156,7 +157,7 @@ def train(
     dropout = cfg.lam if cfg.regularizer == "dropout" else 0.0
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
-        raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
+        raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
     model_shape = shape
     if augmenting:
         model_shape = (cfg.crop, cfg.crop, shape[2])

@@ -13,7 +13,7 @@ rule summary:
     input:
         instances=all_models(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
         metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
-        lib=lib("report"),
+        lib=lib("report", "results_schema"),
     output:
         csv=report(
             f"{RESULTS}/tables/summary.csv",
@@ -33,7 +33,7 @@ rule summary:
 rule table1:
     input:
         summary=rules.summary.output.csv,
-        lib=lib("report"),
+        lib=lib("report", "results_schema"),
     output:
         csv=report(
             f"{RESULTS}/tables/table1_global_local.csv",
@@ -70,7 +70,7 @@ use rule table1 as kernel_table with:
 rule figure_bounds:
     input:
         summary=rules.summary.output.csv,
-        lib=lib("report"),
+        lib=lib("report", "results_schema"),
     output:
         png=report(
             f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}-{{setting}}.png",
@@ -92,7 +92,7 @@ rule figure_adversarial:
     input:
         summary=rules.summary.output.csv,
         examples=all_models(f"{RESULTS}/examples/{{dataset}}/{{model}}.npz"),
-        lib=lib("report"),
+        lib=lib("report", "results_schema"),
     output:
         png=report(
             f"{RESULTS}/figures/adversarial_samples.png",

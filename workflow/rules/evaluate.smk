@@ -3,7 +3,7 @@ rule certify:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("certify", "models", "kernels"),
+        lib=lib("certify", "models", "kernels", "softplus", "checkpoints"),
     output:
         f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
     params:
@@ -30,7 +30,7 @@ rule attack:
         data=f"{RESULTS}/data/{{dataset}}.npz",
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("attacks", "models", "kernels"),
+        lib=lib("attacks", "models", "kernels", "softplus", "checkpoints"),
     output:
         table=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
         examples=f"{RESULTS}/examples/{{dataset}}/{{model}}.npz",
@@ -61,7 +61,7 @@ rule instances:
         certify=f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
         attack=rules.attack.output.table,
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-        lib=lib("pipeline"),
+        lib=lib("pipeline", "results_schema"),
     output:
         f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet",
     log:

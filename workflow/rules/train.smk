@@ -1,7 +1,7 @@
 rule train:
     input:
         data=f"{RESULTS}/data/{{dataset}}.npz",
-        lib=lib("train", "models", "regularizers", "kernels", "kernel_train", "augment", "attacks", "resnet"),
+        lib=lib("train", "models", "regularizers", "kernels", "kernel_train", "augment", "attacks", "resnet", "softplus", "checkpoints"),
     output:
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
