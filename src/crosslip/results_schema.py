@@ -125,6 +125,11 @@ ATTACK_COLUMNS = [
     "attack_seconds",
 ]
 
+#: Columns computed when the two stages' results are joined (:func:`crosslip.pipeline.
+#: instances_stage`): whether the prediction is right, and ``guarantee_global /
+#: guarantee_local`` where the local guarantee is positive (Table 1).
+JOINED_COLUMNS = ["correct", "ratio_global_local"]
+
 
 def upper_bound_column(norm: str) -> str:
     """Column of the paper's upper bound (Section 4) in the norm named ``norm``:
