@@ -27,9 +27,9 @@ import torch
 
 from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
 from crosslip.device import describe_machine
-from crosslip.models import load_model, save_model
 from crosslip.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from crosslip.pipeline import INSTANCE_SCHEMA
+from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import ROOT
 

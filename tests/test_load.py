@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from crosslip.checkpoints import load_model
 from crosslip.io import read_json
-from crosslip.models import load_model
 from crosslip.report import add_diverged, summarize
 
 from .helpers import fields

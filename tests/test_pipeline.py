@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.pipeline import INSTANCE_SCHEMA
 from crosslip.report import SUMMARY_COLUMNS
+from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import ROOT, SNAKEMAKE, dry_run_counts, snakemake_cmd
 

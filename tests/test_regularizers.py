@@ -198,7 +198,7 @@ def test_weight_decay_of_a_resnet_skips_batch_norm_scales():
 def test_softplus_derivatives_are_finite_and_exact_everywhere():
     """Double backpropagation needs sigma'' too: logaddexp's own second derivative is NaN
     below alpha z ~ -90, which once made a ResNet's Cross-Lipschitz step NaN."""
-    from crosslip.models import softplus
+    from crosslip.softplus import softplus
 
     z = torch.tensor([-1e4, -100.0, -1.0, 0.0, 1.0, 100.0, 1e4], dtype=torch.float64,
                      requires_grad=True)  # fmt: skip

@@ -7,12 +7,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.kernels import GaussianKernelModel
-from crosslip.models import load_model, save_model
 from crosslip.pipeline import (
-    INSTANCE_SCHEMA,
     attack_stage,
     certify_stage,
     eval_indices,
@@ -21,6 +20,7 @@ from crosslip.pipeline import (
 )
 from crosslip.report import add_diverged, kernel_table, summarize, table1
 from crosslip.resnet import ResNet
+from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import random_net
 

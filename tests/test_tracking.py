@@ -40,7 +40,7 @@ def test_closure_follows_imports_transitively_and_takes_parent_packages():
     assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
     assert "crosslip.attacks.projections" in mods  # via the package's __init__
     select = tracking.module_closure(SCRIPTS / "select_models.py")
-    assert {"crosslip.config", "crosslip.selection"} <= set(select)
+    assert {"crosslip.families", "crosslip.selection"} <= set(select)
     assert not {"crosslip.train", "crosslip.models", "crosslip.certify"} & set(select)
 
 

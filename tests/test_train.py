@@ -8,8 +8,9 @@ import pickle
 import pytest
 import torch
 
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
-from crosslip.models import SoftplusNet, load_model, save_model
+from crosslip.models import SoftplusNet
 from crosslip.train import TrainConfig, adversarial_batch, lr_decay_updates, train
 
 

@@ -30,19 +30,18 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from .errors import ConfigError
+from .families import ARCHS, KERNEL_REGULARIZERS, NET_REGULARIZERS
+from .norms import NORMS
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
-#: Network regularizers (Section 5) and the settings they are trained in.
-NET_REGULARIZERS = ("none", "weight_decay", "dropout", "cross_lipschitz")
-KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
+#: Section 5's settings of the networks, initialisations, norms of adversarial training.
 SETTINGS = ("plain", "augment", "adversarial")
-ARCHS = ("mlp", "resnet")
 INITS = ("authors", "pytorch")
-ADV_NORM_NAMES = ("l1", "l2", "linf")
+ADV_NORM_NAMES = tuple(NORMS)
 
-
-class ConfigError(ValueError):
-    """A config the workflow cannot run; the message names every offending key."""
+__all__ = ["KERNEL_REGULARIZERS", "NET_REGULARIZERS", "ConfigError", "validate"]
 
 
 @functools.cache

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import ConfigError
+
 
 def resolve_device(name: str = "auto") -> torch.device:
     """Map a config value (``auto``, ``cpu``, ``cuda``, ``cuda:1``) to a torch device."""
@@ -15,7 +17,7 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} requested but CUDA is not available; use 'auto'")
+        raise ConfigError(f"device {name!r} requested but CUDA is not available; use 'auto'")
     return dev
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import CrosslipError
+
 
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
@@ -42,7 +44,7 @@ def read_json(path: Path | str) -> Any:
 
 
 def setup_logging(log_file: str | Path | None) -> logging.Logger:
-    """Send log records (and uncaught exceptions, in one line) to ``log_file`` and stderr."""
+    """Send log records to ``log_file`` and stderr."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -59,21 +61,23 @@ def setup_logging(log_file: str | Path | None) -> logging.Logger:
 def run_script(log_file: str | Path | None, main: Any, threads: int | None = None) -> None:
     """Run a workflow script's ``main()`` with logging to ``log_file``.
 
-    Errors a user can fix (missing data, checksum mismatch, bad value) are reported as one
-    clear line, not a traceback; any other exception is logged in full to ``log_file``. The
-    process exits with status 1 on error so Snakemake marks the job failed (its outputs
-    are never half-written: every writer renames a finished temporary file).
+    An expected error (:class:`~crosslip.errors.CrosslipError`: missing data, checksum
+    mismatch, a bad configuration value, a damaged input file) is logged as its one-line
+    message, without a traceback: the message says what to fix. Any other exception (a bug,
+    or a failure of the machine such as a full disk) is logged with its full traceback.
+    Either way the process exits with status 1, so Snakemake marks the job failed (its
+    outputs are never half-written: every writer renames a finished temporary file).
+    ``threads`` sets torch's intra-op threads; torch is imported only then, so that a script
+    that does not compute with it (tables, figures) does not load it.
     """
-    import torch
-
-    from .data.fetch import ChecksumError, DataUnavailableError
-
     log = setup_logging(log_file)
     if threads:
+        import torch
+
         torch.set_num_threads(int(threads))
     try:
         main()
-    except (DataUnavailableError, ChecksumError, ValueError, KeyError, FileNotFoundError) as exc:
+    except CrosslipError as exc:
         log.error("%s", exc)
         sys.exit(1)
     except Exception:

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import KERNEL_REGULARIZERS, KernelTrainSpec  # noqa: F401 (re-exported)
+from .config import KernelTrainSpec
+from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from .kernels import GaussianKernelModel, gamma_from_data
 from .train import TrainResult, error_rate
 

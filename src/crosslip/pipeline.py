@@ -1,7 +1,8 @@
 """The workflow's stages as plain functions (the Snakemake scripts only call these).
 
 Each stage reads files, calls the maths in :mod:`crosslip.certify`, :mod:`crosslip.attacks`
-and :mod:`crosslip.train`, and writes its outputs atomically.
+and :mod:`crosslip.train`, and writes its outputs atomically, with the columns of
+:mod:`crosslip.results_schema`.
 """
 
 from __future__ import annotations
@@ -18,106 +19,22 @@ import torch
 
 from .attacks import refine_upper_bound, upper_bound
 from .augment import center_crop
-from .certify import KINDS, certify_kernel, certify_softplus, margins
+from .certify import KINDS, certify
+from .checkpoints import load_model, save_model
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
+from .families import KERNEL_REGULARIZERS
 from .io import atomic_path, read_json, write_json
-from .kernel_train import KERNEL_REGULARIZERS, KernelTrainConfig, train_kernel
-from .kernels import GaussianKernelModel
-from .models import SoftplusNet, load_model, save_model
-from .train import TrainConfig, train
-
-#: Schema of the per-instance results: one row per evaluated test point per model.
-INSTANCE_SCHEMA = pa.schema(
-    [
-        ("dataset", pa.string()),
-        ("model_id", pa.string()),
-        ("family", pa.string()),
-        ("regularizer", pa.string()),
-        ("lr", pa.float64()),
-        ("lam", pa.float64()),
-        ("kernel_a", pa.float64()),
-        ("seed", pa.int64()),
-        ("setting", pa.string()),
-        ("status", pa.string()),
-        ("test_error", pa.float64()),
-        ("test_index", pa.int64()),
-        ("label", pa.int64()),
-        ("pred", pa.int64()),
-        ("correct", pa.bool_()),
-        ("margin", pa.float64()),
-        ("local_bound", pa.string()),
-        ("guarantee_local", pa.float64()),
-        ("radius_local", pa.float64()),
-        ("bound_class", pa.int64()),
-        ("guarantee_global", pa.float64()),
-        ("ratio_global_local", pa.float64()),
-        ("guarantee_l2", pa.float64()),
-        ("guarantee_l1", pa.float64()),
-        ("guarantee_linf", pa.float64()),
-        ("guarantee_l2_box", pa.float64()),
-        ("guarantee_l1_box", pa.float64()),
-        ("guarantee_linf_box", pa.float64()),
-        ("upper_bound", pa.float64()),
-        ("attack_success", pa.bool_()),
-        ("attack_target", pa.int64()),
-        ("adv_class", pa.int64()),
-        ("upper_bound_l2_refined", pa.float64()),
-        ("upper_bound_l1", pa.float64()),
-        ("upper_bound_l1_refined", pa.float64()),
-        ("upper_bound_linf", pa.float64()),
-        ("upper_bound_linf_refined", pa.float64()),
-        ("certify_seconds", pa.float64()),
-        ("attack_seconds", pa.float64()),
-    ]
+from .kernel_train import KernelTrainConfig, train_kernel
+from .norms import norm_p
+from .results_schema import (
+    ATTACK_COLUMNS,
+    CERTIFY_COLUMNS,
+    INSTANCE_SCHEMA,
+    model_keys,
+    upper_bound_column,
 )
-
-#: Guarantee columns filled by the certification stage (NaN where a kind was not requested
-#: or does not exist for the model family).
-GUARANTEE_COLUMNS = [
-    "guarantee_local", "radius_local", "bound_class", "guarantee_global", "guarantee_l2",
-    "guarantee_l1", "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box",
-    "guarantee_linf_box",
-]  # fmt: skip
-CERTIFY_COLUMNS = ["test_index", "label", "pred", "margin", "local_bound", *GUARANTEE_COLUMNS,
-                   "certify_seconds"]  # fmt: skip
-ATTACK_COLUMNS = ["test_index", "upper_bound", "attack_success", "attack_target", "adv_class",
-                  "upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
-                  "upper_bound_linf", "upper_bound_linf_refined", "attack_seconds"]  # fmt: skip
-#: attack.norms in the config -> the p of the norm
-#: Identifying columns of a model (:func:`model_keys`), shared by the per-instance results
-#: and the summary tables: the schema's columns up to ``test_error``.
-MODEL_KEYS = INSTANCE_SCHEMA.names[: INSTANCE_SCHEMA.names.index("test_error") + 1]
-ATTACK_NORMS = {"l2": 2.0, "l1": 1.0, "linf": float("inf")}
-
-
-def model_family(cfg: dict[str, Any]) -> str:
-    """``kernel`` (Gaussian-kernel model), ``mlp`` (one hidden layer) or ``resnet``, from
-    the training config stored in a model's metrics."""
-    if cfg["regularizer"] in KERNEL_REGULARIZERS:
-        return "kernel"
-    return str(cfg.get("arch", "mlp"))
-
-
-def model_keys(met: dict[str, Any], model_id: str) -> dict[str, Any]:
-    """The identifying columns of a model (:data:`MODEL_KEYS`, in order) from its metrics:
-    kernel models have no ``lr`` and networks no ``kernel_a`` (NaN); kernel models train in
-    the plain setting. ``lam`` is the regularizer's grid value: lambda, or for dropout the
-    probability ``keep_hidden`` of keeping a hidden unit."""
-    cfg = met["config"]
-    return {
-        "dataset": met["dataset"],
-        "model_id": model_id,
-        "family": model_family(cfg),
-        "regularizer": cfg["regularizer"],
-        "lr": float("nan") if cfg.get("lr") is None else float(cfg["lr"]),
-        "lam": float(cfg["keep_hidden"] if cfg["regularizer"] == "dropout" else cfg["lam"]),
-        "kernel_a": float(cfg["a"]) if "a" in cfg else float("nan"),
-        "seed": int(cfg["seed"]),
-        "setting": cfg.get("setting", "plain"),
-        "status": met["status"],
-        "test_error": met["test_error"],
-    }
+from .train import TrainConfig, train
 
 
 def write_parquet(df: pd.DataFrame, path: Path | str, schema: pa.Schema | None = None) -> None:
@@ -197,11 +114,12 @@ def certify_stage(
     kinds: list[str] | tuple[str, ...] = KINDS,
     device: str = "auto",
 ) -> pd.DataFrame:
-    """Guarantees of Theorem 2.1 for the eval points. One-hidden-layer nets: local L2
-    (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
-    versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
-    kernel models: local L2 (Proposition 2.2); the other columns stay empty. Other networks
-    (ResNets): prediction and margin only (``local_bound = "none"``)."""
+    """Guarantees of Theorem 2.1 for the eval points, as :func:`crosslip.certify.certify`
+    gives them for the model's kind. One-hidden-layer nets: local L2 (Proposition 2.3),
+    global L2, the tightest L2, L1 and Linf, and their box-constrained versions (``kinds``
+    selects them). Gaussian-kernel models: local L2 (Proposition 2.2). Other networks
+    (ResNets): prediction and margin only (``local_bound = "none"``). Columns a model does
+    not have stay empty."""
     met = read_json(metrics)
     idx, x, y, _ = _points(data, n_points, met)
     if met["status"] != "ok":
@@ -210,22 +128,11 @@ def certify_stage(
         dev = resolve_device(device)
         net = load_model(model)
         t0 = time.perf_counter()
-        if isinstance(net, GaussianKernelModel):  # Proposition 2.2: the L2 local bound only
-            res = certify_kernel(net, x.to(dev), rtol=rtol)
-            res["guarantee_l2"] = res["guarantee_local"]
-            local_bound = "prop2.2"
-        elif isinstance(net, SoftplusNet):
-            res = certify_softplus(net, x.to(dev), rtol=rtol, kinds=tuple(kinds))
-            local_bound = "prop2.3" if "guarantee_local" in res else None
-        else:  # deep networks: no local bound (the paper reports upper bounds only)
-            with torch.no_grad():
-                logits = net.double().to(dev)(x.to(dev).double()).cpu()
-            pred = logits.argmax(1)
-            res = {"pred": pred, "margin": margins(logits, pred).min(1).values}
-            local_bound = "none"
+        cert = certify(net, x.to(dev), kinds=tuple(kinds), rtol=rtol)
         secs = (time.perf_counter() - t0) / max(len(idx), 1)
-        df = pd.DataFrame({"test_index": idx, "label": y, **{k: v.numpy() for k, v in res.items()}})
-        df["local_bound"] = local_bound
+        columns = {k: v.numpy() for k, v in cert.columns.items()}
+        df = pd.DataFrame({"test_index": idx, "label": y, **columns})
+        df["local_bound"] = cert.local_bound
         df["certify_seconds"] = secs
         df = df.reindex(columns=CERTIFY_COLUMNS)
         df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
@@ -268,12 +175,11 @@ def attack_stage(
         t0 = time.perf_counter()
         df = pd.DataFrame({"test_index": idx})
         for name in norms:
-            p = ATTACK_NORMS[name]
+            p = norm_p(name)
             ub = upper_bound(net, xd, p=p, rtol=rtol, max_steps=max_steps)
             ref = refine_upper_bound(net, xd, ub, p=p, steps=refine_steps, rtol=rtol,
                                      max_steps=max_steps)  # fmt: skip
-            col = "upper_bound" if name == "l2" else f"upper_bound_{name}"
-            df[col] = np.where(ub.success.numpy(), ub.norm.numpy(), np.nan)
+            df[upper_bound_column(name)] = np.where(ub.success.numpy(), ub.norm.numpy(), np.nan)
             df[f"upper_bound_{name}_refined"] = np.where(ref.success.numpy(), ref.norm.numpy(),
                                                          np.nan)  # fmt: skip
             if name == "l2":

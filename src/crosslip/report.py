@@ -20,16 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .io import atomic_path
-from .pipeline import MODEL_KEYS, model_keys
+from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
 
-#: Guarantee columns of the per-instance results that the summary averages.
-MEAN_COLUMNS = [
-    "guarantee_local", "guarantee_global", "ratio_global_local", "guarantee_l2", "guarantee_l1",
-    "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box", "guarantee_linf_box",
-]  # fmt: skip
-#: Further upper-bound columns (refined L2, L1, Linf) averaged over their successes.
-UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
-                 "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
 SUMMARY_COLUMNS = [
     *MODEL_KEYS, "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
     "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],

@@ -20,18 +20,7 @@ import torch
 from torch import nn
 
 from .augment import to_images
-from .models import softplus
-
-
-class Softplus(nn.Module):
-    """The exact softplus of :func:`crosslip.models.softplus` as a module."""
-
-    def __init__(self, alpha: float) -> None:
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return softplus(z, self.alpha)
+from .softplus import Softplus
 
 
 class BasicBlock(nn.Module):

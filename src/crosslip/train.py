@@ -25,16 +25,17 @@ from torch.nn import functional as F
 
 from .attacks import upper_bound
 from .augment import augment, center_crop
-from .config import NET_REGULARIZERS, NetTrainSpec
-from .config import SETTINGS as CONFIG_SETTINGS
+from .config import NetTrainSpec
+from .errors import ConfigError
+from .families import NET_REGULARIZERS
 from .models import SoftplusNet
+from .norms import norm_p
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
 REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
-SETTINGS = CONFIG_SETTINGS
-ADV_NORMS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
+SETTINGS = ("plain", "augment", "adversarial")
 
 #: Hyperparameters of one training job: the workflow's typed spec, defaults from the schema.
 TrainConfig = NetTrainSpec
@@ -71,7 +72,7 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
     if m == 0:
         return xb
     net.eval()
-    ub = upper_bound(net, xb[:m], p=ADV_NORMS[cfg.adv_norm], rtol=1e-2, max_steps=10,
+    ub = upper_bound(net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10,
                      dtype=xb.dtype)  # fmt: skip
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
@@ -127,7 +128,7 @@ def train(
     drop_hidden = 1.0 - cfg.keep_hidden
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
-        raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
+        raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
     model_shape = shape
     if augmenting:
         model_shape = (cfg.crop, cfg.crop, shape[2])

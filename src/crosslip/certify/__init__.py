@@ -5,9 +5,12 @@
   bounds for any p, box-constrained ranges), the global bound, and their minimum.
 * :mod:`.kernel_bounds`: Proposition 2.2 (Gaussian-kernel models) and their certification.
 * :mod:`.engine`: every guarantee of a net for a batch of points (the pipeline's columns).
+* :mod:`.dispatch`: :func:`certify`, the one entry point for any model: it picks the bounds
+  by the model's kind.
 * :mod:`.reference`: straightforward per-point implementations (test oracles, baselines).
 """
 
+from .dispatch import Certification, certify, certify_model
 from .engine import KINDS, certify_softplus
 from .kernel_bounds import KernelProp22Bound, certify_kernel
 from .reference import linear_lipschitz
@@ -25,6 +28,7 @@ from .softplus_bounds import (
 __all__ = [
     "KINDS",
     "Certificate",
+    "Certification",
     "IntervalBound",
     "KernelProp22Bound",
     "LipschitzFn",
@@ -32,7 +36,9 @@ __all__ = [
     "NetTerms",
     "PreactivationRange",
     "Prop23Bound",
+    "certify",
     "certify_kernel",
+    "certify_model",
     "certify_softplus",
     "dual_exponent",
     "global_bound",

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register
-from .fetch import DataFormatError, RemoteFile, fetch_dataset
+from ..errors import DataFormatError
+from .dataset import Dataset, register
+from .fetch import RemoteFile, fetch_dataset
 from .unpickle import load_restricted
 
 ARCHIVE = "cifar-10-python.tar.gz"

@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from . import Dataset, register
-from .fetch import DataFormatError, RemoteFile, fetch_dataset
+from ..errors import DataFormatError
+from .dataset import Dataset, register
+from .fetch import RemoteFile, fetch_dataset
 
 TRAIN_ZIP = "GTSRB_Final_Training_Images.zip"
 TEST_ZIP = "GTSRB_Final_Test_Images.zip"
