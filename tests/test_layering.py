@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files
-    ("crosslip.pipeline", "crosslip.report"),  # the workflow's stages and its tables
+    ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
+    ("crosslip.pipeline",),  # all stages in one namespace
 ]
 
 #: Modules that must load without torch (the report's jobs draw tables and figures only).

@@ -39,6 +39,12 @@ def test_closure_follows_imports_transitively_and_takes_parent_packages():
     assert {"crosslip", "crosslip.io", "crosslip.train", "crosslip.models"} <= set(mods)
     assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
     assert "crosslip.attacks.projections" in mods  # via the package's __init__
+    assert "crosslip.certify" not in mods and "crosslip.report" not in mods
+    certify = tracking.module_closure(SCRIPTS / "certify.py")
+    assert "crosslip.certify.search" in certify and "crosslip.train" not in certify
+    table = tracking.module_closure(SCRIPTS / "table.py")
+    assert "crosslip.report" in table and "torch" not in str(table)
+    assert not {"crosslip.train", "crosslip.certify", "crosslip.models"} & set(table)
     select = tracking.module_closure(SCRIPTS / "select_models.py")
     assert {"crosslip.families", "crosslip.selection"} <= set(select)
     assert not {"crosslip.train", "crosslip.models", "crosslip.certify"} & set(select)

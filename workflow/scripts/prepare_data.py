@@ -1,7 +1,7 @@
 """Fetch (mirror / cache / download, checksum-verified) and store one dataset."""
 
 from crosslip.io import run_script
-from crosslip.pipeline import prepare_data
+from crosslip.stages.data import prepare_data
 
 
 def main() -> None:
