@@ -240,8 +240,9 @@ def test_of_many_runs_started_at_once_exactly_one_takes_the_lock(tmp_path):
         (["--dag"], False),
     ],
 )
-def test_the_lock_is_taken_by_commands_that_run_jobs_only(argv, takes):
-    """Read with Snakemake's own parser, so that a renamed option shows up here."""
+def test_the_lock_is_taken_by_the_commands_that_write_only(argv, takes):
+    """Runs, --touch, --delete-all-output, ... take it; read with Snakemake's own parser, so
+    that a renamed option shows up here."""
     _, args = parse_args(["-s", str(ROOT / "Snakefile"), "--workflow-profile", "none", *argv])
     assert runlock.takes_lock(args) is takes
 

@@ -24,9 +24,12 @@ client's lease expires, about 90 s for NFSv4):
 
 A Snakemake lock file is removed only if (1) no run of this workflow is alive here (the
 exclusive flock proves it) and (2) it is not older than the start of a run that never
-recorded its end (a run that was killed): a lock file of some other Snakemake process, or
-of a run before this module existed, is left to Snakemake, which then refuses as before.
-A run that ends (success, failure, Ctrl-C, SIGTERM) records its end at exit.
+recorded its end (a run that was killed; the record is written once the run holds
+``workdir.lock``, the comparison uses file mtimes, i.e. the file system's clock): a lock
+file of some other Snakemake process, or of a run before this module existed, is left to
+Snakemake, which then refuses as before. A run that ends (success, failure, Ctrl-C,
+SIGTERM) records its end at exit; a killed run's record is marked used once its lock files
+are removed, so that it vouches for no later one.
 
 :func:`guard_run` is the entry point for the Snakefile. It acts only in the main process of
 a command that runs jobs or changes the working directory; dry runs (``-n``), ``--unlock``,
@@ -190,7 +193,9 @@ def snakemake_lock_files(workdir: Path) -> list[Path]:
 def stale_snakemake_locks(workdir: Path) -> tuple[list[Path], list[Path], list[Holder]]:
     """``(stale, kept, killed)``: Snakemake's lock files not older than the start of a run
     that never recorded its end (``killed``), and the others (``kept``). Only meaningful
-    while the caller holds ``workdir.lock`` exclusively (no run of this workflow alive)."""
+    while the caller holds ``workdir.lock`` exclusively: then no run of this workflow is
+    alive here, and none is between taking its lock and writing its record (it writes its
+    record only once it holds ``workdir.lock``)."""
     records = sorted((Path(workdir) / STATE_DIR).glob("run-*.lock"))
     killed = [h for h in map(read_record, records) if h.pid is not None and not h.ended]
     stale, kept = [], []
@@ -204,6 +209,36 @@ def stale_snakemake_locks(workdir: Path) -> tuple[list[Path], list[Path], list[H
     return stale, kept, killed
 
 
+def _alive(holder: Holder) -> bool:
+    """Whether a record's run may be alive (False only if its pid on this host is gone, or
+    the record says that it ended)."""
+    if holder.pid is None or holder.ended:
+        return False
+    if holder.host != socket.gethostname():
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _busy_message(results: str | Path, workdir: Path, record_path: Path) -> str:
+    other = read_record(record_path)
+    for _ in range(40):  # the holder writes its record a moment after taking the lock
+        if _alive(other):
+            break
+        time.sleep(0.05)
+        other = read_record(record_path)
+    return (
+        f"another run is writing to the results folder {str(results)!r} of "
+        f"{os.path.abspath(workdir)} ({other.describe()}). It is alive (a killed run "
+        "holds no lock): wait for it to end or stop it, then run the same command again."
+    )
+
+
 def acquire(workdir: Path | str, results: str | Path, command: str) -> RunLock:
     """Take the locks of a run writing to ``results`` (relative to ``workdir`` or absolute)
     and remove the Snakemake lock files that a killed run left (see the module docstring).
@@ -211,40 +246,39 @@ def acquire(workdir: Path | str, results: str | Path, command: str) -> RunLock:
     message naming it, and :class:`RunLockUnsupported` where flock does not work."""
     workdir = Path(workdir)
     record_path = results_lock_path(workdir, results)
+    workdir_path = workdir / STATE_DIR / "workdir.lock"
     results_fd = _open(record_path)
+    workdir_fd = -1
     try:
         if not _flock(results_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, record_path):
-            other = read_record(record_path)
-            raise RunLockBusy(
-                f"another run is writing to the results folder {str(results)!r} of "
-                f"{os.path.abspath(workdir)} ({other.describe()}). It is alive (a killed run "
-                "holds no lock): wait for it to end or stop it, then run the same command again."
-            )
-        workdir_path = workdir / STATE_DIR / "workdir.lock"
+            raise RunLockBusy(_busy_message(results, workdir, record_path))
         workdir_fd = _open(workdir_path)
-    except BaseException:
-        os.close(results_fd)
-        raise
-    lock = RunLock(results_fd, workdir_fd, record_path, Holder())
-    try:
-        if _flock(workdir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, workdir_path):
-            # No run of this workflow is alive here: the lock files of killed runs are stale.
-            stale, lock.kept, lock.killed = stale_snakemake_locks(workdir)
-            for path in stale:
-                path.unlink(missing_ok=True)
-                lock.removed.append(path)
-            for h in lock.killed:  # consumed: they vouch for no later lock file
-                h.ended = True
-                _rewrite(h)
-            fcntl.flock(workdir_fd, fcntl.LOCK_SH)  # not atomic; harmless: nothing to redo
-        else:
-            deadline = time.monotonic() + SHARED_WAIT_S
-            while not _flock(workdir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB, workdir_path):
-                if time.monotonic() > deadline:
-                    raise RunLockUnsupported(
-                        f"{workdir_path} stayed locked exclusively for {SHARED_WAIT_S:g} s"
-                    )
-                time.sleep(0.05)
+        lock = RunLock(results_fd, workdir_fd, record_path, Holder())
+        # Exclusive: no run of this workflow is alive here, and the lock files of killed runs
+        # are stale. Shared: other runs are alive (their lock files are left alone). Neither,
+        # for a moment: another process is removing stale lock files, or probing.
+        deadline = time.monotonic() + SHARED_WAIT_S
+        while True:
+            if _flock(workdir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, workdir_path):
+                stale, lock.kept, lock.killed = stale_snakemake_locks(workdir)
+                for path in stale:
+                    path.unlink(missing_ok=True)
+                    lock.removed.append(path)
+                for h in lock.killed:  # used up: they vouch for no later lock file
+                    h.ended = True
+                    _rewrite(h)
+                # Not atomic: another run may take the lock exclusively in between and
+                # remove lock files; those are of dead runs (this one writes none before
+                # Snakemake has parsed the Snakefile).
+                fcntl.flock(workdir_fd, fcntl.LOCK_SH)
+                break
+            if _flock(workdir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB, workdir_path):
+                break
+            if time.monotonic() > deadline:
+                raise RunLockUnsupported(
+                    f"{workdir_path} stayed locked exclusively for {SHARED_WAIT_S:g} s"
+                )
+            time.sleep(0.05)
         lock.holder = Holder(
             pid=os.getpid(),
             host=socket.gethostname(),
@@ -255,7 +289,8 @@ def acquire(workdir: Path | str, results: str | Path, command: str) -> RunLock:
         _write_record(results_fd, lock.holder)
     except BaseException:
         os.close(results_fd)
-        os.close(workdir_fd)
+        if workdir_fd >= 0:
+            os.close(workdir_fd)
         raise
     return lock
 
