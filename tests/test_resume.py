@@ -146,6 +146,7 @@ def test_snakemake_locks_of_a_live_run_are_never_removed(tmp_path):
         assert probe_stale(tmp_path) == ([], [])
         lock = acquire(tmp_path, "results/a", "resume a")
         assert lock.removed == [] and lock.kept == [] and lock.killed == []
+        assert sorted(lock.unchecked) == sorted(before)
         assert {p: p.read_text() for p in snakemake_lock_files(tmp_path)} == before
         lock.release()
     finally:

@@ -120,6 +120,8 @@ class RunLock:
     killed: list[Holder] = field(default_factory=list)
     #: Snakemake lock files found but not proven stale (older than any killed run).
     kept: list[Path] = field(default_factory=list)
+    #: Snakemake lock files left alone because another run of this workflow is alive here.
+    unchecked: list[Path] = field(default_factory=list)
 
     def release(self) -> None:
         """Record the end of the run and drop both locks (also done by the kernel at exit)."""
@@ -273,6 +275,7 @@ def acquire(workdir: Path | str, results: str | Path, command: str) -> RunLock:
                 fcntl.flock(workdir_fd, fcntl.LOCK_SH)
                 break
             if _flock(workdir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB, workdir_path):
+                lock.unchecked = snakemake_lock_files(workdir)
                 break
             if time.monotonic() > deadline:
                 raise RunLockUnsupported(
@@ -402,6 +405,13 @@ def guard_run(workflow: Any, results: str | Path) -> None:
         logger.warning(
             f"crosslip: removed {len(lock.removed)} stale Snakemake lock file(s) in "
             f"{SNAKEMAKE_LOCKS}: the run that wrote them is dead (no --unlock needed)."
+        )
+    if lock.unchecked:
+        logger.warning(
+            f"crosslip: another run of this workflow is alive in this working directory, so "
+            f"the Snakemake lock files in {SNAKEMAKE_LOCKS} are left alone; if Snakemake "
+            "refuses to start (LockException), wait for that run to end, then run the same "
+            "command again (--unlock would remove that run's lock files too)."
         )
     if lock.kept:
         logger.warning(
