@@ -6,6 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
+ARGS ?=
 
 .PHONY: run test test-fast lint format bench clean
 
@@ -15,8 +16,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# A killed run resumes with the same command (docs/troubleshooting-resume.md). ARGS: more
+# Snakemake arguments, e.g. make run ARGS="--configfile config/presets/mnist.yaml"
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

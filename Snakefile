@@ -16,6 +16,15 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+
+
+# A run lock that dies with its holder: a killed run resumes with the same command, a second
+# run for the same results folder is refused (docs/troubleshooting-resume.md).
+from crosslip.runlock import guard_run
+
+guard_run(workflow, config["results"])
+
+
 wildcard_constraints:
     dataset="|".join(DATASETS),
     family="mlp|resnet|kernel",

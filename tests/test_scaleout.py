@@ -68,7 +68,7 @@ def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset
     if preset is not None:
         args += ["--configfile", str(preset)]
     jobs, out = dry_run(tmp_path / "work", *args, env=env)
-    assert f"Using profile {SLURM_PROFILE}" in out
+    assert f"Using profiles {SLURM_PROFILE} and workflow specific profile" in out  # +default
     rules = {job["rule"] for job in jobs}
     assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
     for job in jobs:
@@ -118,7 +118,7 @@ def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     assert profile["resources"] == {"gpu": 1} and profile["cores"] == "all"
     assert "executor" not in profile  # local execution
     jobs, out = dry_run(tmp_path, "--profile", str(LOCAL_GPU_PROFILE), env=fake_slurm[0])
-    assert f"Using profile {LOCAL_GPU_PROFILE}" in out
+    assert f"Using profiles {LOCAL_GPU_PROFILE} and workflow specific profile" in out  # +default
     assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == {"train"}
 
 
