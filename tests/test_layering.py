@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("crosslip.errors",),  # the expected errors: imports nothing
     ("crosslip.norms", "crosslip.families", "crosslip.io", "crosslip.device"),  # vocabulary
     ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
-    ("crosslip.config", "crosslip.selection", "crosslip.tracking", "crosslip.perfdoc"),
+    ("crosslip.config", "crosslip.selection", "crosslip.tracking", "crosslip.perfdoc",
+     "crosslip.runlock"),
     ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files
