@@ -14,6 +14,7 @@ machine.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -28,9 +29,11 @@ from .augment import augment, center_crop
 from .config import NET_REGULARIZERS, NetTrainSpec
 from .config import SETTINGS as CONFIG_SETTINGS
 from .models import SoftplusNet
+from .progress import Progress
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
+LOG = logging.getLogger(__name__)
 REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
 SETTINGS = CONFIG_SETTINGS
@@ -72,7 +75,7 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
         return xb
     net.eval()
     ub = upper_bound(net, xb[:m], p=ADV_NORMS[cfg.adv_norm], rtol=1e-2, max_steps=10,
-                     dtype=xb.dtype)  # fmt: skip
+                     dtype=xb.dtype, progress=False)  # fmt: skip
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -151,7 +154,11 @@ def train(
     n = len(xtr)
     decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
     updates = 0
+    batches = math.ceil(n / cfg.batch_size)
+    progress = Progress("train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1),
+                        fractional=True)  # fmt: skip
     for epoch in range(cfg.epochs):
+        t_epoch = time.perf_counter()
         net.train()
         perm = torch.randperm(n, generator=gen).to(device)
         tot_loss = tot_pen = 0.0
@@ -176,7 +183,10 @@ def train(
                     group["lr"] *= cfg.lr_decay
             tot_loss += loss.item() * len(idx)
             tot_pen += pen.item() * len(idx)
+            progress.advance_bar(1 / batches)
         if status != "ok":
+            LOG.info("train: non-finite loss in epoch %d (update %d): stopped, status diverged",
+                     epoch + 1, updates + 1)  # fmt: skip
             break
         curve.append(
             {
@@ -186,6 +196,10 @@ def train(
                 "train_error": error_rate(net, xtr_eval, ytr),
             }
         )
+        progress.update(1, loss=curve[-1]["loss"], penalty=curve[-1]["penalty"],
+                        train_error=curve[-1]["train_error"], lr=opt.param_groups[0]["lr"],
+                        epoch_seconds=time.perf_counter() - t_epoch)  # fmt: skip
+    progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
     xte, yte = torch.as_tensor(x_test), torch.as_tensor(y_test)

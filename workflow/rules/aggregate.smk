@@ -9,6 +9,7 @@ localrules:
     kernel_table,
     figure_bounds,
     figure_adversarial,
+    figure_training,
 
 
 checkpoint select_models:
@@ -127,3 +128,36 @@ rule figure_adversarial:
         ENV
     script:
         "../scripts/figure_adversarial.py"
+
+
+def family_models(wildcards):
+    """metrics.json of every model of ``wildcards.dataset`` in ``wildcards.family``."""
+    models = [
+        m
+        for m, spec in sorted(GRID.items())
+        if ("kernel" if isinstance(spec, crosslip_config.KernelTrainSpec) else spec.arch)
+        == wildcards.family
+    ]
+    return [f"{RESULTS}/models/{wildcards.dataset}/{m}/metrics.json" for m in models]
+
+
+rule figure_training:
+    input:
+        metrics=family_models,
+    output:
+        png=report(
+            f"{RESULTS}/figures/training/{{dataset}}-{{family}}.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+            subcategory="{dataset}",
+            labels={"family": "{family}"},
+        ),
+        pdf=f"{RESULTS}/figures/training/{{dataset}}-{{family}}.pdf",
+    params:
+        code=code("figure_training.py"),
+    log:
+        f"{RESULTS}/logs/figure_training/{{dataset}}-{{family}}.log",
+    conda:
+        ENV
+    script:
+        "../scripts/figure_training.py"
