@@ -82,7 +82,10 @@ def train_kernel(
     """Fit a :class:`GaussianKernelModel` by L-BFGS (float64); metrics as in
     :func:`crosslip.train.train` (``curve``: objective per evaluation, several per L-BFGS
     iteration when the line search needs them; ``setup_seconds``: bandwidth, kernel and Gram
-    matrices; ``lbfgs_iterations`` and ``seconds_per_lbfgs_iteration``)."""
+    matrices; ``lbfgs_iterations`` and ``seconds_per_lbfgs_iteration``). Progress goes to
+    the ``"crosslip"`` logger (:mod:`crosslip.progress`): the set-up, then at every tenth of
+    ``max_iter`` L-BFGS iterations the objective at the iteration's first evaluation, its
+    penalty and training error, and the evaluations so far."""
     device = torch.device(device)
     dt = torch.float64
     xtr = torch.as_tensor(x_train, device=device, dtype=dt)
@@ -126,7 +129,7 @@ def train_kernel(
         loss.backward()
         curve.append({"evaluation": len(curve) + 1, "loss": loss.item(), "penalty": pen.item()})
         iteration = int(opt.state[coef].get("n_iter", 0))  # L-BFGS's count, 0 at the start
-        if iteration > progress.done:
+        if progress.active and iteration > progress.done:
             with torch.no_grad():
                 err = float((logits.argmax(1) != ytr).double().mean())
             progress.update(iteration - progress.done, loss=curve[-1]["loss"],

@@ -99,7 +99,7 @@ class Progress:
     ) -> None:
         self.what, self.total, self.unit = what, int(total), unit
         self.active = active and self.total > 0 and enabled()
-        self.step = max(1, math.ceil(every * self.total))
+        self.step = max(1, math.ceil(round(every * self.total, 9)))  # 1/n * n may be 1 + 2e-16
         self.done = self.logged = 0
         self.shown = 0.0  # the bar's position (fractions included)
         self.next_mark = self.step

@@ -121,7 +121,9 @@ def train(
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
-    error), ``seconds`` and ``device``.
+    error), ``seconds`` and ``device``. Progress goes to the ``"crosslip"`` logger
+    (:mod:`crosslip.progress`): a line per epoch with its curve point, learning rate and
+    seconds.
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)

@@ -130,20 +130,14 @@ rule figure_adversarial:
         "../scripts/figure_adversarial.py"
 
 
-def family_models(wildcards):
-    """metrics.json of every model of ``wildcards.dataset`` in ``wildcards.family``."""
-    models = [
-        m
-        for m, spec in sorted(GRID.items())
-        if ("kernel" if isinstance(spec, crosslip_config.KernelTrainSpec) else spec.arch)
-        == wildcards.family
-    ]
-    return [f"{RESULTS}/models/{wildcards.dataset}/{m}/metrics.json" for m in models]
-
-
 rule figure_training:
     input:
-        metrics=family_models,
+        # metrics.json of every model of the dataset in the family (kernel specs: no arch)
+        metrics=lambda wc: [
+            f"{RESULTS}/models/{wc.dataset}/{m}/metrics.json"
+            for m, spec in sorted(GRID.items())
+            if getattr(spec, "arch", "kernel") == wc.family
+        ],
     output:
         png=report(
             f"{RESULTS}/figures/training/{{dataset}}-{{family}}.png",
