@@ -5,7 +5,11 @@
 # Run: snakemake --cores all            (embedded default, config.yaml)
 #      snakemake --cores all --configfile <preset.yaml>
 import re
+import sys
+import time
 from pathlib import Path
+
+from crosslip import io as crosslip_io
 
 
 # The embedded default; a --configfile on the command line replaces it entirely (so a preset
@@ -38,6 +42,28 @@ include: "workflow/rules/aggregate.smk"
 
 
 report: "workflow/report/workflow.rst"
+
+
+# A failed job's one-line reason on the terminal, whatever executes the jobs (locally their
+# stderr may be hidden among other output; on SLURM it goes to the cluster's job files):
+# read from each failed job's log file (crosslip.io.failure_lines). The jobs come from the
+# scheduler, or, where it does not say, from the logs with an ERROR written since this start.
+_STARTED = time.time()
+
+
+onerror:
+    scheduler = getattr(workflow, "scheduler", None)
+    failed = getattr(scheduler, "failed", None)
+    if failed:
+        jobs = [
+            (job.rule.name, ", ".join(f"{k}={v}" for k, v in job.wildcards.items()), list(job.log))
+            for job in sorted(failed, key=lambda j: (j.rule.name, str(j.wildcards)))
+            if hasattr(job, "rule")
+        ]
+    else:
+        jobs = crosslip_io.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
+    for line in crosslip_io.failure_lines(jobs):
+        print(line, file=sys.stderr)
 
 
 rule all:

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("crosslip.norms", "crosslip.families", "crosslip.io", "crosslip.device"),  # vocabulary
     ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
     ("crosslip.config", "crosslip.selection", "crosslip.tracking", "crosslip.perfdoc",
-     "crosslip.runlock"),
+     "crosslip.runlock", "crosslip.progress"),
     ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files

@@ -180,13 +180,30 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
     assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))
 
 
+def test_tiny_run_logs_progress_and_draws_training_curves(tiny_run):
+    res = tiny_run / "results"
+    logs = res / "logs"
+    net, kern = "none-lr0.2-lam0-seed0", "kernel_cl-a1-lam0.1-seed0"
+    train_log = (logs / "train" / "mnist5k" / f"{net}.log").read_text()
+    assert "train: 1/1 epochs (100%)" in train_log and ", loss " in train_log
+    assert "L-BFGS iterations" in (logs / "train" / "mnist5k" / f"{kern}.log").read_text()
+    certify_log = (logs / "certify" / "mnist5k" / f"{net}.log").read_text()
+    assert "certify: 15/15 points (100%)" in certify_log
+    attack_log = (logs / "attack" / "mnist5k" / f"{net}.log").read_text()
+    assert "attack L2: 15/15 points (100%)" in attack_log and "attack Linf: 15/15" in attack_log
+    figures = sorted(p.name for p in (res / "figures" / "training").iterdir())
+    assert figures == [f"mnist5k-{f}.{ext}" for f in ("kernel", "mlp") for ext in ("pdf", "png")]
+    for fig in (res / "figures" / "training").iterdir():
+        assert fig.read_bytes()[:4] == (b"%PDF" if fig.suffix == ".pdf" else b"\x89PNG")
+
+
 def test_html_report_shows_tables_and_figures(tiny_run):
     proc = snakemake(tiny_run, "--report", "report.html", config=TINY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     html = (tiny_run / "report.html").read_text()
     for caption in ("Table 1 of the paper", "The kernel table of Section 5",
                     "The paper's illustration", "One row per trained model",
-                    "model family kernel"):  # fmt: skip
+                    "model family kernel", "Training curves, dataset mnist5k"):  # fmt: skip
         assert caption in html, caption
     for name in ("table1_global_local.csv", "kernel.csv", "adversarial_samples.png",
                  "mnist5k-mlp-augment.png"):  # fmt: skip

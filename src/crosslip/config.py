@@ -419,7 +419,8 @@ def families(config: dict[str, Any]) -> list[tuple[str, str]]:
 def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
-    and family (a row per setting), and the illustration."""
+    and family (a row per setting), the illustration, and the training curves per dataset
+    and family."""
     res = config["results"]
     fams = {fam for fam, _ in families(config)}
     tables = ["summary"]
@@ -433,6 +434,12 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
         for ext in ("png", "pdf")
     ]
     targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]
+    targets += [
+        f"{res}/figures/training/{ds}-{fam}.{ext}"
+        for ds in config["datasets"]
+        for fam in sorted(fams)
+        for ext in ("png", "pdf")
+    ]
     return targets
 
 

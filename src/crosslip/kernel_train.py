@@ -23,6 +23,7 @@ or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict
@@ -35,7 +36,10 @@ import torch.nn.functional as F
 from .config import KernelTrainSpec
 from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from .kernels import GaussianKernelModel, gamma_from_data
+from .progress import Progress
 from .train import TrainResult, error_rate
+
+LOG = logging.getLogger(__name__)
 
 #: Hyperparameters of one kernel training job: the workflow's typed spec.
 KernelTrainConfig = KernelTrainSpec
@@ -79,7 +83,10 @@ def train_kernel(
     """Fit a :class:`GaussianKernelModel` by L-BFGS (float64); metrics as in
     :func:`crosslip.train.train` (``curve``: objective per evaluation, several per L-BFGS
     iteration when the line search needs them; ``setup_seconds``: bandwidth, kernel and Gram
-    matrices; ``lbfgs_iterations`` and ``seconds_per_lbfgs_iteration``)."""
+    matrices; ``lbfgs_iterations`` and ``seconds_per_lbfgs_iteration``). Progress goes to
+    the ``"crosslip"`` logger (:mod:`crosslip.progress`): the set-up, then at every tenth of
+    ``max_iter`` L-BFGS iterations the objective at the iteration's first evaluation, its
+    penalty and training error, and the evaluations so far."""
     device = torch.device(device)
     dt = torch.float64
     xtr = torch.as_tensor(x_train, device=device, dtype=dt)
@@ -105,6 +112,10 @@ def train_kernel(
 
     coef = model.coef
     setup_seconds = time.perf_counter() - t0
+    LOG.info("train: %d centres, gamma %.4g, %s matrices ready in %.1f s; L-BFGS, at most %d "
+             "iterations", n_centers, gamma, cfg.regularizer, setup_seconds,
+             cfg.max_iter)  # fmt: skip
+    progress = Progress("train", cfg.max_iter, "L-BFGS iterations")
     opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
                             tolerance_change=1e-15, history_size=20,
                             line_search_fn="strong_wolfe")  # fmt: skip
@@ -112,14 +123,23 @@ def train_kernel(
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        ce = F.cross_entropy(kt @ coef.T, ytr)
+        logits = kt @ coef.T
+        ce = F.cross_entropy(logits, ytr)
         pen = penalty(coef)
         loss = ce + cfg.lam * pen
         loss.backward()
         curve.append({"evaluation": len(curve) + 1, "loss": loss.item(), "penalty": pen.item()})
+        iteration = int(opt.state[coef].get("n_iter", 0))  # L-BFGS's count, 0 at the start
+        if progress.active and iteration > progress.done:
+            with torch.no_grad():
+                err = float((logits.argmax(1) != ytr).double().mean())
+            progress.update(iteration - progress.done, loss=curve[-1]["loss"],
+                            penalty=curve[-1]["penalty"], train_error=err,
+                            evaluations=len(curve))  # fmt: skip
         return loss
 
     opt.step(closure)
+    progress.close(loss=curve[-1]["loss"], evaluations=len(curve))
     status = "ok" if all(math.isfinite(c["loss"]) for c in curve) else "diverged"
     with torch.no_grad():
         grad_norm = float(coef.grad.norm()) if coef.grad is not None else float("nan")

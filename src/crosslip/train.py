@@ -14,6 +14,7 @@ machine.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -30,9 +31,11 @@ from .errors import ConfigError
 from .families import NET_REGULARIZERS
 from .models import SoftplusNet
 from .norms import norm_p
+from .progress import Progress
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
+LOG = logging.getLogger(__name__)
 REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
 SETTINGS = ("plain", "augment", "adversarial")
@@ -73,7 +76,7 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
         return xb
     net.eval()
     ub = upper_bound(net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10,
-                     dtype=xb.dtype)  # fmt: skip
+                     dtype=xb.dtype, progress=False)  # fmt: skip
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -119,7 +122,9 @@ def train(
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
-    error), ``seconds`` and ``device``.
+    error), ``seconds`` and ``device``. Progress goes to the ``"crosslip"`` logger
+    (:mod:`crosslip.progress`): a line per epoch with its curve point, learning rate and
+    seconds.
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
@@ -152,7 +157,11 @@ def train(
     n = len(xtr)
     decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
     updates = 0
+    batches = math.ceil(n / cfg.batch_size)
+    progress = Progress("train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1),
+                        fractional=True)  # fmt: skip
     for epoch in range(cfg.epochs):
+        t_epoch = time.perf_counter()
         net.train()
         perm = torch.randperm(n, generator=gen).to(device)
         tot_loss = tot_pen = 0.0
@@ -177,7 +186,10 @@ def train(
                     group["lr"] *= cfg.lr_decay
             tot_loss += loss.item() * len(idx)
             tot_pen += pen.item() * len(idx)
+            progress.advance_bar(1 / batches)
         if status != "ok":
+            LOG.info("train: non-finite loss in epoch %d (update %d): stopped, status diverged",
+                     epoch + 1, updates + 1)  # fmt: skip
             break
         curve.append(
             {
@@ -187,6 +199,10 @@ def train(
                 "train_error": error_rate(net, xtr_eval, ytr),
             }
         )
+        progress.update(1, loss=curve[-1]["loss"], penalty=curve[-1]["penalty"],
+                        train_error=curve[-1]["train_error"], lr=opt.param_groups[0]["lr"],
+                        epoch_seconds=time.perf_counter() - t_epoch)  # fmt: skip
+    progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
     xte, yte = torch.as_tensor(x_test), torch.as_tensor(y_test)

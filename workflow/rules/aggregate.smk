@@ -9,6 +9,7 @@ localrules:
     kernel_table,
     figure_bounds,
     figure_adversarial,
+    figure_training,
 
 
 checkpoint select_models:
@@ -127,3 +128,30 @@ rule figure_adversarial:
         ENV
     script:
         "../scripts/figure_adversarial.py"
+
+
+rule figure_training:
+    input:
+        # metrics.json of every model of the dataset in the family (kernel specs: no arch)
+        metrics=lambda wc: [
+            f"{RESULTS}/models/{wc.dataset}/{m}/metrics.json"
+            for m, spec in sorted(GRID.items())
+            if getattr(spec, "arch", "kernel") == wc.family
+        ],
+    output:
+        png=report(
+            f"{RESULTS}/figures/training/{{dataset}}-{{family}}.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+            subcategory="{dataset}",
+            labels={"family": "{family}"},
+        ),
+        pdf=f"{RESULTS}/figures/training/{{dataset}}-{{family}}.pdf",
+    params:
+        code=code("figure_training.py"),
+    log:
+        f"{RESULTS}/logs/figure_training/{{dataset}}-{{family}}.log",
+    conda:
+        ENV
+    script:
+        "../scripts/figure_training.py"

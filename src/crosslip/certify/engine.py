@@ -28,6 +28,7 @@ import math
 import torch
 
 from ..models import SoftplusNet
+from ..progress import Progress
 from .search import certificate_columns, margins, min_ratio, theorem21
 from .softplus_bounds import (
     IntervalBound,
@@ -55,7 +56,8 @@ def certify_softplus(
     are always computed when ``"l2"`` is requested; ``"box"`` adds the ``*_box`` column of
     each requested p-norm and needs ``x`` in ``[0, 1]^d``). Computation in ``dtype``
     (float64 by default: Proposition 2.3 is a difference of sums), on ``x.device``, in
-    batches of ``batch_size`` points; results on the CPU.
+    batches of ``batch_size`` points; results on the CPU. Progress (points done, rate) goes
+    to the ``"crosslip"`` logger (:mod:`crosslip.progress`).
     """
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -65,12 +67,13 @@ def certify_softplus(
         kinds = tuple(dict.fromkeys(("local", "global", *kinds)))
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), Progress("certify", len(x), "points") as progress:
         terms = NetTerms(net, dtype)  # point-independent products: once for all batches
         for i in range(0, len(x), batch_size):
             part = _certify_batch(net, terms, x[i : i + batch_size].to(dtype), rtol, kinds)
             for k, v in part.items():
                 out.setdefault(k, []).append(v.cpu())
+            progress.update(len(part["pred"]))
     return {k: torch.cat(v) for k, v in out.items()}
 
 

@@ -97,6 +97,7 @@ import numpy as np
 import torch
 
 from ..kernels import GaussianKernelModel
+from ..progress import Progress
 from .search import certificate_columns, margins, theorem21
 
 DTYPE = torch.float64
@@ -295,7 +296,8 @@ def certify_kernel(
     :func:`default_chunk`: 8 points, about 0.4 GiB, for 2000 centers). Returns per-point CPU
     tensors of shape (n,): ``pred``, ``margin`` (``f_c - max_{j != c} f_j``),
     ``guarantee_local``, ``radius_local`` (the R attaining it), ``bound_class`` and
-    ``evaluations`` (number of R evaluated).
+    ``evaluations`` (number of R evaluated). Progress (points done, rate) goes to the
+    ``"crosslip"`` logger (:mod:`crosslip.progress`).
     """
     model = _as64(model)
     if len(x) == 0:
@@ -304,7 +306,7 @@ def certify_kernel(
     if chunk is None:
         chunk = default_chunk(shared.n, memory_bytes)
     out: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), Progress("certify", len(x), "points") as progress:
         for i in range(0, len(x), chunk):
             xb = x[i : i + chunk].to(device=shared.device, dtype=DTYPE)
             logits = model(xb)
@@ -313,6 +315,7 @@ def certify_kernel(
             cert = theorem21(m, KernelProp22Bound(model, xb, pred, shared), rtol=rtol)
             for key, val in certificate_columns(pred, m, cert).items():
                 out.setdefault(key, []).append(val.cpu())
+            progress.update(len(xb))
     return {key: torch.cat(val) for key, val in out.items()}
 
 
