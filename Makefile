@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench record clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pipeline.py
+
+# docs/reproduction.md from the runs committed under docs/reproduction/ (docs/reproduction-record.md)
+record: $(STAMP)
+	$(BIN)/python -m crosslip.reproduction render
 
 clean:
 	rm -rf results .snakemake
