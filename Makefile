@@ -8,7 +8,7 @@ STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
 ARGS ?=
 
-.PHONY: run test test-fast lint format bench clean
+.PHONY: run test test-fast lint format bench record clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pipeline.py
+
+# docs/reproduction.md from the runs committed under docs/reproduction/ (docs/reproduction-record.md)
+record: $(STAMP)
+	$(BIN)/python -m crosslip.reproduction render
 
 clean:
 	rm -rf results .snakemake

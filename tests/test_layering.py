@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files
     ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
+    ("crosslip.reproduction",),  # the reproduction record, from the tables
     ("crosslip.pipeline",),  # all stages in one namespace
 ]
 

@@ -3,9 +3,9 @@
 Means of guarantees and upper bounds are taken over the *correctly classified* evaluated
 points (a guarantee certifies the decision, which is only worth certifying when right);
 ``attack_success_rate`` is over the same points, and ``mean_upper_bound`` (and every other
-upper-bound mean) averages the successful attacks only. A diverged model keeps its row
-with status ``diverged`` and empty
-means.
+upper-bound mean) averages the successful attacks only; ``max_ratio_global_local`` and
+``n_global_above_local`` are taken over the same points. A diverged model keeps its row
+with status ``diverged`` and empty means.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
 
 SUMMARY_COLUMNS = [
     *MODEL_KEYS, "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
-    "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
+    "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS], "max_ratio_global_local",
+    "n_global_above_local",
 ]  # fmt: skip
 TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
                   "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
@@ -46,6 +47,15 @@ REG_STYLE = {
 }
 
 
+def _n_global_above_local(ok: pd.DataFrame) -> float:
+    """Section 5 found the global guarantee "always worse" than the local one: the number of
+    points where ``guarantee_global > guarantee_local`` (NaN when no point has both)."""
+    both = ok[["guarantee_global", "guarantee_local"]].dropna()
+    if not len(both):
+        return np.nan
+    return float((both["guarantee_global"] > both["guarantee_local"]).sum())
+
+
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
     """One row per model: test error and mean bounds (see module docstring)."""
     rows = []
@@ -60,6 +70,8 @@ def summarize(instances: pd.DataFrame) -> pd.DataFrame:
                 "mean_upper_bound": ok["upper_bound"].mean(),
                 "attack_success_rate": ok["attack_success"].mean() if len(ok) else float("nan"),
                 **{f"mean_{c}": ok[c].mean() for c in UPPER_COLUMNS},
+                "max_ratio_global_local": ok["ratio_global_local"].max(),
+                "n_global_above_local": _n_global_above_local(ok),
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
