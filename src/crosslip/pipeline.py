@@ -18,7 +18,7 @@ import torch
 
 from .attacks import refine_upper_bound, upper_bound
 from .augment import center_crop
-from .certify import KINDS, certify_kernel, certify_softplus, margins
+from .certify import KINDS, certify_kernel, certify_softplus, float32_agrees, margins
 from .data import load_dataset, load_prepared, save_prepared
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
@@ -45,6 +45,7 @@ INSTANCE_SCHEMA = pa.schema(
         ("label", pa.int64()),
         ("pred", pa.int64()),
         ("correct", pa.bool_()),
+        ("float32_agrees", pa.bool_()),
         ("margin", pa.float64()),
         ("local_bound", pa.string()),
         ("guarantee_local", pa.float64()),
@@ -79,8 +80,8 @@ GUARANTEE_COLUMNS = [
     "guarantee_l1", "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box",
     "guarantee_linf_box",
 ]  # fmt: skip
-CERTIFY_COLUMNS = ["test_index", "label", "pred", "margin", "local_bound", *GUARANTEE_COLUMNS,
-                   "certify_seconds"]  # fmt: skip
+CERTIFY_COLUMNS = ["test_index", "label", "pred", "float32_agrees", "margin", "local_bound",
+                   *GUARANTEE_COLUMNS, "certify_seconds"]  # fmt: skip
 ATTACK_COLUMNS = ["test_index", "upper_bound", "attack_success", "attack_target", "adv_class",
                   "upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
                   "upper_bound_linf", "upper_bound_linf_refined", "attack_seconds"]  # fmt: skip
@@ -200,7 +201,9 @@ def certify_stage(
     (Proposition 2.3), global L2, the tightest L2, L1 and Linf, and their box-constrained
     versions (:func:`crosslip.certify.certify_softplus`; ``kinds`` selects them). Gaussian-
     kernel models: local L2 (Proposition 2.2); the other columns stay empty. Other networks
-    (ResNets): prediction and margin only (``local_bound = "none"``)."""
+    (ResNets): prediction and margin only (``local_bound = "none"``). ``float32_agrees``:
+    whether the model cast to float32 predicts the same class at the point; where it does
+    not, every guarantee is 0 (a certificate covers the float64 function only)."""
     met = read_json(metrics)
     idx, x, y, _ = _points(data, n_points, met)
     if met["status"] != "ok":
@@ -227,6 +230,12 @@ def certify_stage(
         df["local_bound"] = local_bound
         df["certify_seconds"] = secs
         df = df.reindex(columns=CERTIFY_COLUMNS)
+        # a certificate covers the float64 function; where float32 decides otherwise: 0
+        agrees = float32_agrees(net, x.to(dev), res["pred"]).numpy()
+        df["float32_agrees"] = agrees
+        certified = [c for c in GUARANTEE_COLUMNS if c != "bound_class"]
+        df[certified] = df[certified].where(agrees[:, None] | df[certified].isna(), 0.0)
+        df.loc[~agrees, "bound_class"] = -1
         df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
     write_parquet(df, out)
     return df
