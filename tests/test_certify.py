@@ -441,12 +441,27 @@ def test_zero_margin_and_constant_model():
     cert = theorem21(m, lambda idx, r: lip[idx])
     assert cert.guarantee[0] == 0
     assert cert.guarantee[1] == pytest.approx(2.0)
-    zero = theorem21(m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64))
-    assert math.isinf(zero.guarantee[0])  # no gradient difference anywhere: never changes
-    capped = theorem21(
-        m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64), r_max=5.0
-    )
+    seen = []
+
+    def zeros(idx, r):
+        seen.append(r.clone())
+        return torch.zeros(len(idx), 3, dtype=torch.float64)
+
+    # a bound that is 0 wherever it is evaluated certifies the largest R evaluated, never inf
+    zero = theorem21(m[1:], zeros)
+    big = torch.finfo(torch.float64).max
+    assert zero.guarantee[0] == big and zero.radius[0] == big
+    assert any(float(s.max()) == big for s in seen)
+    # +inf needs a proof from the weights that the gradient difference vanishes everywhere
+    vanish = torch.tensor([[True, True, True]])
+    proved = theorem21(m[1:], zeros, vanishes=vanish)
+    assert math.isinf(proved.guarantee[0]) and proved.bound_class[0] == -1
+    capped = theorem21(m[1:], zeros, r_max=5.0)
     assert capped.guarantee[0] == pytest.approx(5.0)
+    assert theorem21(m[1:], zeros, r_max=5.0, vanishes=vanish).guarantee[0] == 5.0
+    # a vanishing class does not count, the others do
+    partly = theorem21(m[1:], lambda idx, r: lip[idx], vanishes=torch.tensor([[True, True, False]]))
+    assert partly.guarantee[0] == pytest.approx(3.0)
 
 
 def test_unknown_kind_and_points_outside_the_box_are_rejected():

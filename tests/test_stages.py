@@ -11,6 +11,7 @@ from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.kernels import GaussianKernelModel
+from crosslip.models import SoftplusNet
 from crosslip.pipeline import (
     attack_stage,
     certify_stage,
@@ -60,6 +61,8 @@ def test_stages_write_the_instance_schema(tmp_path):
     for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l2_box"):
         assert (df.loc[ok, "upper_bound"] >= df.loc[ok, col]).all(), col
     assert (df["local_bound"] == "prop2.3").all()
+    assert df["float32_agrees"].dtype == bool
+    assert df.loc[df["margin"].abs() > 1e-4, "float32_agrees"].all()
     for p in ("l2", "l1", "linf"):  # refined never worse; every bound above its guarantee
         paper = df["upper_bound" if p == "l2" else f"upper_bound_{p}"]
         refined = df[f"upper_bound_{p}_refined"]
@@ -86,6 +89,39 @@ def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):
     assert df[["guarantee_global", "guarantee_l1", "guarantee_linf_box"]].isna().all().all()
     ok = df["attack_success"]
     assert ok.any() and (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
+
+
+def test_a_point_where_float32_decides_otherwise_gets_no_guarantee(tmp_path):
+    """Class 1 wins in float64 by ``1e-9 - exp(10 (x_0 + b))``; cast to float32, both logits
+    round to 1.0, the tie goes to class 0. The threshold b splits the eval points: where
+    ``x_0`` is large, class 0 wins by far in both precisions."""
+    data = tiny_dataset(tmp_path)
+    from crosslip.data import load_prepared
+
+    x0 = np.sort(load_prepared(data).x_test[eval_indices(10, 6), 0].astype(np.float64))
+    cut = 0.5 * (x0[2] + x0[3])  # three points on each side
+    b = np.log(1e-9) / 10 - cut  # float64: class 1 iff exp(10 (x_0 + b)) < 1e-9
+    net = SoftplusNet(6, 2, hidden=1, alpha=10.0, bias=True).double().eval()
+    with torch.no_grad():
+        net.hidden_layer.weight.copy_(torch.tensor([[1.0, 0, 0, 0, 0, 0]], dtype=torch.float64))
+        net.hidden_layer.bias.fill_(b)
+        net.output_layer.weight.copy_(torch.tensor([[10.0], [0.0]], dtype=torch.float64))
+        net.output_layer.bias.copy_(torch.tensor([1.0, 1.0 + 1e-9], dtype=torch.float64))
+    df, _ = run_stages(tmp_path, "ok", net)
+    assert pq.read_table(tmp_path / "i.parquet").schema.equals(INSTANCE_SCHEMA,
+                                                               check_metadata=False)  # fmt: skip
+    with torch.no_grad():
+        x = torch.as_tensor(load_prepared(data).x_test[df["test_index"].to_numpy()])
+        pred32 = net.float()(x.float()).argmax(1).numpy()
+    assert (df["float32_agrees"].to_numpy() == (pred32 == df["pred"].to_numpy())).all()
+    split = df["float32_agrees"]
+    assert split.any() and (~split).any()
+    assert (df.loc[~split, "pred"] == 1).all() and (df.loc[split, "pred"] == 0).all()
+    for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l1",
+                "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box", "guarantee_linf_box"):
+        assert (df.loc[~split, col] == 0).all(), col  # float64 alone would certify these
+        assert (df.loc[split, col] > 0).all(), col
+    assert (df.loc[~split, "bound_class"] == -1).all()
 
 
 def test_diverged_model_has_no_instances_but_keeps_its_summary_row(tmp_path):

@@ -86,19 +86,56 @@ the tiles ``r in I, s in J`` with ``I <= J`` of the (symmetric) pair matrix and 
 and classes at once, about 15 elementwise passes into reusable cache-sized buffers and two
 batched matmuls. :func:`prop22_reference` evaluates the paper's formula literally, as an
 oracle.
+
+Rounding
+--------
+The bound must hold for the real function of the float64 centres and coefficients at the
+float64 point, although every quantity above is computed in float64 (model of arithmetic
+and constants ``u``, ``gamma_n``, ``FN_REL``: :mod:`.rounding`). Write ``rho`` for
+``max_r ||x_r - mean||`` and ``xc = x - mean`` (any ``mean`` works: ``H`` and ``delta``
+do not depend on it).
+
+* ``H^2`` is computed in expanded form, ``||mu - mean||^2 + ||xc||^2/2 - <xc, x_r - mean>
+  + ...``, with absolute error ``e <= 2 gamma_{d+6} (||xc|| + rho)^2`` (dot products and
+  three additions). Since ``|H_hat - H| = |H_hat^2 - H^2| / (H_hat + H)``, every ``H`` of a
+  point is within ``eps_H = min(sqrt(e), e / min_rs H_hat) + 2u (||xc|| + 2 rho)`` of the
+  computed one (the last term: the centering and the square root). Using ``R + eps_H`` for
+  ``R`` widens ``[t, H + R]`` to contain the real ``[t, H + R]``: cost, one addition.
+* ``delta^2`` is within ``eps_d = 2 gamma_{d+8} rho^2`` of the computed one. ``a_hi`` uses
+  ``delta^2 - eps_d`` and ``a_lo`` uses ``delta^2 + eps_d`` (two precomputed arrays); with
+  the exponents ``-4 gamma delta^2 - 2 gamma a`` as before, ``e_lo`` then becomes smaller and
+  ``e_hi`` larger than their real values, so ``T+`` can only grow and ``T-`` only shrink
+  (``T+`` increases with ``a_hi``, ``e_hi`` and decreases with ``e_lo``; ``T-`` increases
+  with ``a_lo``, ``e_lo`` and decreases with ``e_hi``).
+* The rest is the rounding of the tile computations on these inputs. Each ``T`` is off by
+  at most ``(8u + FN_REL) A e_hi`` with ``A = (H + R)^2 + delta^2`` (the exponent's
+  rounding is relative ``12 u gamma A`` and ``gamma A e^{-gamma A} <= 1/e``, which costs
+  half of the exponent), and ``|T| <= A e_hi``. With ``H_max = ||xc|| + rho``, ``t_min =
+  max(min_rs H_rs - R - eps_H, 0)`` and ``M = ((H_max + R + eps_H)^2 + rho^2)
+  e^{2 gamma eps_d} e^{-gamma t_min^2}`` every such term is at most ``M``; the sums over
+  the pairs, tiles and the four parts add ``gamma_{2n + tiles + 6}``. So the computed sum
+  is within ``(4 (n + tiles + 16) u + 2 FN_REL) M ||beta||_1^2`` of the real one (plus
+  ``2^-1000 (1 + ||beta||_1^2)(1 + M)`` for underflow). We add that before the square
+  root and round ``2 gamma sqrt(.)`` up by ``1 + 4u``.
+
+The margins come with the forward error of the logits (:func:`logit_errors`). The error
+terms are relative ``n u M ||beta||_1^2 / L^2``: small unless the ``beta_r beta_s T_rs``
+cancel to ~1e-10 of their magnitude, and never below the real bound.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import math
 
 import numpy as np
 import torch
 
 from ..kernels import GaussianKernelModel
 from ..progress import Progress
-from .search import certificate_columns, margins, theorem21
+from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .search import certificate_columns, margins, margins_lower, theorem21
 
 DTYPE = torch.float64
 
@@ -150,9 +187,10 @@ class _Workspace:
 class Prop22Shared:
     """Point-independent data of the bound for one model, computed once and shared by the
     chunks: the centers relative to their mean ``Xc`` (n, d), ``-delta^2`` and
-    ``-4 gamma delta^2`` with ``delta^2 = ||x_r - x_s||^2 / 4`` (n, n), ``||mu_rs - mean||^2``
-    (n, n), the coefficients in float64 and the scratch buffers. Memory: three (n, n)
-    float64 arrays."""
+    ``-4 gamma delta^2`` with ``delta^2 = ||x_r - x_s||^2 / 4`` (n, n), the rounded-outward
+    ``-(delta^2 -+ eps_d)`` (module docstring) for ``a_hi`` and ``a_lo``,
+    ``||mu_rs - mean||^2`` (n, n), ``rho = max_r ||x_r - mean||`` rounded up, the
+    coefficients in float64 and the scratch buffers. Memory: five (n, n) float64 arrays."""
 
     def __init__(self, model: GaussianKernelModel) -> None:
         self.gamma = float(model.gamma)
@@ -162,6 +200,7 @@ class Prop22Shared:
         self.Xc = X - self.mean
         self.coef = model.coef.detach().to(DTYPE)
         self.n = X.shape[0]
+        d = X.shape[1]
         gram = self.Xc @ self.Xc.T
         gram = 0.5 * (gram + gram.T)  # exactly symmetric, so everything below is too
         g = gram.diagonal().clone()
@@ -171,6 +210,11 @@ class Prop22Shared:
         self.neg_exp4 = (4.0 * self.gamma) * self.neg_delta2
         self.mid_sq = g_sum.add_(gram, alpha=2.0).mul_(0.25)  # (g_r + g_s + 2 G_rs) / 4
         del gram
+        self.rho = float(g.max().clamp_min(0).sqrt()) * (1 + 2 * gamma(d + 2)) if self.n else 0.0
+        self.eps_delta2 = 2 * gamma(d + 8) * self.rho**2
+        self.neg_delta2_hi = self.neg_delta2 + self.eps_delta2  # -(delta^2 - eps): for a_hi
+        self.neg_delta2_lo = self.neg_delta2 - self.eps_delta2  # -(delta^2 + eps): for a_lo
+        self.dim = d
         self.workspace = _Workspace(self.device)
 
 
@@ -178,9 +222,12 @@ class KernelProp22Bound:
     """Proposition 2.2 for a chunk of points: ``(idx, r) -> L (k, K)`` for theorem21.
 
     ``x`` (m, d), ``pred`` (m,). ``idx`` (k,) indexes the rows of ``x``; ``r`` (k,) are the
-    radii. Returns ``L_j(r)`` of shape (k, K), float64 (0 at ``j = pred``). Precomputes the
-    R-independent ``H_rs = ||x - (x_r + x_s)/2||`` for the chunk (m, n, n) and the positive
-    and negative parts of ``beta = coef_j - coef_c`` (m, K, n).
+    radii. Returns ``L_j(r)`` of shape (k, K), float64 (0 at ``j = pred``), rounding included
+    (module docstring; :meth:`formula` is the same sum without the rounding terms, for
+    comparisons with the literal formula). Precomputes the R-independent
+    ``H_rs = ||x - (x_r + x_s)/2||`` for the chunk (m, n, n), the positive and negative
+    parts of ``beta = coef_j - coef_c`` (m, K, n), and per point the rounding terms
+    ``eps_H``, ``H_max`` and ``||beta||_1^2``.
 
     Each call walks the tiles ``(I, J)``, ``I <= J``, of a ``block``-partition of the pair
     matrix (the summands are symmetric in r, s: an off-diagonal tile counts twice), all
@@ -220,30 +267,66 @@ class KernelProp22Bound:
             block = max(64, int((TILE_ELEMENTS / max(self.m, 1)) ** 0.5))
         blocks = list(itertools.pairwise([*range(0, n, block), n]))
         self.tiles = [(a, b, c, e) for i, (a, b) in enumerate(blocks) for c, e in blocks[i:]]
+        # rounding terms (module docstring), per point
+        d, rho = sh.dim, sh.rho
+        nx = torch.linalg.vector_norm(xc, dim=1) * (1 + 2 * gamma(d + 2))
+        e_h2 = 2 * gamma(d + 6) * (nx + rho) ** 2
+        h_min = H.flatten(1).amin(1) * (1 - 2 * UNIT) if n else torch.zeros_like(nx)
+        self.h_min = h_min
+        eps = torch.minimum(e_h2.sqrt(), e_h2 / h_min)  # e / 0 = inf: sqrt(e)
+        self.eps_h = (eps + 2 * UNIT * (nx + 2 * rho)) * (1 + 4 * UNIT)
+        self.h_max = (nx + rho) * (1 + 4 * UNIT)
+        self.beta_l1_sq = ((bp + bn).sum(-1) ** 2) * (1 + 2 * gamma(n + 2))  # (m, K)
+        self.err = 4 * (n + len(self.tiles) + 16) * UNIT + 2 * FN_REL
+        self.m_factor = math.exp(2 * self.gamma * sh.eps_delta2) * (1 + 8 * UNIT)
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """Rigorous upper bounds ``L_j(r)`` (k, K) for the real function."""
+        idx = idx.to(self.shared.device)
+        r = r.detach().to(device=self.shared.device, dtype=DTYPE)
+        rp = r + self.eps_h[idx]
+        total = self._sums(idx, rp, rigorous=True)
+        big_m = ((self.h_max[idx] + rp) ** 2 + self.shared.rho**2) * self.m_factor  # (k,)
+        t_min = (self.h_min[idx] - rp).clamp_min(0.0)  # every ||y - mu_rs|| is at least this
+        big_m = big_m * torch.exp(-self.gamma * t_min * t_min)
+        s = self.beta_l1_sq[idx]  # (k, K)
+        err = s * (self.err * big_m)[:, None] + UNDERFLOW * (1 + s) * (1 + big_m)[:, None]
+        total = total + torch.where(s > 0, err, 0.0)  # beta = 0: the sum is exactly 0
+        return (2.0 * self.gamma * (1 + 4 * UNIT)) * total.clamp_min(0.0).sqrt()
+
+    def formula(self, idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """Proposition 2.2 as printed, evaluated in float64 without rounding terms (k, K): an
+        estimate, not a bound; compared with :func:`prop22_reference` in the tests."""
+        idx = idx.to(self.shared.device)
+        r = r.detach().to(device=self.shared.device, dtype=DTYPE)
+        total = self._sums(idx, r, rigorous=False)
+        return 2.0 * self.gamma * total.clamp_min(0.0).sqrt()
+
+    def _sums(self, idx: torch.Tensor, r: torch.Tensor, rigorous: bool) -> torch.Tensor:
+        """``sum_{bb>=0} bb T+ + sum_{bb<0} bb T-`` (k, K) at the radii ``r`` (k,)."""
         sh, ws = self.shared, self.shared.workspace
         k, K, g = idx.numel(), self.K, self.gamma
-        idx = idx.to(sh.device)
         full = k == self.m and torch.equal(idx, self._all)
         bpn, bnp = (self.bpn, self.bnp) if full else (self.bpn[idx], self.bnp[idx])
-        R = r.detach().to(device=sh.device, dtype=DTYPE)[:, None, None]
+        R = r[:, None, None]
+        nd2_hi = sh.neg_delta2_hi if rigorous else sh.neg_delta2
+        nd2_lo = sh.neg_delta2_lo if rigorous else sh.neg_delta2
         total = torch.zeros(k, K, dtype=DTYPE, device=sh.device)
         for i0, i1, j0, j1 in self.tiles:
             shape = (k, i1 - i0, j1 - j0)
             H = self.H[:, i0:i1, j0:j1]
             if not full:
                 H = torch.index_select(H, 0, idx, out=ws.get("sel", shape, DTYPE))
-            nd2, ne4 = sh.neg_delta2[i0:i1, j0:j1], sh.neg_exp4[i0:i1, j0:j1]
+            ne4 = sh.neg_exp4[i0:i1, j0:j1]
             e_lo, a_hi, e_hi, a_lo, t_plus = (ws.get(f"b{i}", shape, DTYPE) for i in range(5))
             mask = ws.get("mask", shape, torch.bool)
             # ||y - mu|| ranges over [t, H + R] with t = max(H - R, 0); the exponents are
             # -2 gamma (a + 2 delta^2) = -2 gamma (||y - mu||^2 + delta^2).
             u = torch.add(H, R, out=e_lo)  # H + R
-            torch.addcmul(nd2, u, u, out=a_hi)  # a_hi = (H + R)^2 - delta^2
+            torch.addcmul(nd2_hi[i0:i1, j0:j1], u, u, out=a_hi)  # a_hi = (H + R)^2 - delta^2
             torch.add(ne4, a_hi, alpha=-2.0 * g, out=e_lo).exp_()  # e_lo
             t = torch.sub(H, R, out=e_hi).clamp_min_(0.0)  # t
-            torch.addcmul(nd2, t, t, out=a_lo)  # a_lo = t^2 - delta^2
+            torch.addcmul(nd2_lo[i0:i1, j0:j1], t, t, out=a_lo)  # a_lo = t^2 - delta^2
             torch.add(ne4, a_lo, alpha=-2.0 * g, out=e_hi).exp_()  # e_hi
             # T+ = max(a_hi,0) e_hi + min(a_hi,0) e_lo; T- = max(a_lo,0) e_lo + min(a_lo,0) e_hi
             torch.gt(a_hi, 0.0, out=mask)
@@ -259,7 +342,29 @@ class KernelProp22Bound:
             s_minus = (torch.bmm(b_i, t_minus) * bnp[:, :, j0:j1]).sum(-1)
             part = s_plus[:, :K] + s_plus[:, K:] - s_minus[:, :K] - s_minus[:, K:]
             total.add_(part, alpha=1.0 if i0 == j0 else 2.0)
-        return 2.0 * g * total.clamp_min(0.0).sqrt()
+        return total
+
+
+def logit_errors(model: GaussianKernelModel, x: torch.Tensor, kern: torch.Tensor) -> torch.Tensor:
+    """Bounds (m, K) on the forward error of the logits ``kern @ coef^T`` computed from the
+    kernel values ``kern`` (m, n) at the float64 points ``x`` (m, d).
+
+    ``||x - x_r||^2`` is computed expanded, within ``e = gamma_{d+3} (||x|| + max_r
+    ||x_r||)^2`` absolute, and ``fl(-gamma sq)`` adds ``u gamma sq``: so ``exp`` sees an
+    argument within ``gamma e' = gamma (e + 2 u (||x|| + max ||x_r||)^2)`` and returns
+    ``k`` within the factor ``kappa = exp(gamma e') (1 + 2 FN_REL) - 1`` of the real one
+    (plus 2^-1060 where it underflows); the sum over the n centres adds ``gamma_{n+1}``.
+    Hence ``|f_j,hat - f_j| <= (gamma_{n+1} + kappa) (|coef| k)_j + 2^-1000 ||coef_j||_1``,
+    doubled for its own rounding.
+    """
+    X, coef = model.centers.detach().to(DTYPE), model.coef.detach().to(DTYPE)
+    n, d = X.shape
+    scale = torch.linalg.vector_norm(x, dim=1) + float(torch.linalg.vector_norm(X, dim=1).max())
+    e = (gamma(d + 3) + 2 * UNIT) * (scale * (1 + 2 * gamma(d + 2))) ** 2
+    kappa = torch.expm1(model.gamma * e * (1 + 4 * UNIT)) * (1 + 2 * FN_REL) + 2 * FN_REL
+    rel = (gamma(n + 1) + kappa)[:, None]  # (m, 1)
+    l1 = coef.abs().sum(1)  # (K,)
+    return 2.0 * rel * (kern @ coef.abs().T) + UNDERFLOW * (1 + l1)[None, :]
 
 
 def default_chunk(n_centers: int, memory_bytes: int = 2**30, max_chunk: int = 8) -> int:
@@ -267,7 +372,7 @@ def default_chunk(n_centers: int, memory_bytes: int = 2**30, max_chunk: int = 8)
     (``8 n^2`` bytes a point), the shared (n, n) arrays and the scratch fit in
     ``memory_bytes``; at least 1."""
     per_point = 8 * n_centers**2
-    fixed = 3 * 8 * n_centers**2 + 8 * 8 * TILE_ELEMENTS
+    fixed = 5 * 8 * n_centers**2 + 8 * 8 * TILE_ELEMENTS
     return int(max(1, min(max_chunk, (memory_bytes - fixed) // per_point)))
 
 
@@ -296,8 +401,11 @@ def certify_kernel(
     :func:`default_chunk`: 8 points, about 0.4 GiB, for 2000 centers). Returns per-point CPU
     tensors of shape (n,): ``pred``, ``margin`` (``f_c - max_{j != c} f_j``),
     ``guarantee_local``, ``radius_local`` (the R attaining it), ``bound_class`` and
-    ``evaluations`` (number of R evaluated). Progress (points done, rate) goes to the
-    ``"crosslip"`` logger (:mod:`crosslip.progress`).
+    ``evaluations`` (number of R evaluated). The guarantees hold for the real function of the
+    float64 centres and coefficients at the float64 points, rounding included (module
+    docstring); ``margin`` is the computed one. A class with ``coef_j = coef_c`` is never
+    reached (``f_c - f_j = 0`` identically: it ties everywhere or nowhere). Progress (points
+    done, rate) goes to the ``"crosslip"`` logger (:mod:`crosslip.progress`).
     """
     model = _as64(model)
     if len(x) == 0:
@@ -305,15 +413,19 @@ def certify_kernel(
     shared = Prop22Shared(model)
     if chunk is None:
         chunk = default_chunk(shared.n, memory_bytes)
+    coef = model.coef.detach()
+    vanish = ~(coef[:, None, :] != coef[None, :, :]).any(-1)  # (K, K): beta = 0 exactly
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad(), Progress("certify", len(x), "points") as progress:
         for i in range(0, len(x), chunk):
             xb = x[i : i + chunk].to(device=shared.device, dtype=DTYPE)
-            logits = model(xb)
+            kern = model.kernel(xb)
+            logits = kern @ model.coef.T
             pred = logits.argmax(1)
-            m = margins(logits, pred)
-            cert = theorem21(m, KernelProp22Bound(model, xb, pred, shared), rtol=rtol)
-            for key, val in certificate_columns(pred, m, cert).items():
+            m_hat, m = margins_lower(logits, logit_errors(model, xb, kern), pred)
+            bound = KernelProp22Bound(model, xb, pred, shared)
+            cert = theorem21(m, bound, rtol=rtol, vanishes=vanish[pred])
+            for key, val in certificate_columns(pred, m_hat, cert).items():
                 out.setdefault(key, []).append(val.cpu())
             progress.update(len(xb))
     return {key: torch.cat(val) for key, val in out.items()}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..certify import KINDS, certify
+from ..certify import KINDS, certify, float32_agrees
 from ..checkpoints import load_model
 from ..device import resolve_device
 from ..io import read_json
-from ..results_schema import CERTIFY_COLUMNS
+from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS
 from .common import empty_frame, eval_points, write_parquet
 
 
@@ -30,7 +30,9 @@ def certify_stage(
     global L2, the tightest L2, L1 and Linf, and their box-constrained versions (``kinds``
     selects them). Gaussian-kernel models: local L2 (Proposition 2.2). Other networks
     (ResNets): prediction and margin only (``local_bound = "none"``). Columns a model does
-    not have stay empty."""
+    not have stay empty. ``float32_agrees``: whether the model cast to float32 predicts the
+    same class at the point; where it does not, every guarantee is 0 (a certificate covers
+    the float64 function only, docs/guarantees.md)."""
     met = read_json(metrics)
     idx, x, y, _ = eval_points(data, n_points, met)
     if met["status"] != "ok":
@@ -46,6 +48,12 @@ def certify_stage(
         df["local_bound"] = cert.local_bound
         df["certify_seconds"] = secs
         df = df.reindex(columns=CERTIFY_COLUMNS)
+        # a certificate covers the float64 function; where float32 decides otherwise: 0
+        agrees = float32_agrees(net, x.to(dev), cert.columns["pred"]).numpy()
+        df["float32_agrees"] = agrees
+        certified = [c for c in GUARANTEE_COLUMNS if c != "bound_class"]
+        df[certified] = df[certified].where(agrees[:, None] | df[certified].isna(), 0.0)
+        df.loc[~agrees, "bound_class"] = -1
         df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
     write_parquet(df, out)
     return df
