@@ -19,7 +19,8 @@ import torch
 from .attacks import refine_upper_bound, upper_bound
 from .augment import center_crop
 from .certify import KINDS, certify_kernel, certify_softplus, margins
-from .data import load_dataset, load_prepared, save_prepared
+from .data import load_custom, load_dataset, load_prepared, read_class_names, save_prepared
+from .data.custom import check_fits_training
 from .device import resolve_device
 from .io import atomic_path, read_json, write_json
 from .kernel_train import KERNEL_REGULARIZERS, KernelTrainConfig, train_kernel
@@ -127,11 +128,29 @@ def write_parquet(df: pd.DataFrame, path: Path | str, schema: pa.Schema | None =
         pq.write_table(table, tmp)
 
 
-def prepare_data(name: str, out: Path | str, cache: str, mirror: str | None) -> dict[str, Any]:
-    """Load a registered dataset (download/mirror/cache) and store it as 8-bit ``.npz``."""
-    ds = load_dataset(name, cache_dir=cache, mirror_dir=mirror)
+def prepare_data(
+    name: str,
+    out: Path | str,
+    cache: str,
+    mirror: str | None,
+    source: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Load a dataset and store it as ``.npz`` (:func:`crosslip.data.save_prepared`).
+
+    ``source`` None: the registered dataset ``name`` (download/mirror/cache); else the
+    config entry of a dataset of your own (:func:`crosslip.data.load_custom`). ``training``
+    (``settings``, ``arch``, ``crop``), when given, is checked against the image shape
+    (:func:`crosslip.data.custom.check_fits_training`). Every check runs before anything is
+    written, and the file is written atomically: bad data leaves no file. Returns a summary
+    (sizes, image shape, classes)."""
+    ds = load_custom(source) if source else load_dataset(name, cache_dir=cache, mirror_dir=mirror)
+    if training is not None:
+        check_fits_training(ds, training["settings"], training["arch"], training["crop"])
     save_prepared(ds, out)
-    return {"name": ds.name, "n_train": len(ds.y_train), "n_test": len(ds.y_test), "d": ds.dim}
+    return {"name": ds.name, "n_train": len(ds.y_train), "n_test": len(ds.y_test), "d": ds.dim,
+            "shape": list(ds.shape), "num_classes": ds.num_classes,
+            "class_names": list(ds.class_names)}  # fmt: skip
 
 
 def eval_indices(n_test: int, n_points: int, seed: int = 0) -> np.ndarray:
@@ -254,8 +273,8 @@ def attack_stage(
 
     ``examples_out`` (``.npz``) receives the L2 adversarial samples of the paper's procedure
     for the first ``n_examples`` eval points, for the illustration figure: ``test_index``,
-    ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``
-    and the image ``shape``; empty arrays for a diverged model."""
+    ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``,
+    the image ``shape`` and the dataset's ``class_names``; empty arrays for a diverged model."""
     met = read_json(metrics)
     idx, x, _, shape = _points(data, n_points, met)
     examples: dict[str, np.ndarray] = {}
@@ -295,7 +314,8 @@ def attack_stage(
     write_parquet(df, out)
     if examples_out is not None:
         with atomic_path(examples_out) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, shape=np.asarray(shape, dtype=np.int64), **examples)
+            np.savez(fh, shape=np.asarray(shape, dtype=np.int64),
+                     class_names=read_class_names(data), **examples)  # fmt: skip
     return df
 
 

@@ -6,7 +6,10 @@
 
 Each loader takes keyword options (``cache_dir``, ``mirror_dir``) and returns a
 :class:`Dataset`. Images are flattened to ``(n, d)``; ``shape`` keeps the image shape
-(channels last, as in the source) for figures.
+(channels last, as in the source) for figures, ``class_names`` the name of each class.
+
+Datasets of your own (IDX files, a ``.npz``, a folder of images per class) are declared in the
+config and read by :func:`crosslip.data.custom.load_custom` (docs/your-own-data.md).
 
 Registered: ``mnist5k`` (embedded subset), ``mnist`` (IDX files, :mod:`.mnist`), ``cifar10``
 (the python-version archive, :mod:`.cifar10`, shape (32, 32, 3)) and ``gtsrb`` (the final
@@ -30,7 +33,10 @@ from .fetch import ChecksumError, DataFormatError, DataUnavailableError
 
 @dataclass(frozen=True)
 class Dataset:
-    """Train and test splits; ``x_*`` float32 in [0, 1] of shape (n, d), ``y_*`` int64 (n,)."""
+    """Train and test splits; ``x_*`` float32 in [0, 1] of shape (n, d), ``y_*`` int64 (n,).
+
+    ``shape``: the image shape, channels last ((h, w, c), or (d,) for flat vectors);
+    ``class_names``: one name per class (default ``"0"``, ``"1"``, ...)."""
 
     name: str
     x_train: np.ndarray
@@ -39,8 +45,16 @@ class Dataset:
     y_test: np.ndarray
     shape: tuple[int, ...]
     num_classes: int
+    class_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.class_names:
+            object.__setattr__(self, "class_names", default_class_names(self.num_classes))
+        object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
+        if len(self.class_names) != self.num_classes:
+            raise ValueError(
+                f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes"
+            )
         for split in ("train", "test"):
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if x.dtype != np.float32 or x.ndim != 2 or x.shape[0] != y.shape[0]:
@@ -62,6 +76,7 @@ class Dataset:
         num_classes: int,
         counts: tuple[int, int] | None = None,
         source: str = "",
+        class_names: tuple[str, ...] = (),
     ) -> Dataset:
         """A dataset from 8-bit images (any shape, first axis = samples) and labels, per
         split ``(images, labels)``; ``counts`` = (train, test), when given, must match the
@@ -80,7 +95,13 @@ class Dataset:
             y_test=np.asarray(y_test).astype(np.int64),
             shape=tuple(shape),
             num_classes=num_classes,
+            class_names=tuple(class_names),
         )
+
+
+def default_class_names(num_classes: int) -> tuple[str, ...]:
+    """``("0", "1", ..., str(num_classes - 1))``: the names of classes known by number only."""
+    return tuple(str(k) for k in range(num_classes))
 
 
 Loader = Callable[..., Dataset]
@@ -120,13 +141,15 @@ def to_unit_float(images: np.ndarray) -> np.ndarray:
 
 
 def save_prepared(ds: Dataset, path: Path | str) -> None:
-    """Write a dataset as a compressed ``.npz`` of 8-bit pixels (atomically)."""
+    """Write a dataset as a compressed ``.npz`` (atomically): each split's pixels as uint8
+    where they are 8-bit values (k / 255), else as float32 in [0, 1]; with the image shape,
+    class count and class names."""
     from ..io import atomic_path
 
     def q(x: np.ndarray) -> np.ndarray:
         u = np.rint(x * 255.0)
         if not np.allclose(u / 255.0, x, atol=1e-6):
-            raise ValueError(f"{ds.name}: images are not 8-bit; cannot store them as uint8")
+            return x.astype(np.float32)  # not 8-bit: stored as read
         return u.astype(np.uint8)
 
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -139,7 +162,24 @@ def save_prepared(ds: Dataset, path: Path | str) -> None:
             y_test=ds.y_test,
             shape=np.array(ds.shape),
             num_classes=np.array(ds.num_classes),
+            class_names=np.array(ds.class_names, dtype=str),
         )
+
+
+def _unit(pixels: np.ndarray) -> np.ndarray:
+    """Stored pixels (uint8, or float32 in [0, 1]) -> float32 (n, d) in [0, 1]."""
+    if pixels.dtype == np.uint8:
+        return to_unit_float(pixels)
+    return np.asarray(pixels, dtype=np.float32).reshape(len(pixels), -1)
+
+
+def read_class_names(path: Path | str) -> np.ndarray:
+    """The class names stored in a prepared dataset (strings, (K,)), read without loading
+    the images; ``"0"``, ``"1"``, ... for a file written before names were stored."""
+    with np.load(path, allow_pickle=False) as z:
+        if "class_names" in z.files:
+            return z["class_names"]
+        return np.array(default_class_names(int(z["num_classes"])), dtype=str)
 
 
 def load_prepared(path: Path | str) -> Dataset:
@@ -151,12 +191,15 @@ def load_prepared(path: Path | str) -> Dataset:
         with np.load(path, allow_pickle=False) as z:
             return Dataset(
                 name=str(z["name"]),
-                x_train=to_unit_float(z["x_train"]),
+                x_train=_unit(z["x_train"]),
                 y_train=z["y_train"].astype(np.int64),
-                x_test=to_unit_float(z["x_test"]),
+                x_test=_unit(z["x_test"]),
                 y_test=z["y_test"].astype(np.int64),
                 shape=tuple(int(s) for s in z["shape"]),
                 num_classes=int(z["num_classes"]),
+                class_names=tuple(str(c) for c in z["class_names"])
+                if "class_names" in z.files
+                else (),
             )
     except (ValueError, KeyError) as exc:
         raise DataFormatError(
@@ -166,10 +209,12 @@ def load_prepared(path: Path | str) -> Dataset:
 
 
 from . import cifar10, embedded, gtsrb, mnist  # noqa: E402  (registers the loaders)
+from .custom import CustomDataError, load_custom  # noqa: E402
 from .unpickle import UnsafePickleError  # noqa: E402
 
 __all__ = [
     "ChecksumError",
+    "CustomDataError",
     "DataFormatError",
     "DataUnavailableError",
     "Dataset",
@@ -178,9 +223,11 @@ __all__ = [
     "cifar10",
     "embedded",
     "gtsrb",
+    "load_custom",
     "load_dataset",
     "load_prepared",
     "mnist",
+    "read_class_names",
     "register",
     "save_prepared",
 ]
