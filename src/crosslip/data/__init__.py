@@ -59,8 +59,8 @@ class Dataset:
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if x.dtype != np.float32 or x.ndim != 2 or x.shape[0] != y.shape[0]:
                 raise ValueError(f"{self.name}: bad {split} arrays {x.shape}/{x.dtype}, {y.shape}")
-            if x.size and (x.min() < 0 or x.max() > 1):
-                raise ValueError(f"{self.name}: {split} images outside [0, 1]")
+            if x.size and not (x.min() >= 0 and x.max() <= 1):  # NaN fails both
+                raise ValueError(f"{self.name}: {split} images outside [0, 1] or NaN")
 
     @property
     def dim(self) -> int:
