@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from .attacks import upper_bound
 from .augment import augment, center_crop
-from .config import NET_REGULARIZERS, NetTrainSpec
+from .config import NET_REGULARIZERS, ConfigError, NetTrainSpec
 from .config import SETTINGS as CONFIG_SETTINGS
 from .models import SoftplusNet
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
@@ -130,7 +130,7 @@ def train(
         raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
     model_shape = shape
     if augmenting and cfg.crop > min(shape[:2]):
-        raise ValueError(
+        raise ConfigError(
             f"train.crop = {cfg.crop} is larger than the images ({shape[0]} x {shape[1]}); "
             f"set train.crop to at most {min(shape[:2])}"
         )
