@@ -22,7 +22,8 @@ from .workflow_helpers import BASE, DELETE, changed, files_under, snakemake
 SCHEMA = load_schema()
 NETS = "allowed keys: " + ", ".join(SCHEMA["$defs"]["net_grid"]["properties"])
 TOP = "allowed keys: " + ", ".join(SCHEMA["properties"])
-DATASETS = "one of " + ", ".join(SCHEMA["properties"]["datasets"]["items"]["enum"])
+DATASETS = "one of " + ", ".join(SCHEMA["$defs"]["registered_dataset"]["enum"])
+OWN = "a mapping with keys among name, format, path, sha256, checksums"  # a dataset of your own
 MIRRORS = "allowed keys: " + ", ".join(
     SCHEMA["properties"]["data"]["properties"]["mirrors"]["propertyNames"]["enum"]
 )
@@ -116,7 +117,37 @@ BAD_CONFIGS = [
      ["config key datasets: duplicate items"]),
     # unknown names in lists and enums
     ("unknown-dataset", changed(BASE, datasets=["mnist3"]),
-     ['config key datasets[0]: not an allowed value ("mnist3")', DATASETS]),
+     ['config key datasets[0]: not an allowed value ("mnist3")', DATASETS,
+      "(did you mean mnist?)", f"; or {OWN}"]),
+    # datasets of your own
+    ("dataset-number", changed(BASE, datasets=[5]),
+     [f"config key datasets[0]: wrong type (5); allowed: {DATASETS}, or {OWN}"]),
+    ("dataset-no-path", changed(BASE, datasets=[{"name": "a", "format": "idx"}]),
+     ["config key datasets[0].path: missing; it is required: a string"]),
+    ("dataset-misspelt-key", changed(BASE, datasets=[
+        {"name": "a", "format": "npz", "path": "a.npz", "sha265": "0" * 64}]),
+     ["config key datasets[0].sha265: not allowed; allowed keys: name, format, path, sha256, "
+      "checksums (did you mean sha256?)"]),
+    ("dataset-format", changed(BASE, datasets=[{"name": "a", "format": "csv", "path": "a"}]),
+     ['config key datasets[0].format: not an allowed value ("csv"); allowed: one of idx, npz, '
+      "folder"]),
+    ("dataset-name-unsafe", changed(BASE, datasets=[{"name": "a/b", "format": "npz", "path": "a"}]),
+     ['config key datasets[0].name: not allowed ("a/b")', "letters, digits, _ and -"]),
+    ("dataset-name-registered", changed(BASE, datasets=[
+        {"name": "cifar10", "format": "npz", "path": "a"}]),
+     ['config key datasets[0].name: not allowed ("cifar10")', "not a registered name"]),
+    ("dataset-sha256-short", changed(BASE, datasets=[
+        {"name": "a", "format": "npz", "path": "a", "sha256": "abc"}]),
+     ['config key datasets[0].sha256: not allowed ("abc"); allowed: a string (64 lowercase hex']),
+    ("dataset-sha256-per-file-short", changed(BASE, datasets=[
+        {"name": "a", "format": "idx", "path": "a", "sha256": {"f.gz": "abc"}}]),
+     ['config key datasets[0].sha256.f.gz: not allowed ("abc")']),
+    ("dataset-name-twice", changed(BASE, datasets=[{"name": "a", "format": "npz", "path": "a"},
+                                                   {"name": "A", "format": "idx", "path": "b"}]),
+     ["config key datasets[1]: the name 'A' is already used by datasets[0] ('a')"]),
+    ("dataset-name-registered-case", changed(BASE, datasets=[
+        {"name": "Mnist5k", "format": "npz", "path": "a"}]),
+     ["config key datasets[0].name: 'Mnist5k' is the registered dataset 'mnist5k'"]),
     ("unknown-setting", changed(BASE, train__settings=["plain", "rotate"]),
      ['config key train.settings[1]: not an allowed value ("rotate"); '
       "allowed: one of plain, augment, adversarial"]),

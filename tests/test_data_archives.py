@@ -49,7 +49,7 @@ from crosslip.data.unpickle import load_restricted
 
 from .helpers import files_in
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config.schema.yaml"
 
 # --------------------------------------------------------------------------------------
 # helpers: hashing, HTTP server, closed port
@@ -796,8 +796,9 @@ def test_official_specs():
 
 
 def test_config_schema_accepts_the_new_datasets():
-    schema = yaml.safe_load(SCHEMA.read_text())["properties"]
-    assert {"cifar10", "gtsrb"} <= set(schema["datasets"]["items"]["enum"])
+    full = yaml.safe_load(SCHEMA.read_text())
+    schema = full["properties"]
+    assert {"cifar10", "gtsrb"} <= set(full["$defs"]["registered_dataset"]["enum"])
     mirrors = schema["data"]["properties"]["mirrors"]["propertyNames"]["enum"]
     assert {"mnist", "cifar10", "gtsrb"} <= set(mirrors)
 

@@ -237,6 +237,14 @@ def _image(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return flat.reshape(1, -1)
 
 
+def _class_name(example: dict[str, np.ndarray], label: int | np.integer) -> str:
+    """The name of class ``label`` in an example's ``class_names``, else the number ("$"
+    escaped: titles are matplotlib mathtext)."""
+    names, k = example.get("class_names"), int(label)
+    name = str(names[k]) if names is not None and 0 <= k < len(names) else str(k)
+    return name.replace("$", r"\$")
+
+
 def plot_adversarial_samples(
     summary: pd.DataFrame,
     examples: dict[tuple[str, str], dict],
@@ -247,7 +255,9 @@ def plot_adversarial_samples(
     the original and, per regularizer (its model with the lowest test error), the L2
     adversarial sample of Section 4 with its predicted class and ``||delta||_2`` (top row)
     and the perturbation (bottom row), for the first dataset (alphabetically) that has
-    samples. ``examples``: from :func:`load_examples`."""
+    samples. Classes are shown by the names stored with the samples (``class_names``, e.g.
+    the folder names of a folder dataset), else by number. ``examples``: from
+    :func:`load_examples`."""
     datasets = sorted({ds for ds, _ in examples})
     ds = datasets[0] if datasets else None
     examples = {m: ex for (d, m), ex in examples.items() if d == ds}
@@ -279,7 +289,8 @@ def plot_adversarial_samples(
                 top[c].set_title(f"{reg}\nno sample found", fontsize=8)
                 continue
             top[c].imshow(_image(ex["adv"][i], shape), cmap="gray", vmin=0, vmax=1)
-            top[c].set_title(f"{reg}\npred {int(ex['pred'][i])} -> {int(ex['adv_class'][i])}"
+            top[c].set_title(f"{reg}\npred {_class_name(ex, ex['pred'][i])} -> "
+                             f"{_class_name(ex, ex['adv_class'][i])}"
                              f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
                              fontsize=8)  # fmt: skip
             lim = float(np.abs(ex["delta"][i]).max()) or 1.0

@@ -135,6 +135,11 @@ def train(
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
         raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
     model_shape = shape
+    if augmenting and cfg.crop > min(shape[:2]):
+        raise ConfigError(
+            f"train.crop = {cfg.crop} is larger than the images ({shape[0]} x {shape[1]}); "
+            f"set train.crop to at most {min(shape[:2])}"
+        )
     if augmenting:
         model_shape = (cfg.crop, cfg.crop, shape[2])
         x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()

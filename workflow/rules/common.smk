@@ -6,6 +6,7 @@ from snakemake.exceptions import WorkflowError
 
 from crosslip import config as crosslip_config
 from crosslip import selection as crosslip_selection
+from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.tracking import code_digest
 
 if not workflow.modifier.skip_validation:
@@ -16,7 +17,7 @@ if not workflow.modifier.skip_validation:
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
-DATASETS = config["datasets"]
+DATASETS = crosslip_config.dataset_names(config)
 GRID = crosslip_config.training_grid(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"

@@ -6,7 +6,10 @@
 
 Each loader takes keyword options (``cache_dir``, ``mirror_dir``) and returns a
 :class:`Dataset`. Images are flattened to ``(n, d)``; ``shape`` keeps the image shape
-(channels last, as in the source) for figures.
+(channels last, as in the source) for figures, ``class_names`` the name of each class.
+
+Datasets of your own (IDX files, a ``.npz``, a folder of images per class) are declared in the
+config and read by :func:`crosslip.data.custom.load_custom` (docs/your-own-data.md).
 
 Registered: ``mnist5k`` (embedded subset), ``mnist`` (IDX files, :mod:`.mnist`), ``cifar10``
 (the python-version archive, :mod:`.cifar10`, shape (32, 32, 3)) and ``gtsrb`` (the final
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 from ..errors import ChecksumError, DataFormatError, DataUnavailableError, UnknownDatasetError
 from . import cifar10, embedded, gtsrb, mnist  # registers the loaders
+from .custom import CustomDataError, load_custom
 from .dataset import (
     Dataset,
     Loader,
     available,
     load_dataset,
     load_prepared,
+    read_class_names,
     register,
     save_prepared,
     to_unit_float,
@@ -35,6 +40,7 @@ from .unpickle import UnsafePickleError
 
 __all__ = [
     "ChecksumError",
+    "CustomDataError",
     "DataFormatError",
     "DataUnavailableError",
     "Dataset",
@@ -45,9 +51,11 @@ __all__ = [
     "cifar10",
     "embedded",
     "gtsrb",
+    "load_custom",
     "load_dataset",
     "load_prepared",
     "mnist",
+    "read_class_names",
     "register",
     "save_prepared",
     "to_unit_float",

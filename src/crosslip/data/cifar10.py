@@ -36,6 +36,9 @@ TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
+#: The class names of ``batches.meta`` (``label_names``), in label order.
+CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+               "truck")  # fmt: skip
 #: Official (train, test) sizes, checked by the registered loader.
 COUNTS = (50000, 10000)
 #: A member larger than this is refused (a real batch is about 31 MB).
@@ -132,7 +135,7 @@ def read_cifar10_archive(
     y_train = np.concatenate([y for _, y in splits[:-1]])
     x_test, y_test = splits[-1]
     return Dataset.from_pixels(name, (x_train, y_train), (x_test, y_test), SHAPE, NUM_CLASSES,
-                               counts, source=str(path))  # fmt: skip
+                               counts, source=str(path), class_names=CLASS_NAMES)  # fmt: skip
 
 
 @register("cifar10")

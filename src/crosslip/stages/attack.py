@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..attacks import refine_upper_bound, upper_bound
 from ..checkpoints import load_model
+from ..data import read_class_names
 from ..device import resolve_device
 from ..io import atomic_path, read_json
 from ..norms import norm_p
@@ -38,8 +39,8 @@ def attack_stage(
 
     ``examples_out`` (``.npz``) receives the L2 adversarial samples of the paper's procedure
     for the first ``n_examples`` eval points, for the illustration figure: ``test_index``,
-    ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``
-    and the image ``shape``; empty arrays for a diverged model."""
+    ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``,
+    the image ``shape`` and the dataset's ``class_names``; empty arrays for a diverged model."""
     met = read_json(metrics)
     idx, x, _, shape = eval_points(data, n_points, met)
     examples: dict[str, np.ndarray] = {}
@@ -78,5 +79,6 @@ def attack_stage(
     write_parquet(df, out)
     if examples_out is not None:
         with atomic_path(examples_out) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, shape=np.asarray(shape, dtype=np.int64), **examples)
+            np.savez(fh, shape=np.asarray(shape, dtype=np.int64),
+                     class_names=read_class_names(data), **examples)  # fmt: skip
     return df
