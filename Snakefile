@@ -11,7 +11,6 @@ from pathlib import Path
 
 from crosslip import io as crosslip_io
 
-
 # The embedded default; a --configfile on the command line replaces it entirely (so a preset
 # defines its whole grid instead of being merged into the default one).
 if not workflow.overwrite_configfiles:
@@ -56,7 +55,11 @@ onerror:
     failed = getattr(scheduler, "failed", None)
     if failed:
         jobs = [
-            (job.rule.name, ", ".join(f"{k}={v}" for k, v in job.wildcards.items()), list(job.log))
+            (
+                job.rule.name,
+                ", ".join(f"{k}={v}" for k, v in job.wildcards.items()),
+                list(job.log),
+            )
             for job in sorted(failed, key=lambda j: (j.rule.name, str(j.wildcards)))
             if hasattr(job, "rule")
         ]
@@ -67,6 +70,6 @@ onerror:
 
 
 rule all:
+    default_target: True
     input:
         crosslip_config.aggregate_targets(config),
-    default_target: True

@@ -25,11 +25,15 @@ from .helpers import random_net, random_points
 DT = torch.float64
 mp.mp.prec = 250
 GUARANTEES = {  # column -> (p, box)
-    "guarantee_local": (2.0, False), "guarantee_global": (2.0, False),
-    "guarantee_l2": (2.0, False), "guarantee_l1": (1.0, False),
-    "guarantee_linf": (math.inf, False), "guarantee_l2_box": (2.0, True),
-    "guarantee_l1_box": (1.0, True), "guarantee_linf_box": (math.inf, True),
-}  # fmt: skip
+    "guarantee_local": (2.0, False),
+    "guarantee_global": (2.0, False),
+    "guarantee_l2": (2.0, False),
+    "guarantee_l1": (1.0, False),
+    "guarantee_linf": (math.inf, False),
+    "guarantee_l2_box": (2.0, True),
+    "guarantee_l1_box": (1.0, True),
+    "guarantee_linf_box": (math.inf, True),
+}
 
 
 def net_with(U, b, W, c, alpha=10.0) -> SoftplusNet:
@@ -57,8 +61,10 @@ def exact_net(net):
 
 
 def exact_z(U, b, x):
-    return [mp.fsum(u * xi for u, xi in zip(row, x, strict=True)) + br
-            for row, br in zip(U, b, strict=True)]  # fmt: skip
+    return [
+        mp.fsum(u * xi for u, xi in zip(row, x, strict=True)) + br
+        for row, br in zip(U, b, strict=True)
+    ]
 
 
 def exact_logits(net, x: torch.Tensor) -> list:
@@ -66,8 +72,10 @@ def exact_logits(net, x: torch.Tensor) -> list:
     U, b, W, c, alpha = exact_net(net)
     z = exact_z(U, b, mpv(x))
     sig = [mp.log1p(mp.exp(alpha * zr)) / alpha for zr in z]
-    return [mp.fsum(w * s for w, s in zip(row, sig, strict=True)) + cj
-            for row, cj in zip(W, c, strict=True)]  # fmt: skip
+    return [
+        mp.fsum(w * s for w, s in zip(row, sig, strict=True)) + cj
+        for row, cj in zip(W, c, strict=True)
+    ]
 
 
 # ------------------------------------------------------------- bounds that vanish at x only
@@ -76,8 +84,9 @@ def saturated_net() -> SoftplusNet:
     so ``sigma'(z) = sigmoid(-800)`` and ``sigma(z)`` underflow to exactly 0 in float64, and
     every gradient at x is 0. Class 0 wins by the output bias 0.5; class 1 gains
     ``sigma(z_1) + sigma(z_2)`` as soon as a unit turns on."""
-    return net_with([[200.0, 0.0], [0.0, 200.0]], [-180.0, -180.0], [[0.0, 0.0], [1.0, 1.0]],
-                    [0.5, 0.0])  # fmt: skip
+    return net_with(
+        [[200.0, 0.0], [0.0, 200.0]], [-180.0, -180.0], [[0.0, 0.0], [1.0, 1.0]], [0.5, 0.0]
+    )
 
 
 def test_saturated_units_get_a_finite_guarantee_below_a_flipping_perturbation():
@@ -145,8 +154,9 @@ def test_a_provably_vanishing_class_is_never_reached():
     res = certify_softplus(tied, x)
     for col in GUARANTEES:
         assert torch.all(torch.isinf(res[col])), col
-    zero_u = net_with(torch.zeros(6, 4), torch.ones(6), torch.randn(3, 6, generator=gen,
-                                                                    dtype=DT), [0.0, 0, 0])
+    zero_u = net_with(
+        torch.zeros(6, 4), torch.ones(6), torch.randn(3, 6, generator=gen, dtype=DT), [0.0, 0, 0]
+    )
     res = certify_softplus(zero_u, x)  # U = 0: the net is constant
     assert torch.all(torch.isinf(res["guarantee_local"]) | (res["margin"] == 0))
 
@@ -155,8 +165,7 @@ def test_a_provably_vanishing_class_is_never_reached():
 def exact_kernel_logits(model, x: torch.Tensor) -> list:
     X, A = mpv(model.centers), mpv(model.coef.detach())
     g = mp.mpf(model.gamma)
-    k = [mp.exp(-g * mp.fsum((a - b) ** 2 for a, b in zip(mpv(x), row, strict=True)))
-         for row in X]  # fmt: skip
+    k = [mp.exp(-g * mp.fsum((a - b) ** 2 for a, b in zip(mpv(x), row, strict=True))) for row in X]
     return [mp.fsum(a * kk for a, kk in zip(row, k, strict=True)) for row in A]
 
 
@@ -311,8 +320,13 @@ def test_guarantees_of_1d_nets_are_below_the_exact_distance(seed):
     res = certify_softplus(net, xs, kinds=("l2", "l1", "linf"))
     for i in range(len(xs)):
         dist = exact_distance_1d(net, xs[i])
-        for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l1",
-                    "guarantee_linf"):  # fmt: skip
+        for col in (
+            "guarantee_local",
+            "guarantee_global",
+            "guarantee_l2",
+            "guarantee_l1",
+            "guarantee_linf",
+        ):
             assert float(res[col][i]) <= dist * (1 + 1e-9), (col, i, dist)
         # not vacuous where a decision change is near
         if dist < 0.5:
@@ -330,8 +344,11 @@ def test_package_attacks_never_beat_the_certificate_on_saturating_nets(seed):
         net.hidden_layer.bias.sub_(4.0)
     x = random_points(40, 8, seed)
     res = certify_softplus(net, x, kinds=("l2", "l1", "linf", "box"))
-    for p, col in ((2.0, "guarantee_l2_box"), (1.0, "guarantee_l1_box"),
-                   (math.inf, "guarantee_linf_box")):  # fmt: skip
+    for p, col in (
+        (2.0, "guarantee_l2_box"),
+        (1.0, "guarantee_l1_box"),
+        (math.inf, "guarantee_linf_box"),
+    ):
         ub = upper_bound(net, x, p=p)
         ref = refine_upper_bound(net, x, ub, p=p, steps=3)
         s = ref.success

@@ -28,10 +28,17 @@ def trained(tmp_path):
     x = (rng.integers(0, 256, size=(300, 20)) / 255).astype(np.float32)
     y = (x[:, :10].mean(1) > x[:, 10:].mean(1)).astype(np.int64) + 2 * (x[:, 0] > 0.5)
     save_prepared(Dataset("toy", x[:240], y[:240], x[240:], y[240:], (20,), 4), tmp_path / "d.npz")
-    params = {"regularizer": "cross_lipschitz", "lam": 1e-3, "lr": 0.2, "epochs": 3,
-              "hidden": 32, "seed": 0}  # fmt: skip
-    met = train_stage(tmp_path / "d.npz", params, "m", tmp_path / "m.pt", tmp_path / "m.json",
-                      device="cuda")  # fmt: skip
+    params = {
+        "regularizer": "cross_lipschitz",
+        "lam": 1e-3,
+        "lr": 0.2,
+        "epochs": 3,
+        "hidden": 32,
+        "seed": 0,
+    }
+    met = train_stage(
+        tmp_path / "d.npz", params, "m", tmp_path / "m.pt", tmp_path / "m.json", device="cuda"
+    )
     assert met["status"] == "ok" and met["device"].startswith("cuda")
     return tmp_path
 
@@ -41,10 +48,12 @@ def test_train_certify_and_attack_on_cuda_match_the_cpu(trained):
     assert read_json(j)["test_error"] < 0.5
     frames = {}
     for dev in ("cpu", "cuda"):
-        cert = certify_stage(d, m, j, trained / f"c-{dev}.parquet", n_points=40, rtol=1e-4,
-                             device=dev)  # fmt: skip
-        att = attack_stage(d, m, j, trained / f"a-{dev}.parquet", n_points=40, rtol=1e-4,
-                           max_steps=40, device=dev)  # fmt: skip
+        cert = certify_stage(
+            d, m, j, trained / f"c-{dev}.parquet", n_points=40, rtol=1e-4, device=dev
+        )
+        att = attack_stage(
+            d, m, j, trained / f"a-{dev}.parquet", n_points=40, rtol=1e-4, max_steps=40, device=dev
+        )
         frames[dev] = (cert, att)
     (c_cpu, a_cpu), (c_gpu, a_gpu) = frames["cpu"], frames["cuda"]
     assert (c_cpu["pred"] == c_gpu["pred"]).all()

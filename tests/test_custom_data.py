@@ -58,8 +58,13 @@ def idx_bytes(a: np.ndarray) -> bytes:
     return bytes([0, 0, 0x08, a.ndim]) + struct.pack(f">{a.ndim}i", *a.shape) + a.tobytes()
 
 
-def write_idx(folder: Path, n_train: int = 30, n_test: int = 15, gz: bool = True,
-              labels: tuple[np.ndarray, np.ndarray] | None = None) -> Path:  # fmt: skip
+def write_idx(
+    folder: Path,
+    n_train: int = 30,
+    n_test: int = 15,
+    gz: bool = True,
+    labels: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Path:
     """MNIST's four files (greyscale idx3, H x W) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     ytr, yte = labels or (balanced_labels(n_train, 1), balanced_labels(n_test, 2))
@@ -157,9 +162,13 @@ def test_npz_float_colour_with_class_names(tmp_path):
 def test_npz_image_shapes(tmp_path, x_shape, expected):
     ytr, yte = balanced_labels(12, 0), balanced_labels(6, 1)
     rng = np.random.default_rng(0)
-    path = write_npz(tmp_path / "a.npz",
-                     x_train=rng.integers(0, 256, (12, *x_shape), dtype=np.uint8), y_train=ytr,
-                     x_test=rng.integers(0, 256, (6, *x_shape), dtype=np.uint8), y_test=yte)
+    path = write_npz(
+        tmp_path / "a.npz",
+        x_train=rng.integers(0, 256, (12, *x_shape), dtype=np.uint8),
+        y_train=ytr,
+        x_test=rng.integers(0, 256, (6, *x_shape), dtype=np.uint8),
+        y_test=yte,
+    )
     ds = load_custom({"name": "a", "format": "npz", "path": str(path)})
     assert ds.shape == expected and ds.class_names == ("0", "1", "2")
 
@@ -183,8 +192,13 @@ def test_prepared_file_keeps_shape_names_and_float_pixels(tmp_path):
     path = write_npz(tmp_path / "scans.npz", **npz_arrays())
     ds = load_custom({"name": "scans", "format": "npz", "path": str(path)})
     out = tmp_path / "results" / "data" / "scans.npz"
-    info = prepare_data("scans", out, cache="unused", mirror=None,
-                        source={"name": "scans", "format": "npz", "path": str(path)})  # fmt: skip
+    info = prepare_data(
+        "scans",
+        out,
+        cache="unused",
+        mirror=None,
+        source={"name": "scans", "format": "npz", "path": str(path)},
+    )
     assert info["shape"] == [H, W, 3] and info["class_names"] == ["low", "mid", "high"]
     back = load_prepared(out)
     assert back.class_names == ds.class_names and back.shape == ds.shape
@@ -291,118 +305,246 @@ def _bad_png(root: Path, size: tuple[int, int] = (W, H), mode: str = "RGB") -> N
 #: data path)). Each is a distinct bad input.
 BAD_DATA = [
     # missing split
-    ("idx-missing-test-labels", "idx",
-     lambda t: (_rm(write_idx(t / "d") / "t10k-labels-idx1-ubyte.gz"), t / "d")[1],
-     ["{path}: missing the test split's labels: none of t10k-labels-idx1-ubyte"]),
-    ("npz-missing-x-test", "npz", lambda t: _npz_with(t / "s.npz", x_test=None),
-     ["{path}: missing array(s) x_test (the test split)"]),
-    ("folder-missing-test", "folder",
-     lambda t: _folder_then(t / "f", lambda r: os.rename(r / "test", r / "tests")),
-     ["{path}/test: missing (the test split)"]),
+    (
+        "idx-missing-test-labels",
+        "idx",
+        lambda t: (_rm(write_idx(t / "d") / "t10k-labels-idx1-ubyte.gz"), t / "d")[1],
+        ["{path}: missing the test split's labels: none of t10k-labels-idx1-ubyte"],
+    ),
+    (
+        "npz-missing-x-test",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", x_test=None),
+        ["{path}: missing array(s) x_test (the test split)"],
+    ),
+    (
+        "folder-missing-test",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: os.rename(r / "test", r / "tests")),
+        ["{path}/test: missing (the test split)"],
+    ),
     ("missing-path", "npz", lambda t: t / "nothere.npz", ["{path}: no such file"]),
     # labels out of range
-    ("npz-negative-label", "npz",
-     lambda t: _npz_with(t / "s.npz", y_train=np.r_[-1, balanced_labels(29, 5)]),
-     ["{path}: y_train: label -1 (item 0) is negative"]),
-    ("npz-label-beyond-class-names", "npz",
-     lambda t: _npz_with(t / "s.npz", y_test=np.r_[3, balanced_labels(14, 6)]),
-     ["{path}: y_test: label 3 (item 0) is out of range: 3 classes, so labels 0..2"]),
-    ("idx-labels-not-contiguous", "idx",
-     lambda t: _idx_with(t / "d", train=balanced_labels(30, 1) * 2,
-                         test=balanced_labels(15, 2) * 2),
-     ["train-labels-idx1-ubyte.gz: class 1 has no training images",
-      "contiguous classes 0..4"]),
-    ("npz-float-labels", "npz",
-     lambda t: _npz_with(t / "s.npz", y_train=balanced_labels(30, 5).astype(float)),
-     ["{path}: y_train: labels of type float64; expected integers"]),
-    ("npz-one-class", "npz",
-     lambda t: _npz_with(t / "s.npz", y_train=np.zeros(30, int), y_test=np.zeros(15, int),
-                         class_names=None),
-     ["{path}: y_train: a single class"]),
+    (
+        "npz-negative-label",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", y_train=np.r_[-1, balanced_labels(29, 5)]),
+        ["{path}: y_train: label -1 (item 0) is negative"],
+    ),
+    (
+        "npz-label-beyond-class-names",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", y_test=np.r_[3, balanced_labels(14, 6)]),
+        ["{path}: y_test: label 3 (item 0) is out of range: 3 classes, so labels 0..2"],
+    ),
+    (
+        "idx-labels-not-contiguous",
+        "idx",
+        lambda t: _idx_with(
+            t / "d", train=balanced_labels(30, 1) * 2, test=balanced_labels(15, 2) * 2
+        ),
+        ["train-labels-idx1-ubyte.gz: class 1 has no training images", "contiguous classes 0..4"],
+    ),
+    (
+        "npz-float-labels",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", y_train=balanced_labels(30, 5).astype(float)),
+        ["{path}: y_train: labels of type float64; expected integers"],
+    ),
+    (
+        "npz-one-class",
+        "npz",
+        lambda t: _npz_with(
+            t / "s.npz", y_train=np.zeros(30, int), y_test=np.zeros(15, int), class_names=None
+        ),
+        ["{path}: y_train: a single class"],
+    ),
     # a class with no test images
-    ("npz-class-without-test-images", "npz",
-     lambda t: _npz_with(t / "s.npz", y_test=np.arange(15) % 2),
-     ["{path}: y_test: class 2 ('high') has no test images"]),
-    ("folder-class-without-test-folder", "folder",
-     lambda t: _folder_then(t / "f", lambda r: os.rename(r / "test" / "cross", r / "x")),
-     ["{path}/test/cross: missing; class 'cross' has no test images"]),
-    ("folder-class-empty-test-folder", "folder",
-     lambda t: _folder_then(t / "f", lambda r: _empty_out(r / "test" / "square")),
-     ["{path}/test/square: empty; class 'square' has no test images"]),
+    (
+        "npz-class-without-test-images",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", y_test=np.arange(15) % 2),
+        ["{path}: y_test: class 2 ('high') has no test images"],
+    ),
+    (
+        "folder-class-without-test-folder",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: os.rename(r / "test" / "cross", r / "x")),
+        ["{path}/test/cross: missing; class 'cross' has no test images"],
+    ),
+    (
+        "folder-class-empty-test-folder",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: _empty_out(r / "test" / "square")),
+        ["{path}/test/square: empty; class 'square' has no test images"],
+    ),
     # images of different shapes
-    ("folder-different-sizes", "folder",
-     lambda t: _folder_then(t / "f", lambda r: _bad_png(r, (W, H + 1))),
-     ["{path}/test/circle/zz.png: an image of 11 x 12 x 3", "is 10 x 12 x 3",
-      "must have one size"]),
-    ("folder-grey-among-colour", "folder",
-     lambda t: _folder_then(t / "f", lambda r: _bad_png(r, mode="L")),
-     ["{path}/test/circle/zz.png: an image of 10 x 12 x 1", "is 10 x 12 x 3"]),
-    ("npz-different-shapes", "npz",
-     lambda t: _npz_with(t / "s.npz", x_test=np.zeros((15, H, W - 1, 3), np.uint8)),
-     ["{path}: x_test: images of shape 10 x 11 x 3, but those of {path}: x_train are 10 x 12 x 3"]),
-    ("npz-labels-count", "npz", lambda t: _npz_with(t / "s.npz", y_test=balanced_labels(14, 6)),
-     ["{path}: y_test: 14 labels for the 15 images of {path}: x_test"]),
+    (
+        "folder-different-sizes",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: _bad_png(r, (W, H + 1))),
+        [
+            "{path}/test/circle/zz.png: an image of 11 x 12 x 3",
+            "is 10 x 12 x 3",
+            "must have one size",
+        ],
+    ),
+    (
+        "folder-grey-among-colour",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: _bad_png(r, mode="L")),
+        ["{path}/test/circle/zz.png: an image of 10 x 12 x 1", "is 10 x 12 x 3"],
+    ),
+    (
+        "npz-different-shapes",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", x_test=np.zeros((15, H, W - 1, 3), np.uint8)),
+        [
+            "{path}: x_test: images of shape 10 x 11 x 3, "
+            "but those of {path}: x_train are 10 x 12 x 3"
+        ],
+    ),
+    (
+        "npz-labels-count",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", y_test=balanced_labels(14, 6)),
+        ["{path}: y_test: 14 labels for the 15 images of {path}: x_test"],
+    ),
     # values outside [0, 1]
-    ("npz-values-above-one", "npz",
-     lambda t: _npz_with(t / "s.npz", x_train=npz_arrays()["x_train"] * 255),
-     ["{path}: x_train: pixel values outside [0, 1] (min 0, max 2", "first in image 0"]),
-    ("npz-values-negative", "npz",
-     lambda t: _npz_with(t / "s.npz", x_test=npz_arrays()["x_test"] - 0.5),
-     ["{path}: x_test: pixel values outside [0, 1] (min -0.5"]),
-    ("npz-infinite", "npz",
-     lambda t: _npz_with(t / "s.npz", x_test=np.where(np.arange(15)[:, None, None, None] == 7,
-                                                      np.inf, npz_arrays()["x_test"])),
-     ["{path}: x_test: pixel values outside [0, 1]", "max inf; first in image 7"]),
-    ("npz-int64-pixels", "npz",
-     lambda t: _npz_with(t / "s.npz", x_train=np.zeros((30, H, W), np.int64)),
-     ["{path}: x_train: pixels of type int64; store them as uint8"]),
+    (
+        "npz-values-above-one",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", x_train=npz_arrays()["x_train"] * 255),
+        ["{path}: x_train: pixel values outside [0, 1] (min 0, max 2", "first in image 0"],
+    ),
+    (
+        "npz-values-negative",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", x_test=npz_arrays()["x_test"] - 0.5),
+        ["{path}: x_test: pixel values outside [0, 1] (min -0.5"],
+    ),
+    (
+        "npz-infinite",
+        "npz",
+        lambda t: _npz_with(
+            t / "s.npz",
+            x_test=np.where(
+                np.arange(15)[:, None, None, None] == 7, np.inf, npz_arrays()["x_test"]
+            ),
+        ),
+        ["{path}: x_test: pixel values outside [0, 1]", "max inf; first in image 7"],
+    ),
+    (
+        "npz-int64-pixels",
+        "npz",
+        lambda t: _npz_with(t / "s.npz", x_train=np.zeros((30, H, W), np.int64)),
+        ["{path}: x_train: pixels of type int64; store them as uint8"],
+    ),
     # NaN
-    ("npz-nan", "npz",
-     lambda t: _npz_with(t / "s.npz", x_train=np.where(np.arange(30)[:, None, None, None] >= 4,
-                                                       np.nan, npz_arrays()["x_train"])),
-     ["{path}: x_train: NaN pixels in 26 image(s), the first image 4"]),
+    (
+        "npz-nan",
+        "npz",
+        lambda t: _npz_with(
+            t / "s.npz",
+            x_train=np.where(
+                np.arange(30)[:, None, None, None] >= 4, np.nan, npz_arrays()["x_train"]
+            ),
+        ),
+        ["{path}: x_train: NaN pixels in 26 image(s), the first image 4"],
+    ),
     # pickles
-    ("npz-object-array", "npz", lambda t: _object_array_npz(t / "s.npz"),
-     ["{path}: array x_train holds Python objects (a pickle); refused"]),
-    ("npz-is-a-pickle", "npz", lambda t: _evil_pickle(t / "s.npz", t / "pwned"),
-     ["{path}: not a .npz of arrays (a pickle or an unknown format); refused"]),
+    (
+        "npz-object-array",
+        "npz",
+        lambda t: _object_array_npz(t / "s.npz"),
+        ["{path}: array x_train holds Python objects (a pickle); refused"],
+    ),
+    (
+        "npz-is-a-pickle",
+        "npz",
+        lambda t: _evil_pickle(t / "s.npz", t / "pwned"),
+        ["{path}: not a .npz of arrays (a pickle or an unknown format); refused"],
+    ),
     # truncated files
-    ("idx-truncated-gzip", "idx",
-     lambda t: (_truncate(write_idx(t / "d") / "train-images-idx3-ubyte.gz"), t / "d")[1],
-     ["{path}/train-images-idx3-ubyte.gz: damaged gzip file"]),
-    ("idx-truncated-plain", "idx",
-     lambda t: (_truncate(write_idx(t / "d", gz=False) / "t10k-images-idx3-ubyte"), t / "d")[1],
-     ["{path}/t10k-images-idx3-ubyte: IDX size mismatch"]),
-    ("npz-truncated", "npz",
-     lambda t: (_truncate(write_npz(t / "s.npz", **npz_arrays())), t / "s.npz")[1],
-     ["{path}: not a readable .npz"]),
-    ("folder-truncated-png", "folder",
-     lambda t: _folder_then(t / "f", lambda r: _truncate(r / "train" / "cross" / "004.png")),
-     ["{path}/train/cross/004.png: cannot decode the image"]),
+    (
+        "idx-truncated-gzip",
+        "idx",
+        lambda t: (_truncate(write_idx(t / "d") / "train-images-idx3-ubyte.gz"), t / "d")[1],
+        ["{path}/train-images-idx3-ubyte.gz: damaged gzip file"],
+    ),
+    (
+        "idx-truncated-plain",
+        "idx",
+        lambda t: (_truncate(write_idx(t / "d", gz=False) / "t10k-images-idx3-ubyte"), t / "d")[1],
+        ["{path}/t10k-images-idx3-ubyte: IDX size mismatch"],
+    ),
+    (
+        "npz-truncated",
+        "npz",
+        lambda t: (_truncate(write_npz(t / "s.npz", **npz_arrays())), t / "s.npz")[1],
+        ["{path}: not a readable .npz"],
+    ),
+    (
+        "folder-truncated-png",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: _truncate(r / "train" / "cross" / "004.png")),
+        ["{path}/train/cross/004.png: cannot decode the image"],
+    ),
     # empty folders
-    ("folder-empty", "folder", lambda t: _empty(t / "f"),
-     ["{path}/train: missing (the train split)"]),
-    ("folder-empty-train", "folder",
-     lambda t: (_empty(t / "f" / "train"), _empty(t / "f" / "test"), t / "f")[2],
-     ["{path}/train: empty; expected one folder per class"]),
-    ("folder-empty-class", "folder",
-     lambda t: _folder_then(t / "f", lambda r: _empty_out(r / "train" / "cross")),
-     ["{path}/train/cross: empty; class 'cross' has no training images"]),
-    ("idx-empty-folder", "idx", lambda t: _empty(t / "d"),
-     ["{path}: missing the train split's images: none of train-images-idx3-ubyte"]),
+    (
+        "folder-empty",
+        "folder",
+        lambda t: _empty(t / "f"),
+        ["{path}/train: missing (the train split)"],
+    ),
+    (
+        "folder-empty-train",
+        "folder",
+        lambda t: (_empty(t / "f" / "train"), _empty(t / "f" / "test"), t / "f")[2],
+        ["{path}/train: empty; expected one folder per class"],
+    ),
+    (
+        "folder-empty-class",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: _empty_out(r / "train" / "cross")),
+        ["{path}/train/cross: empty; class 'cross' has no training images"],
+    ),
+    (
+        "idx-empty-folder",
+        "idx",
+        lambda t: _empty(t / "d"),
+        ["{path}: missing the train split's images: none of train-images-idx3-ubyte"],
+    ),
     # other files where images belong
-    ("folder-stray-file", "folder",
-     lambda t: _folder_then(t / "f", lambda r: (r / "test/cross/notes.txt").write_text("x")),
-     ["{path}/test/cross/notes.txt: not an image file"]),
-    ("folder-16-bit", "folder",
-     lambda t: _folder_then(t / "f", lambda r: Image.fromarray(np.zeros((H, W), np.uint16)).save(
-         r / "train" / "circle" / "000.png")),
-     ["{path}/train/circle/000.png: Pillow mode I;16 (more than 8 bits per pixel)"]),
-    ("folder-transparent", "folder",
-     lambda t: _folder_then(t / "f", lambda r: Image.new("RGBA", (W, H), (9, 9, 9, 10)).save(
-         r / "test" / "square" / "001.png")),
-     ["{path}/test/square/001.png: transparent pixels"]),
-]  # fmt: skip
+    (
+        "folder-stray-file",
+        "folder",
+        lambda t: _folder_then(t / "f", lambda r: (r / "test/cross/notes.txt").write_text("x")),
+        ["{path}/test/cross/notes.txt: not an image file"],
+    ),
+    (
+        "folder-16-bit",
+        "folder",
+        lambda t: _folder_then(
+            t / "f",
+            lambda r: Image.fromarray(np.zeros((H, W), np.uint16)).save(
+                r / "train" / "circle" / "000.png"
+            ),
+        ),
+        ["{path}/train/circle/000.png: Pillow mode I;16 (more than 8 bits per pixel)"],
+    ),
+    (
+        "folder-transparent",
+        "folder",
+        lambda t: _folder_then(
+            t / "f",
+            lambda r: Image.new("RGBA", (W, H), (9, 9, 9, 10)).save(
+                r / "test" / "square" / "001.png"
+            ),
+        ),
+        ["{path}/test/square/001.png: transparent pixels"],
+    ),
+]
 
 
 @pytest.mark.parametrize("case", BAD_DATA, ids=[c[0] for c in BAD_DATA])
@@ -424,8 +566,11 @@ def test_bad_data_is_refused_with_one_message_and_no_file(tmp_path, case):
 def test_good_files_next_to_the_bad_cases_pass(tmp_path):
     """The writers of the bad cases, unchanged, give valid data (so each case fails for the
     one thing it changes)."""
-    for fmt, path in (("idx", write_idx(tmp_path / "d")), ("npz", _npz_with(tmp_path / "s.npz")),
-                      ("folder", write_folder(tmp_path / "f"))):  # fmt: skip
+    for fmt, path in (
+        ("idx", write_idx(tmp_path / "d")),
+        ("npz", _npz_with(tmp_path / "s.npz")),
+        ("folder", write_folder(tmp_path / "f")),
+    ):
         load_custom({"name": "ok", "format": fmt, "path": str(path)})
 
 
@@ -460,14 +605,20 @@ def test_schema_lists_exactly_the_registered_datasets():
 
 BAD_ENTRIES = [
     ({"name": "mnist", "format": "idx", "path": "x"}, "config key datasets[0].name: not allowed"),
-    ({"name": "MNIST", "format": "idx", "path": "x"},
-     "config key datasets[0].name: 'MNIST' is the registered dataset 'mnist' up to letter case"),
+    (
+        {"name": "MNIST", "format": "idx", "path": "x"},
+        "config key datasets[0].name: 'MNIST' is the registered dataset 'mnist' up to letter case",
+    ),
     ({"name": "../up", "format": "idx", "path": "x"}, "config key datasets[0].name: not allowed"),
-    ({"name": "a", "format": "png", "path": "x"},
-     'config key datasets[0].format: not an allowed value ("png"); allowed: one of idx, npz'),
-    ({"name": "a", "format": "idx", "path": "x", "sha256": "0" * 64},
-     "config key datasets[0].sha256: one digest is for a single .npz file"),
-]  # fmt: skip
+    (
+        {"name": "a", "format": "png", "path": "x"},
+        'config key datasets[0].format: not an allowed value ("png"); allowed: one of idx, npz',
+    ),
+    (
+        {"name": "a", "format": "idx", "path": "x", "sha256": "0" * 64},
+        "config key datasets[0].sha256: one digest is for a single .npz file",
+    ),
+]
 
 
 @pytest.mark.parametrize(("entry", "message"), BAD_ENTRIES, ids=[e[1][:40] for e in BAD_ENTRIES])
@@ -478,25 +629,45 @@ def test_bad_dataset_entries_are_rejected(entry, message):
 
 
 def test_training_checks_the_image_shape(tmp_path):
-    flat = Dataset("flat", np.zeros((6, 20), np.float32), np.arange(6) % 3,
-                   np.zeros((3, 20), np.float32), np.arange(3), (20,), 3)  # fmt: skip
+    flat = Dataset(
+        "flat",
+        np.zeros((6, 20), np.float32),
+        np.arange(6) % 3,
+        np.zeros((3, 20), np.float32),
+        np.arange(3),
+        (20,),
+        3,
+    )
     check_fits_training(flat, ["plain", "adversarial"], "mlp", 24)
-    with pytest.raises(CustomDataError, match=r"flat: flat vectors of shape \(20,\), but "
-                       r"train.settings augment need images \(h, w, c\)"):
+    with pytest.raises(
+        CustomDataError,
+        match=r"flat: flat vectors of shape \(20,\), but "
+        r"train.settings augment need images \(h, w, c\)",
+    ):
         check_fits_training(flat, ["plain", "augment"], "mlp", 24)
     with pytest.raises(CustomDataError, match=r"model\.arch resnet need images"):
         check_fits_training(flat, ["plain"], "resnet", 24)
     ds = load_custom({"name": "d", "format": "idx", "path": str(write_idx(tmp_path / "d"))})
     check_fits_training(ds, ["augment"], "mlp", 8)
-    with pytest.raises(CustomDataError, match=r"d: train.crop = 24 is larger than the images "
-                       r"\(10 x 12\); set train.crop to at most 10"):
+    with pytest.raises(
+        CustomDataError,
+        match=r"d: train.crop = 24 is larger than the images "
+        r"\(10 x 12\); set train.crop to at most 10",
+    ):
         check_fits_training(ds, ["augment"], "mlp", 24)
     # the train job refuses too (the settings may change after the data was prepared)
     cfg = TrainConfig(epochs=1, hidden=4, setting="augment", crop=11)
     with pytest.raises(ValueError, match=r"train.crop = 11 is larger than the images"):
         train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, K, shape=ds.shape)
-    res = train(TrainConfig(epochs=1, hidden=4, setting="augment", crop=8), ds.x_train,
-                ds.y_train, ds.x_test, ds.y_test, K, shape=ds.shape)  # fmt: skip
+    res = train(
+        TrainConfig(epochs=1, hidden=4, setting="augment", crop=8),
+        ds.x_train,
+        ds.y_train,
+        ds.x_test,
+        ds.y_test,
+        K,
+        shape=ds.shape,
+    )
     assert res.model.U.shape == (4, 8 * 8)  # the net takes 8 x 8 crops
 
 
@@ -522,14 +693,31 @@ def test_illustration_shows_class_names(tmp_path, monkeypatch):
         save(fig, png, pdf)
 
     monkeypatch.setattr(crosslip.report, "_save", capture)
-    summary = pd.DataFrame({"status": ["ok"], "dataset": ["signs"], "setting": ["plain"],
-                            "test_error": [0.1], "model_id": ["m"], "regularizer": ["none"]})
+    summary = pd.DataFrame(
+        {
+            "status": ["ok"],
+            "dataset": ["signs"],
+            "setting": ["plain"],
+            "test_error": [0.1],
+            "model_id": ["m"],
+            "regularizer": ["none"],
+        }
+    )
     x = np.full((1, H * W * 3), 0.5)
-    examples = {("signs", "m"): {"test_index": np.array([4]), "x": x, "adv": x, "delta": x * 0,
-                                 "pred": np.array([2]), "adv_class": np.array([1]),
-                                 "norm": np.array([0.3]), "success": np.array([True]),
-                                 "shape": np.array([H, W, 3]),
-                                 "class_names": np.array(["circle", "$5 coin", "square"])}}
+    examples = {
+        ("signs", "m"): {
+            "test_index": np.array([4]),
+            "x": x,
+            "adv": x,
+            "delta": x * 0,
+            "pred": np.array([2]),
+            "adv_class": np.array([1]),
+            "norm": np.array([0.3]),
+            "success": np.array([True]),
+            "shape": np.array([H, W, 3]),
+            "class_names": np.array(["circle", "$5 coin", "square"]),
+        }
+    }
     plot_adversarial_samples(summary, examples, tmp_path / "a.png", tmp_path / "a.pdf")
     assert any("pred square -> \\$5 coin" in t for t in titles), titles  # $ escaped
     assert (tmp_path / "a.png").stat().st_size > 0
@@ -543,8 +731,9 @@ def e2e_config(work: Path) -> dict:
     npz = write_npz(work / "in" / "scans.npz", **npz_arrays())
     root = write_folder(work / "in" / "pngs")
     sums = root / "SHA256SUMS"
-    sums.write_text("".join(f"{sha256(p)}  {p.relative_to(root)}\n"
-                            for p in sorted(root.rglob("*.png"))[:4]))  # fmt: skip
+    sums.write_text(
+        "".join(f"{sha256(p)}  {p.relative_to(root)}\n" for p in sorted(root.rglob("*.png"))[:4])
+    )
     return {
         "datasets": [
             {"name": "pngs", "format": "folder", "path": "in/pngs", "checksums": str(sums)},
@@ -552,11 +741,15 @@ def e2e_config(work: Path) -> dict:
             {"name": "tinyidx", "format": "idx", "path": str(work / "in" / "tinyidx")},
         ],
         "model": {"hidden": 8},
-        "train": {"epochs": 1, "batch_size": 8, "crop": 8, "grid": {
-            "none": {"lr": [0.2], "lambda": [0.0]}}},
+        "train": {
+            "epochs": 1,
+            "batch_size": 8,
+            "crop": 8,
+            "grid": {"none": {"lr": [0.2], "lambda": [0.0]}},
+        },
         "certify": {"n_points": 4, "kinds": ["local", "global", "l2"]},
         "attack": {"n_points": 4, "norms": ["l2"], "refine_steps": 0, "n_examples": 1},
-    }  # fmt: skip
+    }
 
 
 def run(work: Path, cfg: dict, *args: str) -> subprocess.CompletedProcess:
@@ -575,8 +768,11 @@ def test_workflow_on_idx_npz_and_folder_datasets(tmp_path):
     res = tmp_path / "results"
     for target in aggregate_targets(validate(cfg)):
         assert (tmp_path / target).is_file(), target
-    expected = [("pngs", (H, W, 3), SHAPES), ("scans", (H, W, 3), ("low", "mid", "high")),
-                ("tinyidx", (H, W, 1), ("0", "1", "2"))]
+    expected = [
+        ("pngs", (H, W, 3), SHAPES),
+        ("scans", (H, W, 3), ("low", "mid", "high")),
+        ("tinyidx", (H, W, 1), ("0", "1", "2")),
+    ]
     for name, shape, names in expected:
         ds = load_prepared(res / "data" / f"{name}.npz")
         assert (ds.shape, ds.class_names, ds.num_classes) == (shape, names, K)
@@ -600,15 +796,17 @@ def test_workflow_on_idx_npz_and_folder_datasets(tmp_path):
     png = tmp_path / "in" / "pngs" / "test" / "square" / "000.png"
     os.utime(png, ns=(png.stat().st_atime_ns, png.stat().st_mtime_ns + 10**9))
     again = run(tmp_path, cfg, "-n")
-    prepared = [fields(j["wildcards"]) for j in dry_run_jobs(again.stdout)
-                if j["rule"] == "prepare_data"]  # fmt: skip
+    prepared = [
+        fields(j["wildcards"]) for j in dry_run_jobs(again.stdout) if j["rule"] == "prepare_data"
+    ]
     assert prepared == [{"dataset": "pngs"}], again.stdout[-3000:]
 
 
 @pytest.mark.slow
 def test_workflow_stops_at_bad_data_before_training(tmp_path):
-    cfg = changed(e2e_config(tmp_path), datasets=[
-        {"name": "scans", "format": "npz", "path": "in/scans.npz"}])  # fmt: skip
+    cfg = changed(
+        e2e_config(tmp_path), datasets=[{"name": "scans", "format": "npz", "path": "in/scans.npz"}]
+    )
     _npz_with(tmp_path / "in" / "scans.npz", x_test=np.full((15, H, W, 3), np.nan))
     proc = run(tmp_path, cfg)
     assert proc.returncode != 0

@@ -556,8 +556,17 @@ def test_mnist_from_mirror_known_values(mnist_full):
         1009,
     ]
     assert np.bincount(ds.y_train).tolist() == [
-        5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949,
-    ]  # fmt: skip
+        5923,
+        6742,
+        5958,
+        6131,
+        5842,
+        5421,
+        5918,
+        6265,
+        5851,
+        5949,
+    ]
     # Pixels are k/255 exactly (8-bit source), and the border of a digit image is blank.
     k = ds.x_test[:100] * 255
     np.testing.assert_array_equal(k, np.rint(k))

@@ -2,7 +2,6 @@
 SIGINT and SIGTERM during a run; the same command redoes exactly the unfinished jobs and the
 results equal an uninterrupted run."""
 
-
 from __future__ import annotations
 
 import base64
@@ -394,5 +393,3 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
         assert a == b
     assert lost == 0 and interruptions == 4
     assert set(temporaries(work / "results")) <= leftovers  # no run leaves a temporary
-
-

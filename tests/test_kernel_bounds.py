@@ -263,8 +263,9 @@ def test_bound_at_zero_is_the_exact_gradient_difference(cfg):
     bound = KernelProp22Bound(model, x, pred)
     zero = torch.zeros(5, dtype=DT)
     exact = torch.stack([grad_diff(model, x[i : i + 1], int(pred[i]))[0] for i in range(5)])
-    torch.testing.assert_close(bound.formula(torch.arange(5), zero), exact.detach(), rtol=1e-9,
-                               atol=1e-12)  # fmt: skip
+    torch.testing.assert_close(
+        bound.formula(torch.arange(5), zero), exact.detach(), rtol=1e-9, atol=1e-12
+    )
     L0 = bound(torch.arange(5), zero)  # with rounding terms: above it, and close
     assert torch.all(L0 >= exact.detach() * (1 - 1e-12))
     torch.testing.assert_close(L0, exact.detach(), rtol=1e-6, atol=1e-12)

@@ -32,8 +32,13 @@ def cross_lipschitz_definition(model, x):
     with the gradients from automatic differentiation of the forward pass."""
     xr = x.clone().requires_grad_(True)
     out = model(xr)
-    grads = torch.stack([torch.autograd.grad(out[:, j].sum(), xr, create_graph=True)[0]
-                         for j in range(out.shape[1])], 1)  # fmt: skip
+    grads = torch.stack(
+        [
+            torch.autograd.grad(out[:, j].sum(), xr, create_graph=True)[0]
+            for j in range(out.shape[1])
+        ],
+        1,
+    )
     diff = grads[:, :, None, :] - grads[:, None, :, :]
     return (diff**2).sum() / (len(x) * out.shape[1] ** 2)
 
@@ -70,10 +75,14 @@ def test_penalties_and_objective_are_convex_along_random_directions(seed):
     for _ in range(20):
         a = torch.randn(3, 15, generator=gen, dtype=torch.float64)
         b = torch.randn(3, 15, generator=gen, dtype=torch.float64)
-        for f in (lambda c: cross_lipschitz_kernel(c, gram, len(x)),
-                  lambda c: rkhs_norm(c, kcc),
-                  lambda c: torch.nn.functional.cross_entropy(kt @ c.T, y)
-                  + 0.1 * cross_lipschitz_kernel(c, gram, len(x))):  # fmt: skip
+        for f in (
+            lambda c: cross_lipschitz_kernel(c, gram, len(x)),
+            lambda c: rkhs_norm(c, kcc),
+            lambda c: (
+                torch.nn.functional.cross_entropy(kt @ c.T, y)
+                + 0.1 * cross_lipschitz_kernel(c, gram, len(x))
+            ),
+        ):
             for t in (0.1, 0.5, 0.9):
                 assert f(t * a + (1 - t) * b) <= t * f(a) + (1 - t) * f(b) + 1e-12
     assert torch.linalg.eigvalsh(gram).min() >= -1e-9 * torch.linalg.eigvalsh(gram).max()
@@ -84,8 +93,9 @@ def test_lbfgs_reaches_the_optimum_of_a_small_problem(reg):
     gen = np.random.default_rng(0)
     x = gen.random((60, 5)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 1).astype(np.int64) + (x[:, 2] > 0.5)
-    cfg = KernelTrainConfig(regularizer=reg, lam=1e-2, n_centers=0, neighbours=10, max_iter=500,
-                            tol=1e-9)  # fmt: skip
+    cfg = KernelTrainConfig(
+        regularizer=reg, lam=1e-2, n_centers=0, neighbours=10, max_iter=500, tol=1e-9
+    )
     res = train_kernel(cfg, x, y, x, y, 3)
     assert res.metrics["status"] == "ok"
     assert res.metrics["gradient_norm"] < 1e-6

@@ -25,11 +25,21 @@ PACKAGE = "crosslip"
 #: below, never one above. A module is placed by its longest matching name prefix.
 LAYERS: list[tuple[str, ...]] = [
     ("crosslip.errors",),  # the expected errors: imports nothing
-    ("crosslip.norms", "crosslip.families", "crosslip.io", "crosslip.device",
-     "crosslip.progress"),  # vocabulary, files, progress lines
+    (
+        "crosslip.norms",
+        "crosslip.families",
+        "crosslip.io",
+        "crosslip.device",
+        "crosslip.progress",
+    ),  # vocabulary, files, progress lines
     ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
-    ("crosslip.config", "crosslip.selection", "crosslip.tracking", "crosslip.perfdoc",
-     "crosslip.runlock"),
+    (
+        "crosslip.config",
+        "crosslip.selection",
+        "crosslip.tracking",
+        "crosslip.perfdoc",
+        "crosslip.runlock",
+    ),
     ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files

@@ -1,6 +1,5 @@
 """Load: a workflow of more than 50 jobs on 2 cores loses and duplicates no row."""
 
-
 from __future__ import annotations
 
 import json

@@ -1,7 +1,6 @@
 """Numerics of the stages: a diverging model, ties, misclassified points, constant models,
 degenerate Gaussian-kernel models and failed attacks give no NaN and lose no row."""
 
-
 from __future__ import annotations
 
 import math
@@ -111,10 +110,15 @@ def toy_inputs(tmp_path: Path, y: np.ndarray, cfg: dict, test_error: float) -> n
     x = (rng.integers(0, 256, size=(20, 6)) / 255).astype(np.float32)
     save_prepared(Dataset("toy", x[:10], y[:10], x[10:], y[10:], (6,), 3), tmp_path / "toy.npz")
     write_json(
-        {"status": "ok", "dataset": "toy", "model_id": "m", "test_error": test_error,
-         "config": cfg},
+        {
+            "status": "ok",
+            "dataset": "toy",
+            "model_id": "m",
+            "test_error": test_error,
+            "config": cfg,
+        },
         tmp_path / "metrics.json",
-    )  # fmt: skip
+    )
     return x
 
 
@@ -247,5 +251,3 @@ def test_failed_attacks_count_in_the_success_rate_not_in_the_mean():
     assert row["attack_success_rate"] == 0.5  # 2 of the 4 correct points; failures count
     assert row["mean_upper_bound"] == 2.0  # (1 + 3) / 2: successes only, misclassified out
     assert row["mean_guarantee_local"] == 0.875  # includes the 0 guarantee
-
-

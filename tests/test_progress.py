@@ -41,8 +41,9 @@ def progress_lines(caplog, what: str) -> list[dict]:
         m = LINE.match(rec.getMessage())
         if rec.name.startswith("crosslip") and m and m["what"] == what:
             post = dict(p.split(" ", 1) for p in m["post"].split(", ")[1:])
-            out.append({**m.groupdict(), "done": int(m["done"]), "total": int(m["total"]),
-                        "post": post})  # fmt: skip
+            out.append(
+                {**m.groupdict(), "done": int(m["done"]), "total": int(m["total"]), "post": post}
+            )
     return out
 
 
@@ -57,8 +58,9 @@ def toy_data(n=96, d=12, k=3, seed=0):
 def test_training_logs_each_epoch_with_loss_error_and_seconds(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
     x, y = toy_data()
-    cfg = TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, epochs=4, hidden=8,
-                      batch_size=16)  # fmt: skip
+    cfg = TrainConfig(
+        regularizer="cross_lipschitz", lam=1e-3, lr=0.2, epochs=4, hidden=8, batch_size=16
+    )
     res = train(cfg, x, y, x[:20], y[:20], num_classes=3)
     lines = progress_lines(caplog, "train")
     assert [ln["done"] for ln in lines] == [1, 2, 3, 4]
@@ -99,8 +101,9 @@ def test_diverging_training_says_so(caplog):
 def test_kernel_training_logs_lbfgs_iterations(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
     x, y = toy_data(n=60)
-    cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, n_centers=30, neighbours=5,
-                            max_iter=30)  # fmt: skip
+    cfg = KernelTrainConfig(
+        regularizer="kernel_cl", lam=1e-2, n_centers=30, neighbours=5, max_iter=30
+    )
     res = train_kernel(cfg, x, y, x[:10], y[:10], num_classes=3)
     assert any(r.getMessage().startswith("train: 30 centres") for r in caplog.records)
     lines = progress_lines(caplog, "train")
@@ -175,13 +178,20 @@ def run_child(setup: str, terminal: bool, tmp_path) -> tuple[str, str]:
     code = textwrap.dedent(CERTIFY.format(root=str(ROOT), setup=setup))
     env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
     if not terminal:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=120, env=env, cwd=tmp_path)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout, proc.stderr
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=follower, env=env, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=follower, env=env, cwd=tmp_path
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -250,9 +260,11 @@ def test_failure_reason_reads_the_last_error_of_a_job_log(tmp_path):
         "Place the official files in results/downloads/cifar10.\n"
         "2026-01-02 10:00:02,000 INFO crosslip: bye\n"
     )
-    assert failure_reason(log) == ("cifar10: could not obtain these files: cifar-10-python.tar.gz"
-                                   "  (connection refused) Place the official files in "
-                                   "results/downloads/cifar10.")  # fmt: skip
+    assert failure_reason(log) == (
+        "cifar10: could not obtain these files: cifar-10-python.tar.gz"
+        "  (connection refused) Place the official files in "
+        "results/downloads/cifar10."
+    )
     log.write_text(
         "2026-01-02 10:00:00,001 ERROR crosslip: unexpected error\n"
         'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
@@ -265,8 +277,10 @@ def test_failure_reason_reads_the_last_error_of_a_job_log(tmp_path):
     (tmp_path / "empty.log").write_text("")
     assert "nothing in its log" in failure_reason(tmp_path / "empty.log")
     lines = failure_lines([("prepare_data", "dataset=cifar10", [str(log)])])
-    assert lines == ["crosslip: 1 job(s) failed:",
-                     f"  prepare_data (dataset=cifar10): Killed  [log: {log}]"]  # fmt: skip
+    assert lines == [
+        "crosslip: 1 job(s) failed:",
+        f"  prepare_data (dataset=cifar10): Killed  [log: {log}]",
+    ]
     assert failure_lines([]) == []
 
 
@@ -280,7 +294,8 @@ def test_recent_failed_logs_finds_the_failed_jobs_of_this_run(tmp_path):
     (logs / "train" / "ds" / "ok.log").write_text("2026-01-02 10:00:00,000 INFO crosslip: fine\n")
     (logs / "prepare_data").mkdir()
     (logs / "prepare_data" / "ds.log").write_text(
-        "2026-01-02 10:00:00,000 ERROR crosslip: bad file\n")  # fmt: skip
+        "2026-01-02 10:00:00,000 ERROR crosslip: bad file\n"
+    )
     found = recent_failed_logs(logs, since)
     assert found == [("prepare_data", "ds", [str(logs / "prepare_data" / "ds.log")])]
 
@@ -289,21 +304,42 @@ def test_recent_failed_logs_finds_the_failed_jobs_of_this_run(tmp_path):
 # the training curves figure
 # --------------------------------------------------------------------------------------
 def net_metrics(model_id, reg, setting, losses, status="ok"):
-    curve = [{"epoch": i + 1, "loss": v, "penalty": v / 10, "train_error": 0.5 / (i + 1)}
-             for i, v in enumerate(losses)]  # fmt: skip
-    cfg = {"regularizer": reg, "lam": 0.0, "lr": 0.1, "seed": 0, "setting": setting,
-           "arch": "mlp", "keep_hidden": 1.0}  # fmt: skip
-    return {"dataset": "ds", "model_id": model_id, "status": status, "test_error": 0.1,
-            "curve": curve, "config": cfg}  # fmt: skip
+    curve = [
+        {"epoch": i + 1, "loss": v, "penalty": v / 10, "train_error": 0.5 / (i + 1)}
+        for i, v in enumerate(losses)
+    ]
+    cfg = {
+        "regularizer": reg,
+        "lam": 0.0,
+        "lr": 0.1,
+        "seed": 0,
+        "setting": setting,
+        "arch": "mlp",
+        "keep_hidden": 1.0,
+    }
+    return {
+        "dataset": "ds",
+        "model_id": model_id,
+        "status": status,
+        "test_error": 0.1,
+        "curve": curve,
+        "config": cfg,
+    }
 
 
 def test_training_curves_are_read_per_dataset_and_family(tmp_path):
     from crosslip.report import plot_training_curves, training_curves
 
-    kernel = {"dataset": "ds", "model_id": "k1", "status": "ok", "test_error": 0.2,
-              "curve": [{"evaluation": i + 1, "loss": 2.0 - i / 10, "penalty": 0.1 * i}
-                        for i in range(6)],
-              "config": {"regularizer": "kernel_cl", "lam": 0.1, "a": 1.0, "seed": 0}}  # fmt: skip
+    kernel = {
+        "dataset": "ds",
+        "model_id": "k1",
+        "status": "ok",
+        "test_error": 0.2,
+        "curve": [
+            {"evaluation": i + 1, "loss": 2.0 - i / 10, "penalty": 0.1 * i} for i in range(6)
+        ],
+        "config": {"regularizer": "kernel_cl", "lam": 0.1, "a": 1.0, "seed": 0},
+    }
     metrics = [
         net_metrics("b", "none", "plain", [1.0, 0.5, 0.25]),
         net_metrics("a", "cross_lipschitz", "augment", [2.0, 1.5]),
@@ -401,8 +437,12 @@ def test_failed_slurm_job_reason_reaches_the_terminal(tmp_path):
     bindir, state, work = tmp_path / "bin", tmp_path / "slurm-state", tmp_path / "work"
     bindir.mkdir()
     state.mkdir()
-    for name, text in (("sbatch", FAKE_SBATCH), ("sacct", FAKE_SACCT), ("srun", FAKE_SRUN),
-                       ("sinfo", "#!/bin/sh\necho PARTITION\necho 'main*'\n")):  # fmt: skip
+    for name, text in (
+        ("sbatch", FAKE_SBATCH),
+        ("sacct", FAKE_SACCT),
+        ("srun", FAKE_SRUN),
+        ("sinfo", "#!/bin/sh\necho PARTITION\necho 'main*'\n"),
+    ):
         (bindir / name).write_text(text.format(python=sys.executable))
     for name in ("squeue", "scontrol", "sacctmgr", "sshare", "scancel", "salloc"):
         (bindir / name).write_text("#!/bin/sh\nexit 1\n")
@@ -410,9 +450,17 @@ def test_failed_slurm_job_reason_reaches_the_terminal(tmp_path):
         script.chmod(0o755)
     env = {**offline_env(), "FAKE_SLURM_STATE": str(state)}
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
-    cmd = snakemake_cmd(work, "--profile", str(ROOT / "profiles" / "slurm"), "--slurm-no-account",
-                        "--slurm-init-seconds-before-status-checks", "1", "--retries", "0",
-                        configfile=write_config(work, OFFLINE_CIFAR))  # fmt: skip
+    cmd = snakemake_cmd(
+        work,
+        "--profile",
+        str(ROOT / "profiles" / "slurm"),
+        "--slurm-no-account",
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        "--retries",
+        "0",
+        configfile=write_config(work, OFFLINE_CIFAR),
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode != 0
     assert list(state.glob("*.state")), "no job was submitted: " + proc.stderr[-3000:]

@@ -183,9 +183,7 @@ def edit_code(path: Path) -> None:
         f.write("\nEDITED_BY_TEST_RERUN = 1\n")
 
 
-def test_editing_the_certification_code_reruns_certification_and_tables_not_training(
-    run, tiny_dag
-):
+def test_editing_the_certification_code_reruns_certification_and_tables_not_training(run, tiny_dag):
     edit_code(run.repo / "src" / "crosslip" / "certify" / "search.py")
     planned = run.plan()
     certify = of_rule(tiny_dag, "certify")

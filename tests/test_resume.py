@@ -273,8 +273,18 @@ def command(work: Path, variant: str) -> list[str]:
     if variant == "make run":  # the Makefile's run target; -o: never reinstall the package
         args = ["--configfile", str(config), "--directory", str(work), *TARGETS, *THREADS]
         stamp = VENV / ".crosslip-installed"
-        return ["make", "-s", "-C", str(ROOT), "-o", str(stamp), "run", f"VENV={VENV}",
-                "CORES=2", "ARGS=" + shlex.join(args)]  # fmt: skip
+        return [
+            "make",
+            "-s",
+            "-C",
+            str(ROOT),
+            "-o",
+            str(stamp),
+            "run",
+            f"VENV={VENV}",
+            "CORES=2",
+            "ARGS=" + shlex.join(args),
+        ]
     profile = ["--profile", str(ROOT / "profiles" / "local-gpu")] if variant == "local-gpu" else []
     cores = [] if profile else ["--cores", "2"]
     return snakemake_cmd(work, *profile, *cores, *TARGETS, *THREADS, configfile=config)
@@ -424,8 +434,18 @@ def test_read_only_commands_and_job_processes_neither_take_nor_break_a_live_lock
             assert {p: p.read_text() for p in snakemake_lock_files(work)} == locks, args
         # A job process as a SLURM job starts it (the flags of Snakemake's spawn_jobs): it
         # parses the Snakefile again, in remote mode, while its run holds the lock.
-        job = sm("--mode", "remote", "--target-jobs", "prepare_data:dataset=mnist5k", "--force",
-                 "--nolock", "--no-hooks", "--ignore-incomplete", "--cores", "1")  # fmt: skip
+        job = sm(
+            "--mode",
+            "remote",
+            "--target-jobs",
+            "prepare_data:dataset=mnist5k",
+            "--force",
+            "--nolock",
+            "--no-hooks",
+            "--ignore-incomplete",
+            "--cores",
+            "1",
+        )
         assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
         assert (work / "results/data/mnist5k.npz").is_file()
         assert {p: p.read_text() for p in snakemake_lock_files(work)} == locks

@@ -58,10 +58,12 @@ def exact_ranges(net, x, R, p, box):
         if box:
             h = [min(R, 1 - xi) for xi in xs]
             low = [max(-R, -xi) for xi in xs]
-            up = min(up, mp.fsum(max(u * hh, u * ll) for u, hh, ll in zip(row, h, low,
-                                                                            strict=True)))
-            down = min(down, mp.fsum(max(-u * hh, -u * ll) for u, hh, ll in zip(row, h, low,
-                                                                                 strict=True)))
+            up = min(
+                up, mp.fsum(max(u * hh, u * ll) for u, hh, ll in zip(row, h, low, strict=True))
+            )
+            down = min(
+                down, mp.fsum(max(-u * hh, -u * ll) for u, hh, ll in zip(row, h, low, strict=True))
+            )
         lo.append(sigmoid(alpha * (z[r] - down)))
         hi.append(sigmoid(alpha * (z[r] + up)))
     return lo, hi
@@ -112,18 +114,24 @@ def test_elementary_functions_are_far_more_accurate_than_assumed():
     """FN_REL (2^-44) must hold with a wide margin: measured error below FN_REL / 64 where
     the result is at least 2^-1000, below 2^-1022 absolute (assumed: 2^-1020) under it."""
     gen = torch.Generator().manual_seed(0)
-    t = torch.cat([torch.randn(600, generator=gen, dtype=DT) * s for s in (1, 10, 100, 300)]
-                  + [torch.linspace(-745, 745, 601, dtype=DT),
-                     torch.tensor([-744.9, -740.0, -709.0, -37.0, -36.0, 0.0, 36.0, 709.0],
-                                  dtype=DT)])  # fmt: skip
+    t = torch.cat(
+        [torch.randn(600, generator=gen, dtype=DT) * s for s in (1, 10, 100, 300)]
+        + [
+            torch.linspace(-745, 745, 601, dtype=DT),
+            torch.tensor([-744.9, -740.0, -709.0, -37.0, -36.0, 0.0, 36.0, 709.0], dtype=DT),
+        ]
+    )
     sig = torch.sigmoid(t)
     lae = torch.logaddexp(t, torch.zeros_like(t))
     ex = torch.exp(t.clamp(max=709.0))
     tiny = mp.mpf(2) ** -1000
     for i in range(len(t)):
         v = mp.mpf(float(t[i]))
-        for got, want in ((sig[i], 1 / (1 + mp.exp(-v))), (lae[i], mp.log1p(mp.exp(v))),
-                          (ex[i], mp.exp(min(v, 709)))):  # fmt: skip
+        for got, want in (
+            (sig[i], 1 / (1 + mp.exp(-v))),
+            (lae[i], mp.log1p(mp.exp(v))),
+            (ex[i], mp.exp(min(v, 709))),
+        ):
             err = abs(mp.mpf(float(got)) - want)
             if want >= tiny:
                 assert err <= want * FN_REL / 64, (float(t[i]), float(got))
@@ -139,17 +147,20 @@ def exact_spectral_norm(U: torch.Tensor):
 SPECTRAL_CASES = {
     "tall": lambda g: torch.randn(12, 5, generator=g, dtype=DT),
     "wide": lambda g: torch.randn(4, 11, generator=g, dtype=DT),
-    "rank one": lambda g: torch.outer(torch.randn(9, generator=g, dtype=DT),
-                                      torch.randn(6, generator=g, dtype=DT)),
+    "rank one": lambda g: torch.outer(
+        torch.randn(9, generator=g, dtype=DT), torch.randn(6, generator=g, dtype=DT)
+    ),
     "tied top": lambda g: torch.diag(torch.tensor([3.0, 3.0 * (1 - 1e-15), 1.0], dtype=DT)),
-    "ill-conditioned": lambda g: torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=DT))[0]
-    @ torch.diag(torch.logspace(-12, 0, 8, dtype=DT)),
+    "ill-conditioned": lambda g: (
+        torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=DT))[0]
+        @ torch.diag(torch.logspace(-12, 0, 8, dtype=DT))
+    ),
     "huge": lambda g: torch.randn(6, 6, generator=g, dtype=DT) * 1e150,
     "tiny": lambda g: torch.randn(6, 6, generator=g, dtype=DT) * 1e-150,
-    "one entry": lambda g: torch.zeros(5, 4, dtype=DT).index_put_((torch.tensor([2]),
-                                                                  torch.tensor([1])),
-                                                                 torch.tensor([-7.0], dtype=DT)),
-}  # fmt: skip
+    "one entry": lambda g: torch.zeros(5, 4, dtype=DT).index_put_(
+        (torch.tensor([2]), torch.tensor([1])), torch.tensor([-7.0], dtype=DT)
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(SPECTRAL_CASES))
@@ -190,8 +201,9 @@ def test_kernel_logit_error_bounds_contain_the_real_logits():
     g = mp.mpf(model.gamma)
     for i in range(len(x)):
         xi = mpv(x[i])
-        k = [mp.exp(-g * mp.fsum((a - bb) ** 2 for a, bb in zip(xi, row, strict=True)))
-             for row in X]  # fmt: skip
+        k = [
+            mp.exp(-g * mp.fsum((a - bb) ** 2 for a, bb in zip(xi, row, strict=True))) for row in X
+        ]
         for j in range(3):
             exact = mp.fsum(a * kk for a, kk in zip(A[j], k, strict=True))
             assert abs(mp.mpf(float(logits[i, j])) - exact) <= mp.mpf(float(err[i, j]))
@@ -200,8 +212,7 @@ def test_kernel_logit_error_bounds_contain_the_real_logits():
 # -------------------------------------------------------------------------------- bounds
 def bound_cases():
     """(name, net, x (n, d)): random nets and the catastrophic-cancellation nets."""
-    cases = [(f"random{s}", random_net(3, 3, 6, s, 4.0), random_points(2, 3, s))
-             for s in range(2)]  # fmt: skip
+    cases = [(f"random{s}", random_net(3, 3, 6, s, 4.0), random_points(2, 3, s)) for s in range(2)]
     for B, eps in ((1e8, 1e-3), (1e12, 1e-6), (2.0**60, 1.0)):
         cases.append((f"cancel{B:g}", cancelling_net(B, eps), random_points(2, 3, 7)))
     return cases

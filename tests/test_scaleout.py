@@ -17,8 +17,18 @@ SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
 PRESETS = sorted((ROOT / "config" / "presets").glob("*.yaml"))
 # Every SLURM client command the plugin could call; the fakes log their call and fail.
-SLURM_COMMANDS = ("sbatch", "srun", "salloc", "scancel", "sinfo", "squeue", "sacct",
-                  "sacctmgr", "sshare", "scontrol")  # fmt: skip
+SLURM_COMMANDS = (
+    "sbatch",
+    "srun",
+    "salloc",
+    "scancel",
+    "sinfo",
+    "squeue",
+    "sacct",
+    "sacctmgr",
+    "sshare",
+    "scontrol",
+)
 SUBMITTING = {"sbatch", "srun", "salloc", "scancel"}
 SITE_VARS = ("CROSSLIP_SLURM_PARTITION", "CROSSLIP_SLURM_GPU_PARTITION", "CROSSLIP_SLURM_ACCOUNT")
 
@@ -87,8 +97,12 @@ def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset
 
 def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     env, log = fake_slurm
-    env = {**env, "CROSSLIP_SLURM_PARTITION": "cpuq", "CROSSLIP_SLURM_GPU_PARTITION": "gpuq",
-           "CROSSLIP_SLURM_ACCOUNT": "proj42"}  # fmt: skip
+    env = {
+        **env,
+        "CROSSLIP_SLURM_PARTITION": "cpuq",
+        "CROSSLIP_SLURM_GPU_PARTITION": "gpuq",
+        "CROSSLIP_SLURM_ACCOUNT": "proj42",
+    }
     jobs, _ = dry_run(tmp_path, "--profile", str(SLURM_PROFILE), "--cores", "64", env=env)
     assert jobs
     for job in jobs:

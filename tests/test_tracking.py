@@ -82,7 +82,12 @@ def test_relative_imports_resolve_against_the_module():
 
     tree = ast.parse("from . import io\nfrom .search import theorem21\nfrom ..models import x\n")
     names = tracking.imported_names(tree, "crosslip.certify.engine", is_package=False)
-    assert {"crosslip.certify", "crosslip.certify.io", "crosslip.certify.search",
-            "crosslip.models", "crosslip.models.x"} <= names  # fmt: skip
+    assert {
+        "crosslip.certify",
+        "crosslip.certify.io",
+        "crosslip.certify.search",
+        "crosslip.models",
+        "crosslip.models.x",
+    } <= names
     pkg = tracking.imported_names(ast.parse("from .engine import KINDS"), "crosslip.certify", True)
     assert "crosslip.certify.engine" in pkg

@@ -1,6 +1,5 @@
 """Untrusted files: malicious model.pt and .npz files are refused without running their code."""
 
-
 from __future__ import annotations
 
 import builtins
@@ -119,5 +118,3 @@ def test_refused_dataset_file_is_named_in_the_message(tmp_path):
     with pytest.raises(ValueError) as info:
         load_prepared(tmp_path / "evil.npz")
     assert str(tmp_path / "evil.npz") in str(info.value)
-
-

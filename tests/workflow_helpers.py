@@ -66,7 +66,6 @@ def temporaries(folder: Path) -> list[str]:
     return [p for p in files_under(folder) if p.endswith((".tmp", ".part"))]
 
 
-
 BASE = {
     "datasets": ["mnist5k"],
     "model": {"hidden": 8},
@@ -96,8 +95,6 @@ def changed(cfg: dict, **changes) -> dict:
         else:
             node[last] = value
     return out
-
-
 
 
 SWEEP = {

@@ -112,13 +112,24 @@ def train_kernel(
 
     coef = model.coef
     setup_seconds = time.perf_counter() - t0
-    LOG.info("train: %d centres, gamma %.4g, %s matrices ready in %.1f s; L-BFGS, at most %d "
-             "iterations", n_centers, gamma, cfg.regularizer, setup_seconds,
-             cfg.max_iter)  # fmt: skip
+    LOG.info(
+        "train: %d centres, gamma %.4g, %s matrices ready in %.1f s; L-BFGS, at most %d iterations",
+        n_centers,
+        gamma,
+        cfg.regularizer,
+        setup_seconds,
+        cfg.max_iter,
+    )
     progress = Progress("train", cfg.max_iter, "L-BFGS iterations")
-    opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
-                            tolerance_change=1e-15, history_size=20,
-                            line_search_fn="strong_wolfe")  # fmt: skip
+    opt = torch.optim.LBFGS(
+        [coef],
+        lr=1.0,
+        max_iter=cfg.max_iter,
+        tolerance_grad=cfg.tol,
+        tolerance_change=1e-15,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
     curve: list[dict[str, float]] = []
 
     def closure() -> torch.Tensor:
@@ -133,9 +144,13 @@ def train_kernel(
         if progress.active and iteration > progress.done:
             with torch.no_grad():
                 err = float((logits.argmax(1) != ytr).double().mean())
-            progress.update(iteration - progress.done, loss=curve[-1]["loss"],
-                            penalty=curve[-1]["penalty"], train_error=err,
-                            evaluations=len(curve))  # fmt: skip
+            progress.update(
+                iteration - progress.done,
+                loss=curve[-1]["loss"],
+                penalty=curve[-1]["penalty"],
+                train_error=err,
+                evaluations=len(curve),
+            )
         return loss
 
     opt.step(closure)

@@ -27,10 +27,15 @@ PAGE = ROOT / "docs" / "performance.md"
 
 
 def _git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                         capture_output=True, text=True)  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return out.stdout.strip() + ("+edits" if dirty else "")
 
 
@@ -102,9 +107,11 @@ def render(records: Path = RECORDS) -> str:
     for path in sorted(records.glob("*.json")):
         rec = json.loads(path.read_text())
         lines += ["", f"## {rec['name']}", ""]
-        lines += [f"- command: `{rec['command']}`",
-                  f"- date: {rec['date']}, commit `{rec['commit']}`",
-                  f"- machine: {rec['cpu']}, {rec['cores']} cores"]  # fmt: skip
+        lines += [
+            f"- command: `{rec['command']}`",
+            f"- date: {rec['date']}, commit `{rec['commit']}`",
+            f"- machine: {rec['cpu']}, {rec['cores']} cores",
+        ]
         if rec.get("note"):
             lines.append(f"- note: {rec['note']}")
         lines += ["", "| figure | value |", "|---|---|"]

@@ -108,9 +108,15 @@ class Progress:
         if self.active and bar_wanted():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, desc=what, unit=unit.rstrip("s") or unit,
-                            file=sys.stderr, leave=False, unit_scale=fractional,
-                            **_width())  # fmt: skip
+            self.bar = tqdm(
+                total=self.total,
+                desc=what,
+                unit=unit.rstrip("s") or unit,
+                file=sys.stderr,
+                leave=False,
+                unit_scale=fractional,
+                **_width(),
+            )
 
     def __enter__(self) -> Progress:
         return self
@@ -153,10 +159,18 @@ class Progress:
         )
         LOG.info(
             "%s: %d/%d %s (%.0f%%), %.4g %s/s, %s elapsed, ~%s left%s",
-            self.what, self.done, self.total, self.unit, 100 * self.done / self.total, rate,
-            self.unit, _duration(elapsed), _duration(left), extra,
+            self.what,
+            self.done,
+            self.total,
+            self.unit,
+            100 * self.done / self.total,
+            rate,
+            self.unit,
+            _duration(elapsed),
+            _duration(left),
+            extra,
             extra=PROGRESS_RECORD,
-        )  # fmt: skip
+        )
 
     def close(self, **postfix: Any) -> None:
         """Close the bar; log a last line if the loop stopped before a logged line."""

@@ -23,19 +23,48 @@ from .io import atomic_path
 from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
 
 SUMMARY_COLUMNS = [
-    *MODEL_KEYS, "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
-    "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS], "max_ratio_global_local",
+    *MODEL_KEYS,
+    "n_eval",
+    "n_correct",
+    *[f"mean_{c}" for c in MEAN_COLUMNS],
+    "mean_upper_bound",
+    "attack_success_rate",
+    *[f"mean_{c}" for c in UPPER_COLUMNS],
+    "max_ratio_global_local",
     "n_global_above_local",
-]  # fmt: skip
-TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
-                  "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
-KERNEL_TABLE_COLUMNS = ["dataset", "method", "model_id", "kernel_a", "lam", "test_error",
-                        "n_correct", "mean_upper_bound", "mean_upper_bound_linf",
-                        "mean_guarantee_local", "attack_success_rate"]  # fmt: skip
+]
+TABLE1_COLUMNS = [
+    "dataset",
+    "setting",
+    "regularizer",
+    "model_id",
+    "test_error",
+    "n_correct",
+    "mean_ratio_global_local",
+    "mean_ratio_all_models",
+]
+KERNEL_TABLE_COLUMNS = [
+    "dataset",
+    "method",
+    "model_id",
+    "kernel_a",
+    "lam",
+    "test_error",
+    "n_correct",
+    "mean_upper_bound",
+    "mean_upper_bound_linf",
+    "mean_guarantee_local",
+    "attack_success_rate",
+]
 #: Names of the paper's Table 1 / kernel table rows.
-REG_LABEL = {"none": "None", "dropout": "Dropout", "weight_decay": "Weight Dec.",
-             "cross_lipschitz": "Cross Lip.", "kernel_logreg": "K-LogReg",
-             "kernel_cl": "K-CL"}  # fmt: skip
+REG_LABEL = {
+    "none": "None",
+    "dropout": "Dropout",
+    "weight_decay": "Weight Dec.",
+    "cross_lipschitz": "Cross Lip.",
+    "kernel_logreg": "K-LogReg",
+    "kernel_cl": "K-CL",
+}
 
 REG_STYLE = {
     "none": ("tab:gray", "o"),
@@ -101,12 +130,18 @@ def table1(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (ds, setting, reg), g in ok.groupby(["dataset", "setting", "regularizer"], sort=True):
         best = g.sort_values(["test_error", "model_id"]).iloc[0]
-        rows.append({
-            "dataset": ds, "setting": setting, "regularizer": reg, "model_id": best["model_id"],
-            "test_error": best["test_error"], "n_correct": best["n_correct"],
-            "mean_ratio_global_local": best["mean_ratio_global_local"],
-            "mean_ratio_all_models": g["mean_ratio_global_local"].mean(),
-        })  # fmt: skip
+        rows.append(
+            {
+                "dataset": ds,
+                "setting": setting,
+                "regularizer": reg,
+                "model_id": best["model_id"],
+                "test_error": best["test_error"],
+                "n_correct": best["n_correct"],
+                "mean_ratio_global_local": best["mean_ratio_global_local"],
+                "mean_ratio_all_models": g["mean_ratio_global_local"].mean(),
+            }
+        )
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
@@ -117,24 +152,36 @@ def kernel_table(summary: pd.DataFrame) -> pd.DataFrame:
     bound (the paper's search, Section 4) and mean L2 guarantee (Proposition 2.2)."""
     ok = summary[(summary["status"] == "ok") & (summary["family"] == "kernel")]
     rows = []
-    groups = [("No Reg.", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] == 0)]),
-              ("K-LogReg", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] > 0)]),
-              ("K-CL", ok[ok["regularizer"] == "kernel_cl"])]  # fmt: skip
+    groups = [
+        ("No Reg.", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] == 0)]),
+        ("K-LogReg", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] > 0)]),
+        ("K-CL", ok[ok["regularizer"] == "kernel_cl"]),
+    ]
     for ds in sorted(set(ok["dataset"])):
         for method, g in groups:
             g = g[g["dataset"] == ds]
             if not len(g):
                 continue
             best = g.sort_values(["test_error", "model_id"]).iloc[0]
-            rows.append({"method": method, **{c: best[c] for c in KERNEL_TABLE_COLUMNS
-                                              if c != "method"}})  # fmt: skip
+            rows.append(
+                {"method": method, **{c: best[c] for c in KERNEL_TABLE_COLUMNS if c != "method"}}
+            )
     return pd.DataFrame(rows, columns=KERNEL_TABLE_COLUMNS)
 
 
 def read_summary(path: Path | str) -> pd.DataFrame:
     """Read ``tables/summary.csv`` back with its column types."""
-    return pd.read_csv(path, dtype={"dataset": str, "model_id": str, "family": str,
-                                    "regularizer": str, "setting": str, "status": str})  # fmt: skip
+    return pd.read_csv(
+        path,
+        dtype={
+            "dataset": str,
+            "model_id": str,
+            "family": str,
+            "regularizer": str,
+            "setting": str,
+            "status": str,
+        },
+    )
 
 
 def write_tables(
@@ -147,12 +194,16 @@ def write_tables(
         tmp.write_text(table.to_markdown(index=False, floatfmt=".4g") + "\n")
     if tex is not None:
         with atomic_path(tex) as tmp:
-            tmp.write_text(table.to_latex(index=False, float_format="%.4g", na_rep="--",
-                                          escape=True))  # fmt: skip
+            tmp.write_text(
+                table.to_latex(index=False, float_format="%.4g", na_rep="--", escape=True)
+            )
 
 
-FAMILY_LABEL = {"mlp": "one hidden layer, softplus", "resnet": "ResNet",
-                "kernel": "Gaussian kernel"}  # fmt: skip
+FAMILY_LABEL = {
+    "mlp": "one hidden layer, softplus",
+    "resnet": "ResNet",
+    "kernel": "Gaussian kernel",
+}
 
 
 def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
@@ -164,8 +215,11 @@ def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
 
 
 SETTING_ORDER = ["plain", "augment", "adversarial"]
-SETTING_LABEL = {"plain": "plain", "augment": "data augmentation",
-                 "adversarial": "adversarial training"}  # fmt: skip
+SETTING_LABEL = {
+    "plain": "plain",
+    "augment": "data augmentation",
+    "adversarial": "adversarial training",
+}
 
 
 def plot_bounds_vs_error(
@@ -183,28 +237,37 @@ def plot_bounds_vs_error(
     panels = [("mean_upper_bound", "Adversarial resistance (upper bound), $L_2$")]
     if family != "resnet":
         panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
-    fig, axes = plt.subplots(len(settings), len(panels),
-                             figsize=(5 * len(panels), 3.8 * len(settings)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(settings), len(panels), figsize=(5 * len(panels), 3.8 * len(settings)), squeeze=False
+    )
     for row, setting in zip(axes, settings, strict=True):
         part = sel[sel["setting"] == setting]
         data = part[(part["status"] == "ok") & part["mean_upper_bound"].notna()]
         for ax, (col, title) in zip(row, panels, strict=True):
             for reg, g in data.groupby("regularizer"):
                 color, marker = REG_STYLE.get(reg, ("black", "x"))
-                ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, s=40,
-                           label=REG_LABEL.get(reg, reg))  # fmt: skip
+                ax.scatter(
+                    100 * g["test_error"],
+                    g[col],
+                    c=color,
+                    marker=marker,
+                    s=40,
+                    label=REG_LABEL.get(reg, reg),
+                )
             ax.set_xlabel("test error (%)")
             ax.set_ylabel(col.replace("_", " "))
-            ax.set_title(f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-                         f"{FAMILY_LABEL.get(family, family)}\n{title}",
-                         fontsize=9)  # fmt: skip
+            ax.set_title(
+                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+                f"{FAMILY_LABEL.get(family, family)}\n{title}",
+                fontsize=9,
+            )
             ax.grid(alpha=0.3)
             if len(data):
                 ax.legend(fontsize=8)
             else:
-                ax.text(0.5, 0.5, "no model evaluated", ha="center", va="center",
-                        transform=ax.transAxes)  # fmt: skip
+                ax.text(
+                    0.5, 0.5, "no model evaluated", ha="center", va="center", transform=ax.transAxes
+                )
     n_div = int((sel["status"] != "ok").sum())
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s) not shown", fontsize=8)
@@ -212,8 +275,14 @@ def plot_bounds_vs_error(
 
 
 #: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
-ILLUSTRATION_ORDER = ["kernel_logreg", "kernel_cl", "none", "weight_decay", "dropout",
-                      "cross_lipschitz"]  # fmt: skip
+ILLUSTRATION_ORDER = [
+    "kernel_logreg",
+    "kernel_cl",
+    "none",
+    "weight_decay",
+    "dropout",
+    "cross_lipschitz",
+]
 
 
 def load_examples(paths: list[str]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
@@ -271,8 +340,9 @@ def plot_adversarial_samples(
             chosen.append((reg, rows.iloc[0]["model_id"]))
     n_pts = max([len(examples[m]["test_index"]) for _, m in chosen], default=0)
     cols = 1 + len(chosen)
-    fig, axes = plt.subplots(2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     for i in range(n_pts):
@@ -289,10 +359,12 @@ def plot_adversarial_samples(
                 top[c].set_title(f"{reg}\nno sample found", fontsize=8)
                 continue
             top[c].imshow(_image(ex["adv"][i], shape), cmap="gray", vmin=0, vmax=1)
-            top[c].set_title(f"{reg}\npred {_class_name(ex, ex['pred'][i])} -> "
-                             f"{_class_name(ex, ex['adv_class'][i])}"
-                             f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
-                             fontsize=8)  # fmt: skip
+            top[c].set_title(
+                f"{reg}\npred {_class_name(ex, ex['pred'][i])} -> "
+                f"{_class_name(ex, ex['adv_class'][i])}"
+                f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
+                fontsize=8,
+            )
             lim = float(np.abs(ex["delta"][i]).max()) or 1.0
             pert = _image(ex["delta"][i], shape)
             pert = pert.mean(-1) if pert.ndim == 3 else pert  # colour: mean over channels
@@ -319,14 +391,21 @@ def training_curves(metrics: list[dict], dataset: str, family: str) -> list[dict
         curve = met.get("curve") or []
         step = "epoch" if family != "kernel" else "evaluation"
         x = np.array([c[step] for c in curve], dtype=float)
-        cols = {k: np.array([c.get(k, np.nan) for c in curve], dtype=float)
-                for k in ("loss", "penalty", "train_error")}  # fmt: skip
+        cols = {
+            k: np.array([c.get(k, np.nan) for c in curve], dtype=float)
+            for k in ("loss", "penalty", "train_error")
+        }
         keep = np.isfinite(cols["loss"])
-        out.append({
-            "model_id": keys["model_id"], "regularizer": keys["regularizer"],
-            "setting": keys["setting"], "status": keys["status"], "x": x[keep],
-            **{k: v[keep] for k, v in cols.items()},
-        })  # fmt: skip
+        out.append(
+            {
+                "model_id": keys["model_id"],
+                "regularizer": keys["regularizer"],
+                "setting": keys["setting"],
+                "status": keys["status"],
+                "x": x[keep],
+                **{k: v[keep] for k, v in cols.items()},
+            }
+        )
         if family == "kernel":
             out[-1]["train_error"] = None
     return sorted(out, key=lambda c: c["model_id"])
@@ -346,8 +425,11 @@ def plot_training_curves(
     settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
     settings = settings or ["plain"]
     panels = [("loss", "training objective")]
-    panels += [("penalty", "penalty (without lambda)")] if kernel else [
-        ("train_error", "training error (%)")]
+    panels += (
+        [("penalty", "penalty (without lambda)")]
+        if kernel
+        else [("train_error", "training error (%)")]
+    )
     fig, axes = plt.subplots(len(settings), 2, figsize=(10, 3.6 * len(settings)), squeeze=False)
     for row, setting in zip(axes, settings, strict=True):
         part = [c for c in curves if c["setting"] == setting]
@@ -357,25 +439,35 @@ def plot_training_curves(
                 y = c[col] * (100 if col == "train_error" else 1)
                 color, marker = REG_STYLE.get(c["regularizer"], ("black", "x"))
                 name = REG_LABEL.get(c["regularizer"], c["regularizer"])
-                ax.plot(c["x"], y, color=color, alpha=0.8, lw=1.2,
-                        ls="-" if c["status"] == "ok" else "--",
-                        marker=marker if len(y) < 12 else None, ms=4,
-                        label=None if name in seen else name)  # fmt: skip
+                ax.plot(
+                    c["x"],
+                    y,
+                    color=color,
+                    alpha=0.8,
+                    lw=1.2,
+                    ls="-" if c["status"] == "ok" else "--",
+                    marker=marker if len(y) < 12 else None,
+                    ms=4,
+                    label=None if name in seen else name,
+                )
                 seen.add(name)
             values = np.concatenate([c[col] for c in part]) if part else np.zeros(0)
             if col != "train_error" and len(values) and (values > 0).all():
                 ax.set_yscale("log")
             ax.set_xlabel("L-BFGS evaluation of the objective" if kernel else "epoch")
             ax.set_ylabel(label)
-            ax.set_title(f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-                         f"{FAMILY_LABEL.get(family, family)}: {len(part)} model(s)",
-                         fontsize=9)  # fmt: skip
+            ax.set_title(
+                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+                f"{FAMILY_LABEL.get(family, family)}: {len(part)} model(s)",
+                fontsize=9,
+            )
             ax.grid(alpha=0.3)
             if part:
                 ax.legend(fontsize=8)
             else:
-                ax.text(0.5, 0.5, "no model trained", ha="center", va="center",
-                        transform=ax.transAxes)  # fmt: skip
+                ax.text(
+                    0.5, 0.5, "no model trained", ha="center", va="center", transform=ax.transAxes
+                )
     n_div = sum(c["status"] != "ok" for c in curves)
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s), dashed", fontsize=8)

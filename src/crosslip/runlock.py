@@ -69,11 +69,27 @@ SHARED_WAIT_S = 60.0
 #: no lock (Snakemake itself only warns about a lock for most of them). Any other command
 #: (a run, --touch, --delete-all-output, --cleanup-metadata, ...) takes it.
 READ_ONLY_ACTIONS = (
-    "dryrun", "lint", "list_target_rules", "list_rules", "print_compilation", "dag",
-    "rulegraph", "filegraph", "d3dag", "summary", "detailed_summary", "list_changes",
-    "list_input_changes", "list_params_changes", "list_untracked", "list_conda_envs",
-    "archive", "generate_unit_tests", "unlock", "nolock",
-)  # fmt: skip
+    "dryrun",
+    "lint",
+    "list_target_rules",
+    "list_rules",
+    "print_compilation",
+    "dag",
+    "rulegraph",
+    "filegraph",
+    "d3dag",
+    "summary",
+    "detailed_summary",
+    "list_changes",
+    "list_input_changes",
+    "list_params_changes",
+    "list_untracked",
+    "list_conda_envs",
+    "archive",
+    "generate_unit_tests",
+    "unlock",
+    "nolock",
+)
 
 
 class RunLockBusy(Exception):

@@ -75,8 +75,9 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
     if m == 0:
         return xb
     net.eval()
-    ub = upper_bound(net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10,
-                     dtype=xb.dtype, progress=False)  # fmt: skip
+    ub = upper_bound(
+        net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False
+    )
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -145,12 +146,20 @@ def train(
         x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()
     in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
     if cfg.arch == "resnet":
-        net = ResNet(model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha,
-                     drop_hidden)  # fmt: skip
+        net = ResNet(
+            model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha, drop_hidden
+        )
     else:
-        net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias,
-                          keep_hidden=cfg.keep_hidden, keep_input=cfg.keep_input,
-                          init=cfg.init)  # fmt: skip
+        net = SoftplusNet(
+            in_dim,
+            num_classes,
+            cfg.hidden,
+            cfg.alpha,
+            cfg.bias,
+            keep_hidden=cfg.keep_hidden,
+            keep_input=cfg.keep_input,
+            init=cfg.init,
+        )
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
@@ -163,8 +172,9 @@ def train(
     decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
     updates = 0
     batches = math.ceil(n / cfg.batch_size)
-    progress = Progress("train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1),
-                        fractional=True)  # fmt: skip
+    progress = Progress(
+        "train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1), fractional=True
+    )
     for epoch in range(cfg.epochs):
         t_epoch = time.perf_counter()
         net.train()
@@ -193,8 +203,11 @@ def train(
             tot_pen += pen.item() * len(idx)
             progress.advance_bar(1 / batches)
         if status != "ok":
-            LOG.info("train: non-finite loss in epoch %d (update %d): stopped, status diverged",
-                     epoch + 1, updates + 1)  # fmt: skip
+            LOG.info(
+                "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
+                epoch + 1,
+                updates + 1,
+            )
             break
         curve.append(
             {
@@ -204,9 +217,14 @@ def train(
                 "train_error": error_rate(net, xtr_eval, ytr),
             }
         )
-        progress.update(1, loss=curve[-1]["loss"], penalty=curve[-1]["penalty"],
-                        train_error=curve[-1]["train_error"], lr=opt.param_groups[0]["lr"],
-                        epoch_seconds=time.perf_counter() - t_epoch)  # fmt: skip
+        progress.update(
+            1,
+            loss=curve[-1]["loss"],
+            penalty=curve[-1]["penalty"],
+            train_error=curve[-1]["train_error"],
+            lr=opt.param_groups[0]["lr"],
+            epoch_seconds=time.perf_counter() - t_epoch,
+        )
     progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()

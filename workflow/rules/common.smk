@@ -42,7 +42,9 @@ def evaluated(pattern):
     def paths(wildcards):
         if config["certify"]["models"] == "all":
             return all_models(pattern)
-        chosen = crosslip_selection.read_selected(checkpoints.select_models.get().output[0])
+        chosen = crosslip_selection.read_selected(
+            checkpoints.select_models.get().output[0]
+        )
         return [pattern.format(dataset=ds, model=m) for ds, m in chosen]
 
     return paths

@@ -5,19 +5,21 @@
 rule prepare_data:
     output:
         f"{RESULTS}/data/{{dataset}}.npz",
-    params:
-        cache=config["data"]["cache"],
-        mirror=lambda wc: config["data"]["mirrors"].get(wc.dataset),
-        source=lambda wc: crosslip_config.dataset_entry(config, wc.dataset),
-        files=lambda wc: data_fingerprint(crosslip_config.dataset_entry(config, wc.dataset)),
-        code=code("prepare_data.py"),
-    priority: 50
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+    priority: 50
     conda:
         ENV
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        cache=config["data"]["cache"],
+        mirror=lambda wc: config["data"]["mirrors"].get(wc.dataset),
+        source=lambda wc: crosslip_config.dataset_entry(config, wc.dataset),
+        files=lambda wc: data_fingerprint(
+            crosslip_config.dataset_entry(config, wc.dataset)
+        ),
+        code=code("prepare_data.py"),
     script:
         "../scripts/prepare_data.py"

@@ -5,22 +5,22 @@ rule certify:
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
     output:
         f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
-    params:
-        n_points=config["certify"]["n_points"],
-        rtol=config["certify"]["rtol"],
-        kinds=config["certify"]["kinds"],
-        device=config["device"],
-        code=code("certify.py"),
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=60,
     log:
         f"{RESULTS}/logs/certify/{{dataset}}/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/certify/{{dataset}}/{{model}}.tsv"
     conda:
         ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        n_points=config["certify"]["n_points"],
+        rtol=config["certify"]["rtol"],
+        kinds=config["certify"]["kinds"],
+        device=config["device"],
+        code=code("certify.py"),
     script:
         "../scripts/certify.py"
 
@@ -33,6 +33,16 @@ rule attack:
     output:
         table=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
         examples=f"{RESULTS}/examples/{{dataset}}/{{model}}.npz",
+    log:
+        f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=60,
     params:
         n_points=config["attack"]["n_points"],
         rtol=config["attack"]["rtol"],
@@ -42,16 +52,6 @@ rule attack:
         n_examples=config["attack"]["n_examples"],
         device=config["device"],
         code=code("attack.py"),
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=60,
-    log:
-        f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
-    conda:
-        ENV
     script:
         "../scripts/attack.py"
 
@@ -63,11 +63,11 @@ rule instances:
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
     output:
         f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet",
-    params:
-        code=code("instances.py"),
     log:
         f"{RESULTS}/logs/instances/{{dataset}}/{{model}}.log",
     conda:
         ENV
+    params:
+        code=code("instances.py"),
     script:
         "../scripts/instances.py"

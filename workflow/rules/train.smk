@@ -4,10 +4,12 @@ rule train:
     output:
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-    params:
-        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
-        code=code("train.py"),
-        device=config["device"],
+    log:
+        f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=4000,
@@ -16,11 +18,9 @@ rule train:
         # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
         # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
         gpu=1,
-    log:
-        f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
-    conda:
-        ENV
+    params:
+        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
+        code=code("train.py"),
+        device=config["device"],
     script:
         "../scripts/train.py"

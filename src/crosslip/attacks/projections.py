@@ -173,9 +173,13 @@ def project_box(
 
 
 def project_box_reference(
-    x: torch.Tensor, v: torch.Tensor, c: torch.Tensor, p: float = 2, lo: float = 0.0,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    c: torch.Tensor,
+    p: float = 2,
+    lo: float = 0.0,
     hi: float = 1.0,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Straightforward per-row implementation (a Python loop over rows and sorted
     coordinates): the speed baseline of ``benchmarks/bench_attack.py`` and a test oracle."""
     p = check_p(p)

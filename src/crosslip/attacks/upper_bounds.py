@@ -145,8 +145,9 @@ def upper_bound(
     parts, found = [], 0
     with Progress(f"attack {_norm_name(p)}", len(x), "points", active=progress) as bar:
         for i in range(0, len(x), batch_size):
-            parts.append(_paper_batch(model, x[i : i + batch_size].to(dtype), p, lo, hi, rtol,
-                                      max_steps))  # fmt: skip
+            parts.append(
+                _paper_batch(model, x[i : i + batch_size].to(dtype), p, lo, hi, rtol, max_steps)
+            )
             found += int(parts[-1].success.sum())
             bar.update(len(parts[-1].norm), successes=found)
     return _cat(parts)
@@ -177,8 +178,7 @@ def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
     c_row = pred[point]
     v = grads[point, c_row] - grads[point, target]
     t0 = logits[point, c_row] - logits[point, target]
-    norm, delta_rows, adv_cls = _search(model, x[point], c_row, v, t0, p, lo, hi, rtol,
-                                        max_steps)  # fmt: skip
+    norm, delta_rows, adv_cls = _search(model, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps)
     # minimum over targets per point
     per_point = torch.full((n, k), torch.inf, dtype=x.dtype, device=x.device)
     per_point[point, target] = norm

@@ -355,9 +355,7 @@ class Prop23Bound:
         self.err = 16.0 * (d + h + 8) * UNIT
         self.tau = rng.terms.underflow_floor
 
-    def parts(
-        self, rows: Rows
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def parts(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``2 L^2`` as computed (nr,), ``U^T (d s+)``, ``U^T (d s-)`` (nr, d), which
         :class:`IntervalBound` reuses, and ``nu`` (nr,)."""
         dabs = rows.d.abs()

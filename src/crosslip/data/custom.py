@@ -260,8 +260,7 @@ def read_idx_folder(folder: Path) -> tuple[Split, Split]:
         x = _read_idx(images)
         if x.ndim not in (3, 4):
             raise CustomDataError(
-                f"{images}: IDX array of shape {x.shape}; expected images (n, h, w) or "
-                "(n, h, w, c)"
+                f"{images}: IDX array of shape {x.shape}; expected images (n, h, w) or (n, h, w, c)"
             )
         splits.append(make_split(x, _read_idx(labels), str(images), str(labels)))
     return splits[0], splits[1]
@@ -294,8 +293,9 @@ def read_npz(path: Path) -> tuple[Split, Split, tuple[str, ...] | None]:
                 f"{path}: missing array(s) {', '.join(missing)} (the {' and '.join(splits)} "
                 f"split); a .npz dataset holds {', '.join(NPZ_ARRAYS)}"
             )
-        arrays = {k: _npz_array(npz, k, path) for k in (*NPZ_ARRAYS, "class_names")
-                  if k in npz.files}  # fmt: skip
+        arrays = {
+            k: _npz_array(npz, k, path) for k in (*NPZ_ARRAYS, "class_names") if k in npz.files
+        }
     names = None
     if "class_names" in arrays:
         raw = arrays["class_names"]
@@ -429,8 +429,9 @@ def read_image_folder(root: Path) -> tuple[Split, Split, tuple[str, ...]]:
                 images.append(img)
                 labels.append(label)
         where = str(root / split)
-        splits.append(make_split(np.stack(images), np.asarray(labels, dtype=np.int64), where,
-                                 where))  # fmt: skip
+        splits.append(
+            make_split(np.stack(images), np.asarray(labels, dtype=np.int64), where, where)
+        )
     return splits[0], splits[1], tuple(classes)
 
 
@@ -463,8 +464,7 @@ def expected_checksums(entry: Mapping[str, Any]) -> list[tuple[Path, str, str]]:
         sums = Path(entry["checksums"]).expanduser()
         if not sums.is_file():
             raise CustomDataError(
-                f"{sums}: checksum file not found (config key checksums of dataset "
-                f"{entry['name']})"
+                f"{sums}: checksum file not found (config key checksums of dataset {entry['name']})"
             )
         for number, line in enumerate(sums.read_text().splitlines(), start=1):
             line = line.strip()
@@ -476,8 +476,9 @@ def expected_checksums(entry: Mapping[str, Any]) -> list[tuple[Path, str, str]]:
                     f"{sums}, line {number}: not '<sha256 digest>  <file>' (sha256sum's "
                     f"format): {line[:60]!r}"
                 )
-            out.append((sums.parent / match.group(2), match.group(1).lower(),
-                        f"{sums}, line {number}"))  # fmt: skip
+            out.append(
+                (sums.parent / match.group(2), match.group(1).lower(), f"{sums}, line {number}")
+            )
     return out
 
 
@@ -507,8 +508,12 @@ def source_files(entry: Mapping[str, Any]) -> list[Path]:
     if entry["format"] == "npz":
         files = [path] if path.is_file() else []
     elif entry["format"] == "idx" and path.is_dir():
-        files = [p for p in path.iterdir() if p.is_file() and re.fullmatch(
-            r"(train|t10k)-(images-idx[34]|labels-idx1)-ubyte(\.gz)?", p.name)]  # fmt: skip
+        files = [
+            p
+            for p in path.iterdir()
+            if p.is_file()
+            and re.fullmatch(r"(train|t10k)-(images-idx[34]|labels-idx1)-ubyte(\.gz)?", p.name)
+        ]
     elif entry["format"] == "folder":
         for split in SPLITS:
             for dirpath, dirnames, filenames in os.walk(path / split):
@@ -539,8 +544,14 @@ def check_fits_training(ds: Dataset, settings: Sequence[str], arch: str, crop: i
     """Raise :class:`CustomDataError` if the config cannot train on ``ds``: the ``augment``
     setting (random crops of ``crop`` pixels a side) and the ResNet need images (h, w, c),
     and the crops must fit in them."""
-    needs = [what for what, on in (("train.settings augment", "augment" in settings),
-                                   ("model.arch resnet", arch == "resnet")) if on]  # fmt: skip
+    needs = [
+        what
+        for what, on in (
+            ("train.settings augment", "augment" in settings),
+            ("model.arch resnet", arch == "resnet"),
+        )
+        if on
+    ]
     if needs and len(ds.shape) != 3:
         raise CustomDataError(
             f"{ds.name}: flat vectors of shape ({ds.shape[0]},), but {' and '.join(needs)} "

@@ -55,22 +55,28 @@ def attack_stage(
         for name in norms:
             p = norm_p(name)
             ub = upper_bound(net, xd, p=p, rtol=rtol, max_steps=max_steps)
-            ref = refine_upper_bound(net, xd, ub, p=p, steps=refine_steps, rtol=rtol,
-                                     max_steps=max_steps)  # fmt: skip
+            ref = refine_upper_bound(
+                net, xd, ub, p=p, steps=refine_steps, rtol=rtol, max_steps=max_steps
+            )
             df[upper_bound_column(name)] = np.where(ub.success.numpy(), ub.norm.numpy(), np.nan)
-            df[f"upper_bound_{name}_refined"] = np.where(ref.success.numpy(), ref.norm.numpy(),
-                                                         np.nan)  # fmt: skip
+            df[f"upper_bound_{name}_refined"] = np.where(
+                ref.success.numpy(), ref.norm.numpy(), np.nan
+            )
             if name == "l2":
                 df["attack_success"] = ub.success.numpy()
                 df["attack_target"] = ub.target.numpy()
                 df["adv_class"] = ub.adv_class.numpy()
                 m = min(n_examples, len(idx))
-                examples = {"test_index": idx[:m], "x": x[:m].numpy(),
-                            "delta": ub.delta[:m].numpy(),
-                            "adv": (x[:m].double() + ub.delta[:m]).numpy(),
-                            "pred": ub.pred[:m].numpy(),
-                            "adv_class": ub.adv_class[:m].numpy(), "norm": ub.norm[:m].numpy(),
-                            "success": ub.success[:m].numpy()}  # fmt: skip
+                examples = {
+                    "test_index": idx[:m],
+                    "x": x[:m].numpy(),
+                    "delta": ub.delta[:m].numpy(),
+                    "adv": (x[:m].double() + ub.delta[:m]).numpy(),
+                    "pred": ub.pred[:m].numpy(),
+                    "adv_class": ub.adv_class[:m].numpy(),
+                    "norm": ub.norm[:m].numpy(),
+                    "success": ub.success[:m].numpy(),
+                }
         df["attack_seconds"] = (time.perf_counter() - t0) / max(len(idx), 1)
         df = df.reindex(columns=ATTACK_COLUMNS)
         if "l2" not in norms:
@@ -79,6 +85,10 @@ def attack_stage(
     write_parquet(df, out)
     if examples_out is not None:
         with atomic_path(examples_out) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, shape=np.asarray(shape, dtype=np.int64),
-                     class_names=read_class_names(data), **examples)  # fmt: skip
+            np.savez(
+                fh,
+                shape=np.asarray(shape, dtype=np.int64),
+                class_names=read_class_names(data),
+                **examples,
+            )
     return df

@@ -29,6 +29,12 @@ def prepare_data(
     if training is not None:
         check_fits_training(ds, training["settings"], training["arch"], training["crop"])
     save_prepared(ds, out)
-    return {"name": ds.name, "n_train": len(ds.y_train), "n_test": len(ds.y_test), "d": ds.dim,
-            "shape": list(ds.shape), "num_classes": ds.num_classes,
-            "class_names": list(ds.class_names)}  # fmt: skip
+    return {
+        "name": ds.name,
+        "n_train": len(ds.y_train),
+        "n_test": len(ds.y_test),
+        "d": ds.dim,
+        "shape": list(ds.shape),
+        "num_classes": ds.num_classes,
+        "class_names": list(ds.class_names),
+    }
