@@ -35,18 +35,8 @@ from crosslip import runlock
 from crosslip.runlock import RunLockBusy, acquire, probe_stale, snakemake_lock_files
 
 from .helpers import ROOT, snakemake_cmd
-from .test_reliability import (
-    SECONDS,
-    THREADS,
-    finished_rules,
-    kill_group,
-    marked_incomplete,
-    mtimes,
-    offline_env,
-    planned_jobs,
-    unfinished,
-    wait_for_job,
-)
+from .test_interruptions import kill_group, marked_incomplete, mtimes, unfinished, wait_for_job
+from .workflow_helpers import SECONDS, THREADS, finished_rules, offline_env, planned_jobs
 
 # --------------------------------------------------------------------------------------
 # 1. the run lock, with real processes
