@@ -39,7 +39,8 @@ GUARANTEES = {  # column -> (p, box)
 def net_with(U, b, W, c, alpha=10.0) -> SoftplusNet:
     """A float64 softplus net with the given weights (lists or tensors)."""
     U, W = torch.as_tensor(U, dtype=DT), torch.as_tensor(W, dtype=DT)
-    net = SoftplusNet(U.shape[1], W.shape[0], hidden=U.shape[0], alpha=alpha).double().eval()
+    net = SoftplusNet(U.shape[1], W.shape[0], hidden=U.shape[0], alpha=alpha, bias=True)
+    net = net.double().eval()
     with torch.no_grad():
         net.hidden_layer.weight.copy_(U)
         net.hidden_layer.bias.copy_(torch.as_tensor(b, dtype=DT))
