@@ -61,7 +61,7 @@ def test_expected_errors_derive_from_the_base_and_keep_their_builtin_base(cls, b
         (lambda: TrainConfig(regularizer="l2reg"), ["'l2reg'", "cross_lipschitz", "dropout"]),
         (lambda: TrainConfig(adv_norm="l3"), ["'l3'", "l1, l2, linf"]),
         (lambda: TrainConfig(arch="vgg"), ["'vgg'", "mlp, resnet"]),
-        (lambda: TrainConfig(regularizer="dropout", lam=1.5), ["[0, 1)", "1.5"]),
+        (lambda: TrainConfig(regularizer="dropout", keep_hidden=1.5), ["(0, 1]", "1.5"]),
         (lambda: KernelTrainConfig(regularizer="svm"), ["'svm'", "kernel_logreg"]),
         (lambda: norm_p("l3"), ["'l3'", "l1, l2, linf"]),
         (lambda: certify(random_net(3, 2, 4, 0), torch.rand(2, 3), kinds=["l3"]), ["'l3'"]),

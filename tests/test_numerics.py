@@ -46,7 +46,7 @@ def tie_net() -> SoftplusNet:
 
 def constant_net(bias: tuple[float, ...]) -> SoftplusNet:
     """All weights zero: the output is ``bias`` everywhere (zeros: a three-way tie)."""
-    net = SoftplusNet(6, 3, hidden=8).double()
+    net = SoftplusNet(6, 3, hidden=8, bias=True).double()
     with torch.no_grad():
         for p in net.parameters():
             p.zero_()
@@ -88,6 +88,8 @@ def test_constant_model_bound_class_is_not_the_predicted_class():
 
 @pytest.mark.parametrize("gap", [1e-6, 1e-9, 1e-13])
 def test_tiny_margin_gives_a_tiny_positive_finite_guarantee(gap):
+    """A margin of 1e-6 or 1e-9 gets a tiny positive radius; at 1e-13 the margin is within
+    the float64 forward error of the logits, so the sound certificate may be 0."""
     net = random_net(6, 3, 8, 1, 4.0)
     x = points(1)
     with torch.no_grad():  # lift the runner-up to within ``gap`` of the winner at x
@@ -98,7 +100,8 @@ def test_tiny_margin_gives_a_tiny_positive_finite_guarantee(gap):
     assert res["pred"].item() == c and 0 < res["margin"].item() < 2 * gap
     for col in GUARANTEES:
         g = res[col].item()
-        assert 0 < g < 1e3 * gap, (col, g)  # tiny, positive, finite
+        assert 0 <= g < 1e3 * gap, (col, g)  # tiny and finite
+        assert g > 0 or gap < 1e-10, (col, g)  # positive unless below rounding error
     ub = upper_bound(net, x, p=2)
     assert ub.success.item() and ub.norm.item() >= res["guarantee_l2"].item()
 
