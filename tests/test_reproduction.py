@@ -563,8 +563,8 @@ def test_module_entry_point_imports_no_torch(tmp_path: Path) -> None:
 # the summary column behind "local beats global on every point"
 # --------------------------------------------------------------------------------------
 def test_summary_counts_points_where_global_beats_local() -> None:
-    from crosslip.results_schema import INSTANCE_SCHEMA
     from crosslip.report import SUMMARY_COLUMNS, summarize
+    from crosslip.results_schema import INSTANCE_SCHEMA
 
     n = 6
     df = pd.DataFrame({c: [np.nan] * n for c in INSTANCE_SCHEMA.names})
