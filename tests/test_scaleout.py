@@ -80,7 +80,11 @@ def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset
     jobs, out = dry_run(tmp_path / "work", *args, env=env)
     assert f"Using profiles {SLURM_PROFILE} and workflow specific profile" in out  # +default
     rules = {job["rule"] for job in jobs}
-    assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
+    if preset is not None and "certify:\n  models: best" in preset.read_text():
+        # the select_models checkpoint decides after training which models are evaluated
+        assert {"prepare_data", "train", "select_models"} <= rules and "certify" not in rules
+    else:
+        assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
     for job in jobs:
         res = job["resources"]
         assert res.get("gpu", "0") == ("1" if job["rule"] == "train" else "0"), job

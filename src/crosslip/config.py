@@ -521,7 +521,7 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]
     targets += [
         f"{res}/figures/training/{ds}-{fam}.{ext}"
-        for ds in config["datasets"]
+        for ds in dataset_names(config)
         for fam in sorted(fams)
         for ext in ("png", "pdf")
     ]
