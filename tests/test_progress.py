@@ -110,6 +110,9 @@ def test_kernel_training_logs_lbfgs_iterations(caplog):
     done = [ln["done"] for ln in lines]
     assert done == sorted(set(done)) and len(done) >= 2, done
     assert done[-1] == res.metrics["lbfgs_iterations"]
+    stop = f"train: L-BFGS stopped after {done[-1]} iterations (at most 30), "
+    stop += f"{len(res.metrics['curve'])} evaluations"
+    assert any(r.getMessage().startswith(stop) for r in caplog.records)
     assert {ln["total"] for ln in lines} == {30} and lines[0]["unit"] == "L-BFGS iterations"
     losses = [c["loss"] for c in res.metrics["curve"]]
     for ln in lines:

@@ -160,6 +160,9 @@ def train_kernel(
         grad_norm = float(coef.grad.norm()) if coef.grad is not None else float("nan")
     seconds = time.perf_counter() - t0
     iterations = int(opt.state[coef].get("n_iter", 0))
+    LOG.info("train: L-BFGS stopped after %d iterations (at most %d), %d evaluations: objective "
+             "%.6g, gradient norm %.3g, %.1f s", iterations, cfg.max_iter, len(curve),
+             curve[-1]["loss"] if curve else float("nan"), grad_norm, seconds)  # fmt: skip
     model = model.cpu().eval()
     xte, yte = torch.as_tensor(x_test, dtype=dt), torch.as_tensor(y_test)
     metrics: dict[str, Any] = {

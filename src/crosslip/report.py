@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from .io import atomic_path
 from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
@@ -455,6 +456,7 @@ def plot_training_curves(
             if col != "train_error" and len(values) and (values > 0).all():
                 ax.set_yscale("log")
             ax.set_xlabel("L-BFGS evaluation of the objective" if kernel else "epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(label)
             ax.set_title(
                 f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "

@@ -431,7 +431,7 @@ def guard_run(workflow: Any, results: str | Path) -> None:
         )
     if lock.kept:
         logger.warning(
-            f"crosslip: {len(lock.kept)} Snakemake lock file(s) in {SNAKEMAKE_LOCKS} predate "
-            "every run of this workflow here and are kept; if Snakemake refuses to start and "
-            "no other Snakemake runs in this folder, run once with --unlock."
+            f"crosslip: {len(lock.kept)} Snakemake lock file(s) in {SNAKEMAKE_LOCKS} were not "
+            "left by a killed run of this workflow and are kept; if Snakemake refuses to start "
+            "and no other Snakemake runs in this folder, run once with --unlock."
         )
