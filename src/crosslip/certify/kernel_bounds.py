@@ -465,7 +465,9 @@ def certify_kernel_reference(
     model: GaussianKernelModel, x: torch.Tensor, rtol: float = 1e-3
 ) -> dict[str, torch.Tensor]:
     """Same as :func:`certify_kernel` (same :func:`theorem21` search), one point at a time
-    with :func:`prop22_reference` as the bound: the baseline and an end-to-end oracle."""
+    with :func:`prop22_reference` as the bound and the computed margins: the baseline and an
+    end-to-end oracle. It evaluates the formulas as printed, without the rounding terms of
+    :func:`certify_kernel` (which lower its guarantees by far less than ``rtol``)."""
     model = _as64(model)
     if len(x) == 0:
         return _empty_result()
