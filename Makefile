@@ -6,8 +6,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
+ARGS ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint format bench record clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,18 +16,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# A killed run resumes with the same command (docs/troubleshooting-resume.md). ARGS: more
+# Snakemake arguments, e.g. make run ARGS="--configfile config/presets/mnist.yaml"
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# the quick tier for the edit loop: everything but the Snakemake end-to-end tests
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow
 	$(BIN)/snakemake --lint
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/snakefmt Snakefile workflow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pipeline.py
+
+# docs/reproduction.md from the runs committed under docs/reproduction/ (docs/reproduction-record.md)
+record: $(STAMP)
+	$(BIN)/python -m crosslip.reproduction render
 
 clean:
 	rm -rf results .snakemake

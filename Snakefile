@@ -5,8 +5,11 @@
 # Run: snakemake --cores all            (embedded default, config.yaml)
 #      snakemake --cores all --configfile <preset.yaml>
 import re
+import sys
+import time
 from pathlib import Path
 
+from crosslip import io as crosslip_io
 
 # The embedded default; a --configfile on the command line replaces it entirely (so a preset
 # defines its whole grid instead of being merged into the default one).
@@ -16,6 +19,15 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+
+
+# A run lock that dies with its holder: a killed run resumes with the same command, a second
+# run for the same results folder is refused (docs/troubleshooting-resume.md).
+from crosslip.runlock import guard_run
+
+guard_run(workflow, config["results"])
+
+
 wildcard_constraints:
     dataset="|".join(DATASETS),
     family="mlp|resnet|kernel",
@@ -31,7 +43,33 @@ include: "workflow/rules/aggregate.smk"
 report: "workflow/report/workflow.rst"
 
 
+# A failed job's one-line reason on the terminal, whatever executes the jobs (locally their
+# stderr may be hidden among other output; on SLURM it goes to the cluster's job files):
+# read from each failed job's log file (crosslip.io.failure_lines). The jobs come from the
+# scheduler, or, where it does not say, from the logs with an ERROR written since this start.
+_STARTED = time.time()
+
+
+onerror:
+    scheduler = getattr(workflow, "scheduler", None)
+    failed = getattr(scheduler, "failed", None)
+    if failed:
+        jobs = [
+            (
+                job.rule.name,
+                ", ".join(f"{k}={v}" for k, v in job.wildcards.items()),
+                list(job.log),
+            )
+            for job in sorted(failed, key=lambda j: (j.rule.name, str(j.wildcards)))
+            if hasattr(job, "rule")
+        ]
+    else:
+        jobs = crosslip_io.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
+    for line in crosslip_io.failure_lines(jobs):
+        print(line, file=sys.stderr)
+
+
 rule all:
+    default_target: True
     input:
         crosslip_config.aggregate_targets(config),
-    default_target: True

@@ -65,8 +65,9 @@ def projections(n: int, d: int, n_ref: int) -> dict:
             prob, delta = solve_all(x, v, frac, p)  # warm-up at full size; kept for checks
             # median of 5 runs; each result is dropped at once (keeping them all would
             # grow the heap and time page faults instead of the projection)
-            secs[name] = statistics.median(timed(partial(solve_all, x, v, frac, p))[1]
-                                           for _ in range(5))  # fmt: skip
+            secs[name] = statistics.median(
+                timed(partial(solve_all, x, v, frac, p))[1] for _ in range(5)
+            )
             c = -(frac * prob.capacity)[:n_ref]
             ref, rsecs = timed(partial(project_box_reference, x[:n_ref], v[:n_ref], c, p))
             speedup[name] = rsecs / n_ref * n / secs[name]
@@ -101,12 +102,16 @@ def main() -> None:
     ub, secs = timed(lambda: upper_bound(net, x, p=2))
     ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps))
     ok = ub.success
-    res.update(points=len(x), upper_bound_seconds=secs, refine_seconds=rsecs,
-               refine_steps=args.refine_steps, success_rate=float(ok.double().mean()),
-               mean_upper_bound_paper=float(ub.norm[ok].mean()),
-               mean_upper_bound_refined=float(ref.norm[ok].mean()),
-               share_refined_smaller=float((ref.norm[ok] < ub.norm[ok] * (1 - 1e-9))
-                                           .double().mean()))  # fmt: skip
+    res.update(
+        points=len(x),
+        upper_bound_seconds=secs,
+        refine_seconds=rsecs,
+        refine_steps=args.refine_steps,
+        success_rate=float(ok.double().mean()),
+        mean_upper_bound_paper=float(ub.norm[ok].mean()),
+        mean_upper_bound_refined=float(ref.norm[ok].mean()),
+        share_refined_smaller=float((ref.norm[ok] < ub.norm[ok] * (1 - 1e-9)).double().mean()),
+    )
 
     print(f"machine: {res['machine']} (device {res['device']})")
     for tag, label in (("", "float32"), ("_float64", "float64")):
@@ -115,16 +120,20 @@ def main() -> None:
             rate = res["projection_rows_per_second" + tag][name]
             speed = res["projection_speedup_vs_reference" + tag][name]
             diff = res["projection_max_rel_diff" + tag][name]
-            print(f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
-                  f"({rate:,.0f} rows/s), x{speed:.0f} vs per-row reference, "
-                  f"max rel. diff {diff:.1e}")  # fmt: skip
+            print(
+                f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
+                f"({rate:,.0f} rows/s), x{speed:.0f} vs per-row reference, "
+                f"max rel. diff {diff:.1e}"
+            )
     print(
         f"L2 upper bounds, {len(x)} MNIST test points x 9 targets: {secs:.1f} s; success "
         f"{res['success_rate']:.1%}; mean {res['mean_upper_bound_paper']:.4f} (paper)"
     )
-    print(f"refinement, {args.refine_steps} re-linearizations: {rsecs:.1f} s; mean "
-          f"{res['mean_upper_bound_refined']:.4f}; smaller on "
-          f"{res['share_refined_smaller']:.1%} of the points")  # fmt: skip
+    print(
+        f"refinement, {args.refine_steps} re-linearizations: {rsecs:.1f} s; mean "
+        f"{res['mean_upper_bound_refined']:.4f}; smaller on "
+        f"{res['share_refined_smaller']:.1%} of the points"
+    )
     print(json.dumps(res))
 
 

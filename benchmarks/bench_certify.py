@@ -27,9 +27,9 @@ import torch
 
 from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
 from crosslip.device import describe_machine
-from crosslip.models import load_model, save_model
 from crosslip.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,27 +74,39 @@ def main() -> None:
     xd = x.to(dev)
     certify_softplus(net, xd[:64], kinds=("local",))  # warm-up
     cert, secs = timed(lambda: certify_softplus(net, xd, kinds=("local",), rtol=1e-3))
-    res.update(points=len(x), seconds=secs, points_per_second=len(x) / secs,
-               mean_guarantee_local=float(cert["guarantee_local"].mean()),
-               evaluations_mean=float(cert["evaluations"].float().mean()))  # fmt: skip
+    res.update(
+        points=len(x),
+        seconds=secs,
+        points_per_second=len(x) / secs,
+        mean_guarantee_local=float(cert["guarantee_local"].mean()),
+        evaluations_mean=float(cert["evaluations"].float().mean()),
+    )
 
     n_ref = args.reference_points
     ref, ref_s = timed(lambda: certify_prop23_reference(net, x[:n_ref], rtol=1e-3))
     diff = (cert["guarantee_local"][:n_ref] - ref).abs() / ref.abs().clamp_min(1e-300)
-    res.update(reference_points=n_ref, reference_seconds_per_point=ref_s / n_ref,
-               speedup_vs_reference=(ref_s / n_ref) / (secs / len(x)),
-               max_rel_diff_vs_reference=float(diff.max()))  # fmt: skip
+    res.update(
+        reference_points=n_ref,
+        reference_seconds_per_point=ref_s / n_ref,
+        speedup_vs_reference=(ref_s / n_ref) / (secs / len(x)),
+        max_rel_diff_vs_reference=float(diff.max()),
+    )
 
     n_all = args.all_kinds_points
     full, all_s = timed(lambda: certify_softplus(net, xd[:n_all], rtol=1e-3))
     ok = full["pred"].numpy() == ds.y_test[:n_all]
     means = {k: float(v[ok].double().mean()) for k, v in full.items() if k.startswith("guarantee")}
     local, glob = full["guarantee_local"][ok], full["guarantee_global"][ok]
-    res.update(all_kinds_points=n_all, all_kinds_seconds=all_s, means_correct=means,
-               table1_ratio_global_local=float((glob / local).mean()),
-               share_global_beats_local=float((glob > local).double().mean()),
-               share_l2_tighter_than_local=float(
-                   (full["guarantee_l2"][ok] > local * (1 + 1e-9)).double().mean()))  # fmt: skip
+    res.update(
+        all_kinds_points=n_all,
+        all_kinds_seconds=all_s,
+        means_correct=means,
+        table1_ratio_global_local=float((glob / local).mean()),
+        share_global_beats_local=float((glob > local).double().mean()),
+        share_l2_tighter_than_local=float(
+            (full["guarantee_l2"][ok] > local * (1 + 1e-9)).double().mean()
+        ),
+    )
 
     if not args.no_kernel:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -106,22 +118,30 @@ def main() -> None:
 
     print(f"machine: {res['machine']} (device {res['device']})")
     print(f"network: 784-1024-10 softplus, plain SGD, test error {err:.2%}")
-    print(f"Prop. 2.3 guarantees, {len(x)} points, rtol 1e-3: {secs:.1f} s "
-          f"({res['points_per_second']:.0f} points/s, "
-          f"{res['evaluations_mean']:.2f} R per point)")  # fmt: skip
-    print(f"per-point reference ({n_ref} points): {res['reference_seconds_per_point']:.3f} s/point"
-          f" -> speed-up x{res['speedup_vs_reference']:.0f}, "
-          f"max rel. diff {res['max_rel_diff_vs_reference']:.1e}")  # fmt: skip
+    print(
+        f"Prop. 2.3 guarantees, {len(x)} points, rtol 1e-3: {secs:.1f} s "
+        f"({res['points_per_second']:.0f} points/s, "
+        f"{res['evaluations_mean']:.2f} R per point)"
+    )
+    print(
+        f"per-point reference ({n_ref} points): {res['reference_seconds_per_point']:.3f} s/point"
+        f" -> speed-up x{res['speedup_vs_reference']:.0f}, "
+        f"max rel. diff {res['max_rel_diff_vs_reference']:.1e}"
+    )
     print(f"all guarantee families, {n_all} points: {all_s:.1f} s")
     for k, v in means.items():
         print(f"  mean {k:<22} {v:.4f} (correctly classified points)")
-    print(f"  Table 1 ratio global/local: {res['table1_ratio_global_local']:.3f}; global beats "
-          f"local on {res['share_global_beats_local']:.1%}; tighter L2 beats Prop. 2.3 on "
-          f"{res['share_l2_tighter_than_local']:.1%}")  # fmt: skip
+    print(
+        f"  Table 1 ratio global/local: {res['table1_ratio_global_local']:.3f}; global beats "
+        f"local on {res['share_global_beats_local']:.1%}; tighter L2 beats Prop. 2.3 on "
+        f"{res['share_l2_tighter_than_local']:.1%}"
+    )
     if "kernel_seconds" in res:
-        print(f"kernel bound (Prop. 2.2), {res['kernel_centers']} centres, "
-              f"{res['kernel_points']} points: {res['kernel_seconds']:.1f} s "
-              f"(x{res['kernel_speedup_vs_reference']:.0f} vs per-point reference)")  # fmt: skip
+        print(
+            f"kernel bound (Prop. 2.2), {res['kernel_centers']} centres, "
+            f"{res['kernel_points']} points: {res['kernel_seconds']:.1f} s "
+            f"(x{res['kernel_speedup_vs_reference']:.0f} vs per-point reference)"
+        )
     print(json.dumps(res))
 
 

@@ -47,8 +47,9 @@ def main() -> None:
         lambda: [certify_softplus(net, x[i : i + 1], kinds=("local",)) for i in range(n_ref)]
     )
     res["certify_per_point_s_per_200"] = secs * 200 / n_ref
-    agree = torch.allclose(torch.cat([r["guarantee_local"] for r in ref]),
-                           cert["guarantee_local"][:n_ref], rtol=1e-9)  # fmt: skip
+    agree = torch.allclose(
+        torch.cat([r["guarantee_local"] for r in ref]), cert["guarantee_local"][:n_ref], rtol=1e-9
+    )
     ub, res["attack_s"] = timed(lambda: upper_bound(net, x, p=2))
     res["speedup_certify_vs_per_point"] = (
         res["certify_per_point_s_per_200"] / res["certify_batched_s"]
@@ -57,14 +58,20 @@ def main() -> None:
     print(f"train, 1 epoch of 4000 points, none:            {res['train_epoch_none_s']:.2f} s")
     cl, plain = res["train_epoch_cross_lipschitz_s"], res["train_epoch_none_s"]
     print(f"train, 1 epoch of 4000 points, cross_lipschitz: {cl:.2f} s  (x{cl / plain:.1f})")
-    print(f"certify 200 points, batched:    {res['certify_batched_s']:.2f} s "
-          f"({200 / res['certify_batched_s']:.0f} points/s)")  # fmt: skip
-    print(f"certify 200 points, per point:  {res['certify_per_point_s_per_200']:.2f} s "
-          f"(extrapolated from {n_ref}); speed-up x{res['speedup_certify_vs_per_point']:.1f}; "
-          f"identical results: {agree}")  # fmt: skip
-    print(f"L2 upper bounds 200 points x 9 targets: {res['attack_s']:.2f} s; "
-          f"mean guarantee {cert['guarantee_local'].mean():.4f} <= mean upper bound "
-          f"{ub.norm[ub.success].mean():.4f}")  # fmt: skip
+    print(
+        f"certify 200 points, batched:    {res['certify_batched_s']:.2f} s "
+        f"({200 / res['certify_batched_s']:.0f} points/s)"
+    )
+    print(
+        f"certify 200 points, per point:  {res['certify_per_point_s_per_200']:.2f} s "
+        f"(extrapolated from {n_ref}); speed-up x{res['speedup_certify_vs_per_point']:.1f}; "
+        f"identical results: {agree}"
+    )
+    print(
+        f"L2 upper bounds 200 points x 9 targets: {res['attack_s']:.2f} s; "
+        f"mean guarantee {cert['guarantee_local'].mean():.4f} <= mean upper bound "
+        f"{ub.norm[ub.success].mean():.4f}"
+    )
     print(json.dumps({"machine": machine, "points": 200, "results_agree": bool(agree), **res}))
 
 

@@ -163,8 +163,12 @@ def main() -> None:
         )
         res[f"cl_arithmetic_bound_seconds{tag}"] = bound
         res[f"ratio_cl_to_arithmetic_bound{tag}"] = secs["cross_lipschitz"] / bound
-    cfg = KernelTrainConfig(regularizer="kernel_cl", lam=0.1, n_centers=args.kernel_centers,
-                            max_iter=args.kernel_iterations)  # fmt: skip
+    cfg = KernelTrainConfig(
+        regularizer="kernel_cl",
+        lam=0.1,
+        n_centers=args.kernel_centers,
+        max_iter=args.kernel_iterations,
+    )
     kern = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:10], ds.y_test[:10], 10)
     res["kernel_centers"] = kern.metrics["n_centers"]
     res["kernel_seconds"] = kern.metrics["seconds"]
@@ -182,15 +186,19 @@ def main() -> None:
         print(
             f"  float32 matrix products meanwhile: {res['gemm_gflops_float32' + tag]:.0f} GFLOP/s"
         )
-        print(f"  Cross-Lipschitz closed form: x{res['ratio_cl_to_plain' + tag]:.2f} plain, "
-              f"x{res['ratio_cl_to_double_backprop' + tag]:.2f} double backprop, "
-              f"x{res['ratio_cl_to_arithmetic_bound' + tag]:.2f} the arithmetic bound "
-              f"({1e3 * res['cl_arithmetic_bound_seconds' + tag]:.1f} ms)")  # fmt: skip
-    print(f"kernel ({res['kernel_centers']} centres, {len(ds.x_train)} training points): setup "
-          f"{res['kernel_setup_seconds']:.2f} s, then "
-          f"{1e3 * res['kernel_seconds_per_lbfgs_iteration']:.0f} ms per L-BFGS iteration "
-          f"({res['kernel_lbfgs_iterations']} iterations, "
-          f"{res['kernel_objective_evaluations']} objective evaluations)")  # fmt: skip
+        print(
+            f"  Cross-Lipschitz closed form: x{res['ratio_cl_to_plain' + tag]:.2f} plain, "
+            f"x{res['ratio_cl_to_double_backprop' + tag]:.2f} double backprop, "
+            f"x{res['ratio_cl_to_arithmetic_bound' + tag]:.2f} the arithmetic bound "
+            f"({1e3 * res['cl_arithmetic_bound_seconds' + tag]:.1f} ms)"
+        )
+    print(
+        f"kernel ({res['kernel_centers']} centres, {len(ds.x_train)} training points): setup "
+        f"{res['kernel_setup_seconds']:.2f} s, then "
+        f"{1e3 * res['kernel_seconds_per_lbfgs_iteration']:.0f} ms per L-BFGS iteration "
+        f"({res['kernel_lbfgs_iterations']} iterations, "
+        f"{res['kernel_objective_evaluations']} objective evaluations)"
+    )
     print(json.dumps(res))
 
 

@@ -90,3 +90,13 @@ def closed_port() -> Iterator[int]:
         yield sock.getsockname()[1]
     finally:
         sock.close()
+
+
+@pytest.fixture(scope="session")
+def load_run(tmp_path_factory):
+    """The load test's sweep of more than 50 jobs on 2 cores (run once per test session):
+    (work folder, planned jobs, finished jobs by rule, output watcher, seconds). The
+    interruption test uses it as its uninterrupted reference."""
+    from .workflow_helpers import run_load
+
+    return run_load(tmp_path_factory.mktemp("load"))

@@ -61,7 +61,8 @@ def dry_run_jobs(stdout: str) -> list[dict]:
     jobs, job = [], None
     for line in stdout.splitlines():
         head = line.split()
-        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
+        kinds = ("rule", "localrule", "checkpoint", "localcheckpoint")
+        if len(head) == 2 and head[0] in kinds and head[1].endswith(":"):
             job = {"rule": head[1][:-1], "wildcards": "", "input": [], "output": []}
             jobs.append(job)
         elif job is not None and line.startswith("    ") and ": " in line:

@@ -130,8 +130,7 @@ def lp_optimum(x, v, c, p):
         a_ub += [np.concatenate([np.zeros(d), eye[i], [-1.0]]) for i in range(d)]
         b_ub = [c] + [0.0] * (2 * d)
         bounds = [(0, 1 - xi) for xi in x] + [(0, xi) for xi in x] + [(0, None)]
-    res = linprog(cost, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds,
-                  method="highs")  # fmt: skip
+    res = linprog(cost, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds, method="highs")
     return res
 
 
@@ -217,8 +216,7 @@ def test_refined_upper_bounds_are_valid_and_never_worse(p):
         out = net(adv[s])
     other = out.scatter(1, pred[s][:, None], -math.inf).max(1).values
     assert torch.all(other > out.gather(1, pred[s][:, None]).squeeze(1))
-    assert torch.allclose(torch.linalg.vector_norm(refined.delta[s], ord=p, dim=1),
-                          refined.norm[s])  # fmt: skip
+    assert torch.allclose(torch.linalg.vector_norm(refined.delta[s], ord=p, dim=1), refined.norm[s])
     col = {1.0: "guarantee_l1", 2.0: "guarantee_l2", math.inf: "guarantee_linf"}[p]
     lower = certify_softplus(net, x, kinds=("l2", "l1", "linf", "box"))
     assert torch.all(refined.norm >= lower[col + "_box"])  # the attack stays in the box

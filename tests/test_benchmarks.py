@@ -12,19 +12,37 @@ from .helpers import ROOT
 
 
 def test_bench_train_runs_and_ends_with_one_json_line():
-    args = ["--rounds", "1", "--rounds-1024", "1", "--block", "1",
-            "--kernel-centers", "50", "--kernel-iterations", "2"]  # fmt: skip
+    args = [
+        "--rounds",
+        "1",
+        "--rounds-1024",
+        "1",
+        "--block",
+        "1",
+        "--kernel-centers",
+        "50",
+        "--kernel-iterations",
+        "2",
+    ]
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), *args],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    ).stdout.splitlines()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines()
     assert out[0].startswith("machine: ")
     res = json.loads(out[-1])
     for tag in ("", "_batch1024"):
         secs = res[f"step_seconds{tag}"]
-        assert set(secs) == {"plain", "weight_decay", "dropout", "cross_lipschitz",
-                             "cross_lipschitz_double_backprop",
-                             "cross_lipschitz_autograd_backward"}  # fmt: skip
+        assert set(secs) == {
+            "plain",
+            "weight_decay",
+            "dropout",
+            "cross_lipschitz",
+            "cross_lipschitz_double_backprop",
+            "cross_lipschitz_autograd_backward",
+        }
         assert all(math.isfinite(v) and v > 0 for v in secs.values())
         cl = secs["cross_lipschitz"]
         assert math.isclose(res[f"ratio_cl_to_plain{tag}"], cl / secs["plain"])

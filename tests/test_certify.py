@@ -98,8 +98,9 @@ def ascend(net, x, pred, r, p, box, j, steps=60, restarts=3, seed=0):
     gen = torch.Generator().manual_seed(seed)
     best = torch.zeros(len(x), dtype=torch.float64)
     for _ in range(restarts):
-        delta = project(torch.randn(x.shape, generator=gen, dtype=x.dtype) * r[:, None], x, r, p,
-                        box)  # fmt: skip
+        delta = project(
+            torch.randn(x.shape, generator=gen, dtype=x.dtype) * r[:, None], x, r, p, box
+        )
         for _ in range(steps):
             delta.requires_grad_(True)
             g = class_gradients(net, x + delta)
@@ -122,8 +123,11 @@ def bounds_for(net, x, pred, p, box, scale=1.0):
     out = [("interval", IntervalBound(rng))]
     if p == 2:
         glob = global_bound(net, pred)
-        out += [("prop23", Prop23Bound(rng)), ("min", MinBound(rng, glob)),
-                ("global", lambda idx, r: glob[idx])]  # fmt: skip
+        out += [
+            ("prop23", Prop23Bound(rng)),
+            ("min", MinBound(rng, glob)),
+            ("global", lambda idx, r: glob[idx]),
+        ]
     return [(name, lambda i, r, f=f: scale * f(i, r)) for name, f in out]
 
 
@@ -136,8 +140,12 @@ def worst_ratio(net, x, pred, p, box, scale=1.0, seed=0, ascent=True):
     for radius in RADII:
         r = torch.full((len(x),), radius, dtype=torch.float64)
         ys = sample_set(x, r, 90, p, box, gen)
-        actual = torch.stack([grad_diff(net, ys[i], pred[i].repeat(ys.shape[1]), DUAL[p])
-                              .max(0).values for i in range(len(x))])  # fmt: skip
+        actual = torch.stack(
+            [
+                grad_diff(net, ys[i], pred[i].repeat(ys.shape[1]), DUAL[p]).max(0).values
+                for i in range(len(x))
+            ]
+        )
         if ascent and radius > 0:
             asc = torch.stack([ascend(net, x, pred, r, p, box, j, seed=seed) for j in range(k)], 1)
             actual = torch.maximum(actual, asc)
@@ -196,8 +204,9 @@ def test_bounds_are_monotone_and_ordered(d, k, h, seed, scale):
         box = PreactivationRange(net, x, pred, p=2, box=True)
         assert torch.all(Prop23Bound(box)(idx, r) <= Prop23Bound(ball)(idx, r) * (1 + 1e-12))
         assert torch.all(IntervalBound(box)(idx, r) <= IntervalBound(ball)(idx, r) * (1 + 1e-12))
-        parts = torch.minimum(torch.minimum(Prop23Bound(ball)(idx, r), IntervalBound(ball)(idx, r)),
-                              glob)  # fmt: skip
+        parts = torch.minimum(
+            torch.minimum(Prop23Bound(ball)(idx, r), IntervalBound(ball)(idx, r)), glob
+        )
         parts[idx, pred] = 0
         assert torch.allclose(MinBound(ball, glob)(idx, r), parts, rtol=1e-12, atol=0)
 
@@ -247,8 +256,12 @@ def test_prop23_closed_form_equals_the_papers_double_sum():
     for radius in RADII:
         r = torch.full((len(x),), radius, dtype=torch.float64)
         lip = bound(torch.arange(len(x)), r)
-        ref = torch.stack([prop23_reference(U, W, b, net.alpha, G, x[i], int(pred[i]), radius)
-                           for i in range(len(x))])  # fmt: skip
+        ref = torch.stack(
+            [
+                prop23_reference(U, W, b, net.alpha, G, x[i], int(pred[i]), radius)
+                for i in range(len(x))
+            ]
+        )
         assert torch.allclose(lip, ref, rtol=1e-10, atol=1e-12)
 
 
@@ -260,8 +273,9 @@ def margin_attack(net, x, pred, radius, p, box, restarts=10, steps=80, seed=0):
     xr = x.repeat_interleave(restarts, 0)
     pr = pred.repeat_interleave(restarts)
     rr = radius.repeat_interleave(restarts)
-    delta = project(torch.randn(xr.shape, generator=gen, dtype=xr.dtype) * rr[:, None], xr, rr,
-                    p, box)  # fmt: skip
+    delta = project(
+        torch.randn(xr.shape, generator=gen, dtype=xr.dtype) * rr[:, None], xr, rr, p, box
+    )
     for _ in range(steps):
         delta.requires_grad_(True)
         out = net(xr + delta)
@@ -278,10 +292,16 @@ def margin_attack(net, x, pred, radius, p, box, restarts=10, steps=80, seed=0):
         return net(xr + delta).argmax(1), pr
 
 
-COLUMNS = [("guarantee_local", 2.0, False), ("guarantee_global", 2.0, False),
-           ("guarantee_l2", 2.0, False), ("guarantee_l1", 1.0, False),
-           ("guarantee_linf", math.inf, False), ("guarantee_l2_box", 2.0, True),
-           ("guarantee_l1_box", 1.0, True), ("guarantee_linf_box", math.inf, True)]  # fmt: skip
+COLUMNS = [
+    ("guarantee_local", 2.0, False),
+    ("guarantee_global", 2.0, False),
+    ("guarantee_l2", 2.0, False),
+    ("guarantee_l1", 1.0, False),
+    ("guarantee_linf", math.inf, False),
+    ("guarantee_l2_box", 2.0, True),
+    ("guarantee_l1_box", 1.0, True),
+    ("guarantee_linf_box", math.inf, True),
+]
 
 
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
@@ -441,12 +461,27 @@ def test_zero_margin_and_constant_model():
     cert = theorem21(m, lambda idx, r: lip[idx])
     assert cert.guarantee[0] == 0
     assert cert.guarantee[1] == pytest.approx(2.0)
-    zero = theorem21(m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64))
-    assert math.isinf(zero.guarantee[0])  # no gradient difference anywhere: never changes
-    capped = theorem21(
-        m[1:], lambda idx, r: torch.zeros(len(idx), 3, dtype=torch.float64), r_max=5.0
-    )
+    seen = []
+
+    def zeros(idx, r):
+        seen.append(r.clone())
+        return torch.zeros(len(idx), 3, dtype=torch.float64)
+
+    # a bound that is 0 wherever it is evaluated certifies the largest R evaluated, never inf
+    zero = theorem21(m[1:], zeros)
+    big = torch.finfo(torch.float64).max
+    assert zero.guarantee[0] == big and zero.radius[0] == big
+    assert any(float(s.max()) == big for s in seen)
+    # +inf needs a proof from the weights that the gradient difference vanishes everywhere
+    vanish = torch.tensor([[True, True, True]])
+    proved = theorem21(m[1:], zeros, vanishes=vanish)
+    assert math.isinf(proved.guarantee[0]) and proved.bound_class[0] == -1
+    capped = theorem21(m[1:], zeros, r_max=5.0)
     assert capped.guarantee[0] == pytest.approx(5.0)
+    assert theorem21(m[1:], zeros, r_max=5.0, vanishes=vanish).guarantee[0] == 5.0
+    # a vanishing class does not count, the others do
+    partly = theorem21(m[1:], lambda idx, r: lip[idx], vanishes=torch.tensor([[True, True, False]]))
+    assert partly.guarantee[0] == pytest.approx(3.0)
 
 
 def test_unknown_kind_and_points_outside_the_box_are_rejected():

@@ -40,16 +40,22 @@ def test_no_sampled_point_exceeds_any_bound(d, h, k, scale, seed, p, box, radius
     pred = net(x).argmax(1)
     r = torch.full((3,), radius, dtype=torch.float64)
     ys = sample_set(x, r, 150, p, box, torch.Generator().manual_seed(seed))
-    actual = torch.stack([grad_diff(net, ys[i], pred[i].repeat(150), DUAL[p]).max(0).values
-                          for i in range(3)])  # fmt: skip
+    actual = torch.stack(
+        [grad_diff(net, ys[i], pred[i].repeat(150), DUAL[p]).max(0).values for i in range(3)]
+    )
     for name, fn in bounds_for(net, x, pred, p, box):
         lip = fn(torch.arange(3), r)
         assert torch.all(actual <= lip * (1 + 1e-9) + 1e-12), name
 
 
-COLUMN = {(2.0, False): "guarantee_l2", (1.0, False): "guarantee_l1",
-          (math.inf, False): "guarantee_linf", (2.0, True): "guarantee_l2_box",
-          (1.0, True): "guarantee_l1_box", (math.inf, True): "guarantee_linf_box"}  # fmt: skip
+COLUMN = {
+    (2.0, False): "guarantee_l2",
+    (1.0, False): "guarantee_l1",
+    (math.inf, False): "guarantee_linf",
+    (2.0, True): "guarantee_l2_box",
+    (1.0, True): "guarantee_l1_box",
+    (math.inf, True): "guarantee_linf_box",
+}
 
 
 @settings(max_examples=EXAMPLES // 2, deadline=None, derandomize=True)

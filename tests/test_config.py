@@ -1,7 +1,6 @@
 """Config validation: every malformed value is rejected before any job runs, naming the key
 and the allowed values (library calls for the long list, a few cases through the command line)."""
 
-
 from __future__ import annotations
 
 import copy
@@ -22,7 +21,8 @@ from .workflow_helpers import BASE, DELETE, changed, files_under, snakemake
 SCHEMA = load_schema()
 NETS = "allowed keys: " + ", ".join(SCHEMA["$defs"]["net_grid"]["properties"])
 TOP = "allowed keys: " + ", ".join(SCHEMA["properties"])
-DATASETS = "one of " + ", ".join(SCHEMA["properties"]["datasets"]["items"]["enum"])
+DATASETS = "one of " + ", ".join(SCHEMA["$defs"]["registered_dataset"]["enum"])
+OWN = "a mapping with keys among name, format, path, sha256, checksums"  # a dataset of your own
 MIRRORS = "allowed keys: " + ", ".join(
     SCHEMA["properties"]["data"]["properties"]["mirrors"]["propertyNames"]["enum"]
 )
@@ -30,105 +30,314 @@ RESULTS = "config key results: not allowed"
 #: (id, bad config, substrings the message must hold). Each is a distinct bad input.
 BAD_CONFIGS = [
     # unknown keys, at every level
-    ("top-level-key", changed(BASE, certfy={"n_points": 3}),
-     ["config key certfy: not allowed", TOP, "did you mean certify?"]),
-    ("nested-key-regularizer", changed(BASE, train__grid__svm={"lr": [0.1], "lambda": [0.0]}),
-     [f"config key train.grid.svm: not allowed; {NETS}"]),
-    ("nested-key-model", changed(BASE, model__hiden=8),
-     ["config key model.hiden: not allowed", "hidden", "did you mean hidden?"]),
-    ("nested-key-grid-spec", changed(BASE, train__grid__none__lambdas=[0.0]),
-     ["config key train.grid.none.lambdas: not allowed; allowed keys: lr, lambda"]),
-    ("nested-key-certify", changed(BASE, certify__n_point=5),
-     ["config key certify.n_point: not allowed", "n_points"]),
-    ("unknown-kernel-regularizer", changed(BASE, kernel={"grid": {"kernel_svm": {
-        "a": [1.0], "lambda": [0.1]}}}),
-     ["config key kernel.grid.kernel_svm: not allowed; allowed keys: kernel_logreg, kernel_cl"]),
-    ("unknown-mirror", changed(BASE, data={"mirrors": {"mnist3": "/data"}}),
-     [f"config key data.mirrors.mnist3: not allowed; {MIRRORS}"]),
-    ("unknown-setting-grid", changed(BASE, train__grid_by_setting={"rotate": {}}),
-     ["config key train.grid_by_setting.rotate: not allowed",
-      "allowed keys: plain, augment, adversarial"]),
+    (
+        "top-level-key",
+        changed(BASE, certfy={"n_points": 3}),
+        ["config key certfy: not allowed", TOP, "did you mean certify?"],
+    ),
+    (
+        "nested-key-regularizer",
+        changed(BASE, train__grid__svm={"lr": [0.1], "lambda": [0.0]}),
+        [f"config key train.grid.svm: not allowed; {NETS}"],
+    ),
+    (
+        "nested-key-model",
+        changed(BASE, model__hiden=8),
+        ["config key model.hiden: not allowed", "hidden", "did you mean hidden?"],
+    ),
+    (
+        "nested-key-grid-spec",
+        changed(BASE, train__grid__none__lambdas=[0.0]),
+        ["config key train.grid.none.lambdas: not allowed; allowed keys: lr, lambda"],
+    ),
+    (
+        "nested-key-certify",
+        changed(BASE, certify__n_point=5),
+        ["config key certify.n_point: not allowed", "n_points"],
+    ),
+    (
+        "unknown-kernel-regularizer",
+        changed(BASE, kernel={"grid": {"kernel_svm": {"a": [1.0], "lambda": [0.1]}}}),
+        ["config key kernel.grid.kernel_svm: not allowed; allowed keys: kernel_logreg, kernel_cl"],
+    ),
+    (
+        "unknown-mirror",
+        changed(BASE, data={"mirrors": {"mnist3": "/data"}}),
+        [f"config key data.mirrors.mnist3: not allowed; {MIRRORS}"],
+    ),
+    (
+        "unknown-setting-grid",
+        changed(BASE, train__grid_by_setting={"rotate": {}}),
+        [
+            "config key train.grid_by_setting.rotate: not allowed",
+            "allowed keys: plain, augment, adversarial",
+        ],
+    ),
     # wrong types
-    ("epochs-string", changed(BASE, train__epochs="ten"),
-     ['config key train.epochs: wrong type ("ten"); allowed: an integer >= 1']),
-    ("epochs-float", changed(BASE, train__epochs=2.5),
-     ["config key train.epochs: wrong type (2.5); allowed: an integer >= 1"]),
-    ("epochs-bool", changed(BASE, train__epochs=True),
-     ["config key train.epochs: wrong type (true)"]),
-    ("datasets-number", changed(BASE, datasets=5),
-     ["config key datasets: wrong type (5); allowed: a list", DATASETS]),
-    ("datasets-string", changed(BASE, datasets="mnist5k"),
-     ['config key datasets: wrong type ("mnist5k")']),
-    ("lr-string", changed(BASE, train__grid__none__lr=["fast"]),
-     ['config key train.grid.none.lr[0]: wrong type ("fast"); allowed: a number > 0']),
-    ("bias-string", changed(BASE, model__bias="yes"),
-     ['config key model.bias: wrong type ("yes"); allowed: true or false']),
-    ("grid-list", changed(BASE, train__grid=["none"]),
-     ["config key train.grid: wrong type", "a mapping with keys among none, weight_decay"]),
-    ("mirror-number", changed(BASE, data={"mirrors": {"mnist": 5}}),
-     ["config key data.mirrors.mnist: wrong type (5); allowed: a string"]),
+    (
+        "epochs-string",
+        changed(BASE, train__epochs="ten"),
+        ['config key train.epochs: wrong type ("ten"); allowed: an integer >= 1'],
+    ),
+    (
+        "epochs-float",
+        changed(BASE, train__epochs=2.5),
+        ["config key train.epochs: wrong type (2.5); allowed: an integer >= 1"],
+    ),
+    (
+        "epochs-bool",
+        changed(BASE, train__epochs=True),
+        ["config key train.epochs: wrong type (true)"],
+    ),
+    (
+        "datasets-number",
+        changed(BASE, datasets=5),
+        ["config key datasets: wrong type (5); allowed: a list", DATASETS],
+    ),
+    (
+        "datasets-string",
+        changed(BASE, datasets="mnist5k"),
+        ['config key datasets: wrong type ("mnist5k")'],
+    ),
+    (
+        "lr-string",
+        changed(BASE, train__grid__none__lr=["fast"]),
+        ['config key train.grid.none.lr[0]: wrong type ("fast"); allowed: a number > 0'],
+    ),
+    (
+        "bias-string",
+        changed(BASE, model__bias="yes"),
+        ['config key model.bias: wrong type ("yes"); allowed: true or false'],
+    ),
+    (
+        "grid-list",
+        changed(BASE, train__grid=["none"]),
+        ["config key train.grid: wrong type", "a mapping with keys among none, weight_decay"],
+    ),
+    (
+        "mirror-number",
+        changed(BASE, data={"mirrors": {"mnist": 5}}),
+        ["config key data.mirrors.mnist: wrong type (5); allowed: a string"],
+    ),
     # out of range
-    ("epochs-negative", changed(BASE, train__epochs=-3),
-     ["config key train.epochs: out of range (-3); allowed: an integer >= 1"]),
-    ("epochs-zero", changed(BASE, train__epochs=0),
-     ["config key train.epochs: out of range (0)"]),
-    ("certify-rtol-zero", changed(BASE, certify__rtol=0),
-     ["config key certify.rtol: out of range (0); allowed: a number > 0 and <= 0.5"]),
-    ("attack-rtol-large", changed(BASE, attack__rtol=0.9),
-     ["config key attack.rtol: out of range (0.9); allowed: a number > 0 and <= 0.5"]),
-    ("adv-fraction", changed(BASE, train__adv_fraction=1.5),
-     ["config key train.adv_fraction: out of range (1.5); allowed: a number > 0 and <= 1"]),
-    ("dropout-keep-probability-0", changed(BASE, train__grid__dropout__keep_hidden=[0.0]),
-     ["config key train.grid.dropout.keep_hidden[0]: out of range (0.0); "
-      "allowed: a number > 0 and <= 1"]),
-    ("dropout-lambda", changed(BASE, train__grid__dropout={"lr": [0.2], "lambda": [0.5]}),
-     ["config key train.grid.dropout.lambda: not allowed; allowed keys: lr, keep_hidden",
-      "config key train.grid.dropout.keep_hidden: missing"]),
-    ("keep-input-zero", changed(BASE, train__keep_input=0),
-     ["config key train.keep_input: out of range (0); allowed: a number > 0 and <= 1"]),
-    ("lr-decay-at-one", changed(BASE, train__lr_decay_at=[0.5, 1.0]),
-     ["config key train.lr_decay_at[1]: out of range (1.0); allowed: a number > 0 and < 1"]),
-    ("unknown-init", changed(BASE, model__init="xavier"),
-     ['config key model.init: not an allowed value ("xavier"); allowed: one of authors, pytorch']),
-    ("unknown-certify-models", changed(BASE, certify__models="some"),
-     ['config key certify.models: not an allowed value ("some"); allowed: one of best, all']),
-    ("lambda-negative", changed(BASE, train__grid__weight_decay={"lr": [0.1], "lambda": [-1e-4]}),
-     ["config key train.grid.weight_decay.lambda[0]: out of range (-0.0001)"]),
-    ("lr-zero", changed(BASE, train__grid__none__lr=[0.2, 0]),
-     ["config key train.grid.none.lr[1]: out of range (0); allowed: a number > 0"]),
+    (
+        "epochs-negative",
+        changed(BASE, train__epochs=-3),
+        ["config key train.epochs: out of range (-3); allowed: an integer >= 1"],
+    ),
+    ("epochs-zero", changed(BASE, train__epochs=0), ["config key train.epochs: out of range (0)"]),
+    (
+        "certify-rtol-zero",
+        changed(BASE, certify__rtol=0),
+        ["config key certify.rtol: out of range (0); allowed: a number > 0 and <= 0.5"],
+    ),
+    (
+        "attack-rtol-large",
+        changed(BASE, attack__rtol=0.9),
+        ["config key attack.rtol: out of range (0.9); allowed: a number > 0 and <= 0.5"],
+    ),
+    (
+        "adv-fraction",
+        changed(BASE, train__adv_fraction=1.5),
+        ["config key train.adv_fraction: out of range (1.5); allowed: a number > 0 and <= 1"],
+    ),
+    (
+        "dropout-keep-probability-0",
+        changed(BASE, train__grid__dropout__keep_hidden=[0.0]),
+        [
+            "config key train.grid.dropout.keep_hidden[0]: out of range (0.0); "
+            "allowed: a number > 0 and <= 1"
+        ],
+    ),
+    (
+        "dropout-lambda",
+        changed(BASE, train__grid__dropout={"lr": [0.2], "lambda": [0.5]}),
+        [
+            "config key train.grid.dropout.lambda: not allowed; allowed keys: lr, keep_hidden",
+            "config key train.grid.dropout.keep_hidden: missing",
+        ],
+    ),
+    (
+        "keep-input-zero",
+        changed(BASE, train__keep_input=0),
+        ["config key train.keep_input: out of range (0); allowed: a number > 0 and <= 1"],
+    ),
+    (
+        "lr-decay-at-one",
+        changed(BASE, train__lr_decay_at=[0.5, 1.0]),
+        ["config key train.lr_decay_at[1]: out of range (1.0); allowed: a number > 0 and < 1"],
+    ),
+    (
+        "unknown-init",
+        changed(BASE, model__init="xavier"),
+        [
+            'config key model.init: not an allowed value ("xavier"); '
+            "allowed: one of authors, pytorch"
+        ],
+    ),
+    (
+        "unknown-certify-models",
+        changed(BASE, certify__models="some"),
+        ['config key certify.models: not an allowed value ("some"); allowed: one of best, all'],
+    ),
+    (
+        "lambda-negative",
+        changed(BASE, train__grid__weight_decay={"lr": [0.1], "lambda": [-1e-4]}),
+        ["config key train.grid.weight_decay.lambda[0]: out of range (-0.0001)"],
+    ),
+    (
+        "lr-zero",
+        changed(BASE, train__grid__none__lr=[0.2, 0]),
+        ["config key train.grid.none.lr[1]: out of range (0); allowed: a number > 0"],
+    ),
     ("hidden-zero", changed(BASE, model__hidden=0), ["config key model.hidden: out of range (0)"]),
-    ("n-points-zero", changed(BASE, attack__n_points=0),
-     ["config key attack.n_points: out of range (0); allowed: an integer >= 1"]),
-    ("seed-negative", changed(BASE, train__seeds=[-1]),
-     ["config key train.seeds[0]: out of range (-1); allowed: an integer >= 0"]),
-    ("lr-decay-zero", changed(BASE, train__lr_decay=0),
-     ["config key train.lr_decay: out of range (0)"]),
+    (
+        "n-points-zero",
+        changed(BASE, attack__n_points=0),
+        ["config key attack.n_points: out of range (0); allowed: an integer >= 1"],
+    ),
+    (
+        "seed-negative",
+        changed(BASE, train__seeds=[-1]),
+        ["config key train.seeds[0]: out of range (-1); allowed: an integer >= 0"],
+    ),
+    (
+        "lr-decay-zero",
+        changed(BASE, train__lr_decay=0),
+        ["config key train.lr_decay: out of range (0)"],
+    ),
     # empty and duplicated lists
-    ("lr-empty", changed(BASE, train__grid__none__lr=[]),
-     ["config key train.grid.none.lr: empty list ([]); allowed: a list of at least 1 item"]),
-    ("keep-empty", changed(BASE, train__grid__dropout__keep_hidden=[]),
-     ["config key train.grid.dropout.keep_hidden: empty list"]),
-    ("datasets-empty", changed(BASE, datasets=[]),
-     ["config key datasets: empty list ([])", DATASETS]),
+    (
+        "lr-empty",
+        changed(BASE, train__grid__none__lr=[]),
+        ["config key train.grid.none.lr: empty list ([]); allowed: a list of at least 1 item"],
+    ),
+    (
+        "keep-empty",
+        changed(BASE, train__grid__dropout__keep_hidden=[]),
+        ["config key train.grid.dropout.keep_hidden: empty list"],
+    ),
+    (
+        "datasets-empty",
+        changed(BASE, datasets=[]),
+        ["config key datasets: empty list ([])", DATASETS],
+    ),
     ("kinds-empty", changed(BASE, certify__kinds=[]), ["config key certify.kinds: empty list"]),
     ("seeds-empty", changed(BASE, train__seeds=[]), ["config key train.seeds: empty list"]),
-    ("datasets-duplicate", changed(BASE, datasets=["mnist5k", "mnist5k"]),
-     ["config key datasets: duplicate items"]),
+    (
+        "datasets-duplicate",
+        changed(BASE, datasets=["mnist5k", "mnist5k"]),
+        ["config key datasets: duplicate items"],
+    ),
     # unknown names in lists and enums
-    ("unknown-dataset", changed(BASE, datasets=["mnist3"]),
-     ['config key datasets[0]: not an allowed value ("mnist3")', DATASETS]),
-    ("unknown-setting", changed(BASE, train__settings=["plain", "rotate"]),
-     ['config key train.settings[1]: not an allowed value ("rotate"); '
-      "allowed: one of plain, augment, adversarial"]),
-    ("unknown-attack-norm", changed(BASE, attack__norms=["l3"]),
-     ['config key attack.norms[0]: not an allowed value ("l3"); allowed: one of l2, l1, linf']),
-    ("unknown-adv-norm", changed(BASE, train__adv_norm="l5"),
-     ["config key train.adv_norm: not an allowed value", "one of l1, l2, linf"]),
-    ("unknown-kind", changed(BASE, certify__kinds=["local", "l3"]),
-     ['config key certify.kinds[1]: not an allowed value ("l3"); '
-      "allowed: one of local, global, l2, l1, linf, box"]),
-    ("unknown-arch", changed(BASE, model__arch="cnn"),
-     ['config key model.arch: not an allowed value ("cnn"); allowed: one of mlp, resnet']),
+    (
+        "unknown-dataset",
+        changed(BASE, datasets=["mnist3"]),
+        [
+            'config key datasets[0]: not an allowed value ("mnist3")',
+            DATASETS,
+            "(did you mean mnist?)",
+            f"; or {OWN}",
+        ],
+    ),
+    # datasets of your own
+    (
+        "dataset-number",
+        changed(BASE, datasets=[5]),
+        [f"config key datasets[0]: wrong type (5); allowed: {DATASETS}, or {OWN}"],
+    ),
+    (
+        "dataset-no-path",
+        changed(BASE, datasets=[{"name": "a", "format": "idx"}]),
+        ["config key datasets[0].path: missing; it is required: a string"],
+    ),
+    (
+        "dataset-misspelt-key",
+        changed(
+            BASE, datasets=[{"name": "a", "format": "npz", "path": "a.npz", "sha265": "0" * 64}]
+        ),
+        [
+            "config key datasets[0].sha265: not allowed; allowed keys: name, format, path, sha256, "
+            "checksums (did you mean sha256?)"
+        ],
+    ),
+    (
+        "dataset-format",
+        changed(BASE, datasets=[{"name": "a", "format": "csv", "path": "a"}]),
+        [
+            'config key datasets[0].format: not an allowed value ("csv"); '
+            "allowed: one of idx, npz, folder"
+        ],
+    ),
+    (
+        "dataset-name-unsafe",
+        changed(BASE, datasets=[{"name": "a/b", "format": "npz", "path": "a"}]),
+        ['config key datasets[0].name: not allowed ("a/b")', "letters, digits, _ and -"],
+    ),
+    (
+        "dataset-name-registered",
+        changed(BASE, datasets=[{"name": "cifar10", "format": "npz", "path": "a"}]),
+        ['config key datasets[0].name: not allowed ("cifar10")', "not a registered name"],
+    ),
+    (
+        "dataset-sha256-short",
+        changed(BASE, datasets=[{"name": "a", "format": "npz", "path": "a", "sha256": "abc"}]),
+        ['config key datasets[0].sha256: not allowed ("abc"); allowed: a string (64 lowercase hex'],
+    ),
+    (
+        "dataset-sha256-per-file-short",
+        changed(
+            BASE, datasets=[{"name": "a", "format": "idx", "path": "a", "sha256": {"f.gz": "abc"}}]
+        ),
+        ['config key datasets[0].sha256.f.gz: not allowed ("abc")'],
+    ),
+    (
+        "dataset-name-twice",
+        changed(
+            BASE,
+            datasets=[
+                {"name": "a", "format": "npz", "path": "a"},
+                {"name": "A", "format": "idx", "path": "b"},
+            ],
+        ),
+        ["config key datasets[1]: the name 'A' is already used by datasets[0] ('a')"],
+    ),
+    (
+        "dataset-name-registered-case",
+        changed(BASE, datasets=[{"name": "Mnist5k", "format": "npz", "path": "a"}]),
+        ["config key datasets[0].name: 'Mnist5k' is the registered dataset 'mnist5k'"],
+    ),
+    (
+        "unknown-setting",
+        changed(BASE, train__settings=["plain", "rotate"]),
+        [
+            'config key train.settings[1]: not an allowed value ("rotate"); '
+            "allowed: one of plain, augment, adversarial"
+        ],
+    ),
+    (
+        "unknown-attack-norm",
+        changed(BASE, attack__norms=["l3"]),
+        ['config key attack.norms[0]: not an allowed value ("l3"); allowed: one of l2, l1, linf'],
+    ),
+    (
+        "unknown-adv-norm",
+        changed(BASE, train__adv_norm="l5"),
+        ["config key train.adv_norm: not an allowed value", "one of l1, l2, linf"],
+    ),
+    (
+        "unknown-kind",
+        changed(BASE, certify__kinds=["local", "l3"]),
+        [
+            'config key certify.kinds[1]: not an allowed value ("l3"); '
+            "allowed: one of local, global, l2, l1, linf, box"
+        ],
+    ),
+    (
+        "unknown-arch",
+        changed(BASE, model__arch="cnn"),
+        ['config key model.arch: not an allowed value ("cnn"); allowed: one of mlp, resnet'],
+    ),
     ("unknown-device", changed(BASE, device="gpu"), ['config key device: not allowed ("gpu")']),
     # results folders outside the working directory
     ("results-parent", changed(BASE, results="../x"), [RESULTS, '"../x"', "no . or .."]),
@@ -139,22 +348,42 @@ BAD_CONFIGS = [
     ("results-empty", changed(BASE, results=""), [RESULTS]),
     # missing required keys
     ("no-train", changed(BASE, train=DELETE), ["config key train: missing; it is required"]),
-    ("no-grid", changed(BASE, train__grid=DELETE),
-     ["config key train.grid: missing; it is required: a mapping with keys among none, "]),
-    ("no-lambda", changed(BASE, train__grid__none__lambda=DELETE),
-     ["config key train.grid.none.lambda: missing; it is required: a list"]),
+    (
+        "no-grid",
+        changed(BASE, train__grid=DELETE),
+        ["config key train.grid: missing; it is required: a mapping with keys among none, "],
+    ),
+    (
+        "no-lambda",
+        changed(BASE, train__grid__none__lambda=DELETE),
+        ["config key train.grid.none.lambda: missing; it is required: a list"],
+    ),
     # YAML 1.1 reads 1e-3 (no dot) as a string
-    ("yaml-exponent-without-dot", yaml.safe_dump(BASE).replace("lr:\n      - 0.2", "lr: [1e-3]"),
-     ['config key train.grid.dropout.lr[0]: wrong type ("1e-3")',
-      "with a dot and a signed exponent"]),
-    ("yaml-exponent-without-sign", yaml.safe_dump(BASE).replace("epochs: 1", "epochs: 1.0e2"),
-     ['config key train.epochs: wrong type ("1.0e2")', "1.0e+6"]),
+    (
+        "yaml-exponent-without-dot",
+        yaml.safe_dump(BASE).replace("lr:\n      - 0.2", "lr: [1e-3]"),
+        [
+            'config key train.grid.dropout.lr[0]: wrong type ("1e-3")',
+            "with a dot and a signed exponent",
+        ],
+    ),
+    (
+        "yaml-exponent-without-sign",
+        yaml.safe_dump(BASE).replace("epochs: 1", "epochs: 1.0e2"),
+        ['config key train.epochs: wrong type ("1.0e2")', "1.0e+6"],
+    ),
     # consistency checks after the schema (crosslip.config.training_grid)
-    ("trains-no-model", changed(BASE, train__grid={}),
-     ["the config trains no model", "train.grid", "kernel.grid"]),
-    ("none-with-lambda", changed(BASE, train__grid__none__lambda=[0.1]),
-     ["config key train.grid.none.lambda must be [0.0]"]),
-]  # fmt: skip
+    (
+        "trains-no-model",
+        changed(BASE, train__grid={}),
+        ["the config trains no model", "train.grid", "kernel.grid"],
+    ),
+    (
+        "none-with-lambda",
+        changed(BASE, train__grid__none__lambda=[0.1]),
+        ["config key train.grid.none.lambda must be [0.0]"],
+    ),
+]
 #: Bad configs also run through the command line (stderr, exit status, no results folder).
 CLI_CASES = ["nested-key-regularizer", "epochs-negative", "results-parent", "trains-no-model"]
 
@@ -246,8 +475,6 @@ def test_bad_config_on_the_command_line_stops_before_any_job(tmp_path):
         assert not (tmp_path / "x").exists()
 
 
-
-
 # --------------------------------------------------------------------------------------
 # the presets: the authors' settings, and quick.yaml restricting every one of them
 # --------------------------------------------------------------------------------------
@@ -287,11 +514,15 @@ def test_preset_networks_follow_the_authors_settings(preset):
 def test_mnist_preset_is_the_papers_grid():
     _, grid = parse((ROOT / "config" / "presets" / "mnist.yaml").read_text())
     plain = [s for s in grid.values() if s.setting == "plain"]
-    by_reg = {r: sorted({s.hyperparameter for s in plain if s.regularizer == r})
-              for r in ("weight_decay", "cross_lipschitz", "dropout")}  # fmt: skip
-    assert by_reg == {"weight_decay": [1e-5, 1e-4, 1e-3, 1e-2],
-                      "cross_lipschitz": [1e-5, 1e-4, 5e-4, 1e-3],
-                      "dropout": [0.4, 0.5, 0.6, 0.7]}  # fmt: skip
+    by_reg = {
+        r: sorted({s.hyperparameter for s in plain if s.regularizer == r})
+        for r in ("weight_decay", "cross_lipschitz", "dropout")
+    }
+    assert by_reg == {
+        "weight_decay": [1e-5, 1e-4, 1e-3, 1e-2],
+        "cross_lipschitz": [1e-5, 1e-4, 5e-4, 1e-3],
+        "dropout": [0.4, 0.5, 0.6, 0.7],
+    }
     assert {s.lr for s in plain} == {0.2, 0.5} and len(grid) == 78
 
 
@@ -311,11 +542,61 @@ def test_quick_override_dry_run_lists_one_model_per_regularizer_and_setting(tmp_
         work = tmp_path / preset.stem
         work.mkdir()
         proc = subprocess.run(
-            snakemake_cmd(work, "-n", "--configfile", str(preset),
-                          str(ROOT / "config" / "overrides" / "quick.yaml")),
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            snakemake_cmd(
+                work,
+                "-n",
+                "--configfile",
+                str(preset),
+                str(ROOT / "config" / "overrides" / "quick.yaml"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         trains = [j for j in dry_run_jobs(proc.stdout) if j["rule"] == "train"]
         settings = yaml.safe_load(preset.read_text())["train"].get("settings", ["plain"])
         assert len(trains) == 4 * len(settings), (preset.name, len(trains))
+
+
+# --------------------------------------------------------------------------------------
+# one source: every key described, the reference generated from it
+# --------------------------------------------------------------------------------------
+def _keys(node, root, path=""):
+    from crosslip.config import _resolve
+
+    node = _resolve(node, root)
+    for name, sub in node.get("properties", {}).items():
+        key = f"{path}.{name}" if path else name
+        yield key, _resolve(sub, root)
+        yield from _keys(sub, root, key)
+
+
+def test_every_schema_key_has_a_description():
+    root = load_schema()
+    nodes = list(_keys(root, root))
+    for name in root["$defs"]:
+        nodes += list(_keys(root["$defs"][name], root, f"$defs.{name}"))
+    missing = [k for k, node in nodes if not node.get("description")]
+    assert len(nodes) > 60 and missing == []
+
+
+def test_configuration_reference_is_generated_from_the_schema():
+    """docs/configuration.md is `python -m crosslip.config`'s output (regenerate it after a
+    schema change) and lists every key."""
+    from crosslip.config import reference_markdown
+
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == reference_markdown()
+    root = load_schema()
+    for key, _ in _keys(root, root):
+        assert f"| `{key}` |" in committed
+
+
+def test_spec_defaults_are_the_schema_defaults():
+    from crosslip.config import KernelTrainSpec, default
+
+    spec, kern = NetTrainSpec(), KernelTrainSpec()
+    assert spec.epochs == default("train.epochs") and spec.bias is default("model.bias")
+    assert spec.lr_decay_at == default("train.lr_decay_at") and spec.init == default("model.init")
+    assert kern.n_centers == default("kernel.n_centers")

@@ -556,8 +556,17 @@ def test_mnist_from_mirror_known_values(mnist_full):
         1009,
     ]
     assert np.bincount(ds.y_train).tolist() == [
-        5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949,
-    ]  # fmt: skip
+        5923,
+        6742,
+        5958,
+        6131,
+        5842,
+        5421,
+        5918,
+        6265,
+        5851,
+        5949,
+    ]
     # Pixels are k/255 exactly (8-bit source), and the border of a digit image is blank.
     k = ds.x_test[:100] * 255
     np.testing.assert_array_equal(k, np.rint(k))
@@ -759,28 +768,40 @@ def test_load_prepared_refuses_pickles(tmp_path):
         load_prepared(path)
 
 
-def test_save_prepared_refuses_non_8bit(tmp_path):
+def test_save_prepared_keeps_pixels_that_are_not_8bit_as_float32(tmp_path):
     ds = _small_dataset()
     x = ds.x_train.copy()
     x[1, 1] = 0.5 / 255  # between two 8-bit levels
-    bad = Dataset(ds.name, x, ds.y_train, ds.x_test, ds.y_test, ds.shape, ds.num_classes)
-    with pytest.raises(ValueError, match="not 8-bit"):
-        save_prepared(bad, tmp_path / "bad.npz")
-    assert files_in(tmp_path) == []  # neither output nor temporary
+    fine = Dataset(ds.name, x, ds.y_train, ds.x_test, ds.y_test, ds.shape, ds.num_classes)
+    save_prepared(fine, tmp_path / "fine.npz")
+    with np.load(tmp_path / "fine.npz", allow_pickle=False) as z:
+        assert (z["x_train"].dtype, z["x_test"].dtype) == (np.float32, np.uint8)
+    _assert_same(load_prepared(tmp_path / "fine.npz"), fine)  # exact, not rounded to 8 bits
+    assert files_in(tmp_path) == ["fine.npz"]
 
 
-def test_save_prepared_failure_keeps_previous_file(tmp_path):
+def test_save_prepared_failure_keeps_previous_file(tmp_path, monkeypatch):
     ds = _small_dataset()
     out = tmp_path / "toy.npz"
     save_prepared(ds, out)
     before = out.read_bytes()
-    x = ds.x_test.copy()
-    x[0, 0] = 0.3 / 255
-    bad = Dataset(ds.name, ds.x_train, ds.y_train, x, ds.y_test, ds.shape, ds.num_classes)
-    with pytest.raises(ValueError):
-        save_prepared(bad, out)
+
+    def fail_midway(fh, **arrays):
+        fh.write(b"PK\x03\x04 half an archive")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", fail_midway)
+    with pytest.raises(OSError, match="disk full"):
+        save_prepared(ds, out)
     assert out.read_bytes() == before
     assert files_in(tmp_path) == ["toy.npz"]
+
+
+def test_dataset_refuses_nan_pixels():
+    x = np.zeros((2, 3), np.float32)
+    x[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"^d: train images outside \[0, 1\] or NaN"):
+        Dataset("d", x, np.zeros(2, np.int64), x[:1] * 0, np.zeros(1, np.int64), (3,), 2)
 
 
 # --------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from crosslip.data.unpickle import load_restricted
 
 from .helpers import files_in
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config.schema.yaml"
 
 # --------------------------------------------------------------------------------------
 # helpers: hashing, HTTP server, closed port
@@ -551,8 +551,11 @@ class Evil:
         return _payload(self.kind, self.marker)
 
 
-GLOBALS = {"os.system": f"{os.system.__module__}.system", "builtins.eval": "builtins.eval",
-           "subprocess.Popen": "subprocess.Popen"}  # fmt: skip
+GLOBALS = {
+    "os.system": f"{os.system.__module__}.system",
+    "builtins.eval": "builtins.eval",
+    "subprocess.Popen": "subprocess.Popen",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(GLOBALS))
@@ -681,40 +684,58 @@ C42 = f"{gtsrb_mod.TRAIN_DIR}00042/"
 ROW = ["00000_00000.ppm", "15", "15", "2", "3", "12", "11"]
 GTSRB_DEFECTS = {
     "csv-missing-column": (
-        TR, C1 + "GT-00001.csv", csv_bytes([[*ROW[:5], ROW[6], "1"]], HEADER[:5] + HEADER[6:]),
+        TR,
+        C1 + "GT-00001.csv",
+        csv_bytes([[*ROW[:5], ROW[6], "1"]], HEADER[:5] + HEADER[6:]),
         C1 + r"GT-00001.csv: missing column\(s\) Roi.X2",
     ),
     "gt-missing-classid": (
-        GT, "GT-final_test.csv", csv_bytes([s.row(False) for s in TEST_SIGNS], HEADER[:-1]),
+        GT,
+        "GT-final_test.csv",
+        csv_bytes([s.row(False) for s in TEST_SIGNS], HEADER[:-1]),
         r"GT-final_test.csv: missing column\(s\) ClassId",
     ),
     "class-out-of-range": (
-        GT, "GT-final_test.csv", csv_bytes([[*TEST_SIGNS[0].row()[:-1], "43"]]),
+        GT,
+        "GT-final_test.csv",
+        csv_bytes([[*TEST_SIGNS[0].row()[:-1], "43"]]),
         r"GT-final_test.csv: line 2: ClassId 43",
     ),
     "class-in-wrong-folder": (
-        TR, C1 + "GT-00001.csv", csv_bytes([[*ROW, "2"]]), r"GT-00001.csv: .*ClassId 2",
+        TR,
+        C1 + "GT-00001.csv",
+        csv_bytes([[*ROW, "2"]]),
+        r"GT-00001.csv: .*ClassId 2",
     ),
     "not-an-integer": (
-        TR, C1 + "GT-00001.csv", csv_bytes([[*ROW[:3], "two", *ROW[4:], "1"]]),
+        TR,
+        C1 + "GT-00001.csv",
+        csv_bytes([[*ROW[:3], "two", *ROW[4:], "1"]]),
         r"GT-00001.csv: line 2: bad row",
     ),
     "image-missing": (
-        TR, C42 + "00000_00001.ppm", None, r"missing member .*00042/00000_00001\.ppm",
+        TR,
+        C42 + "00000_00001.ppm",
+        None,
+        r"missing member .*00042/00000_00001\.ppm",
     ),
     "test-image-missing": (TE, gtsrb_mod.TEST_DIR + "00002.ppm", None, r"Images/00002\.ppm"),
     "roi-outside-image": (
-        TR, C1 + "GT-00001.csv", csv_bytes([[*ROW[:5], "15", "11", "1"]]),
+        TR,
+        C1 + "GT-00001.csv",
+        csv_bytes([[*ROW[:5], "15", "11", "1"]]),
         r"00001/00000_00000\.ppm: ROI \(2, 3, 15, 11\) outside the 15x15 image",
     ),
     "not-a-ppm": (TR, C1 + "00000_00000.ppm", _png(), r"00000_00000\.ppm: expected a PPM"),
     "not-an-image": (TR, C1 + "00000_00000.ppm", b"P6\n", r"00000_00000\.ppm: not a readable"),
     "gt-csv-missing": (GT, "GT-final_test.csv", None, r"missing member GT-final_test\.csv"),
     "path-in-filename": (
-        TR, C1 + "GT-00001.csv", csv_bytes([["../00042/00000_00000.ppm", *ROW[1:], "1"]]),
+        TR,
+        C1 + "GT-00001.csv",
+        csv_bytes([["../00042/00000_00000.ppm", *ROW[1:], "1"]]),
         r"GT-00001.csv: line 2: bad file name",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("defect", sorted(GTSRB_DEFECTS))
@@ -784,20 +805,36 @@ def test_official_specs():
     base = "https://sid.erda.dk/public/archives/daaeac0d7ce1152aea9b61d9f1e19370/"
     specs = gtsrb_mod.remote_files()
     assert [(s.name, s.checksum, s.urls, s.algorithm, s.gunzip) for s in specs] == [
-        ("GTSRB_Final_Training_Images.zip", "f33fd80ac59bff73c82d25ab499e03a3",
-         (base + "GTSRB_Final_Training_Images.zip",), "md5", False),
-        ("GTSRB_Final_Test_Images.zip", "c7e4e6327067d32654124b0fe9e82185",
-         (base + "GTSRB_Final_Test_Images.zip",), "md5", False),
-        ("GTSRB_Final_Test_GT.zip", "fe31e9c9270bbcd7b84b7f21a9d9d9e5",
-         (base + "GTSRB_Final_Test_GT.zip",), "md5", False),
-    ]  # fmt: skip
+        (
+            "GTSRB_Final_Training_Images.zip",
+            "f33fd80ac59bff73c82d25ab499e03a3",
+            (base + "GTSRB_Final_Training_Images.zip",),
+            "md5",
+            False,
+        ),
+        (
+            "GTSRB_Final_Test_Images.zip",
+            "c7e4e6327067d32654124b0fe9e82185",
+            (base + "GTSRB_Final_Test_Images.zip",),
+            "md5",
+            False,
+        ),
+        (
+            "GTSRB_Final_Test_GT.zip",
+            "fe31e9c9270bbcd7b84b7f21a9d9d9e5",
+            (base + "GTSRB_Final_Test_GT.zip",),
+            "md5",
+            False,
+        ),
+    ]
     assert cifar_mod.COUNTS == (50000, 10000) and gtsrb_mod.COUNTS == (39209, 12630)
     assert gtsrb_mod.SIZE == 32
 
 
 def test_config_schema_accepts_the_new_datasets():
-    schema = yaml.safe_load(SCHEMA.read_text())["properties"]
-    assert {"cifar10", "gtsrb"} <= set(schema["datasets"]["items"]["enum"])
+    full = yaml.safe_load(SCHEMA.read_text())
+    schema = full["properties"]
+    assert {"cifar10", "gtsrb"} <= set(full["$defs"]["registered_dataset"]["enum"])
     mirrors = schema["data"]["properties"]["mirrors"]["propertyNames"]["enum"]
     assert {"mnist", "cifar10", "gtsrb"} <= set(mirrors)
 
@@ -816,6 +853,7 @@ def test_fetch_md5_file_from_cache_without_network(tmp_path, closed_port):
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "x.zip").write_bytes(b"zip bytes")
-    spec = RemoteFile("x.zip", md5(b"zip bytes"), (f"http://127.0.0.1:{closed_port}/x",),
-                      algorithm="md5")  # fmt: skip
+    spec = RemoteFile(
+        "x.zip", md5(b"zip bytes"), (f"http://127.0.0.1:{closed_port}/x",), algorithm="md5"
+    )
     assert fetch_files([spec], cache_dir=cache) == {"x.zip": cache / "x.zip"}

@@ -1,7 +1,6 @@
 """Downloads through the workflow: a corrupt mirror file fails the prepare_data job, and a
 rerun after the fix succeeds (library-level cases: test_data.py, test_data_archives.py)."""
 
-
 from __future__ import annotations
 
 import gzip
@@ -91,5 +90,3 @@ def test_corrupt_mirror_message_names_the_config_key(tmp_path, mnist_mirror):
         load_dataset("mnist", cache_dir=tmp_path / "cache", mirror_dir=mirror)
     assert str(mirror / MNIST_FILES[3]) in str(info.value)
     assert "data.mirrors.mnist" in str(info.value)
-
-

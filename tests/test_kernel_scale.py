@@ -135,14 +135,14 @@ def test_job_resources_follow_the_config():
     peak = train_plan(60000, 60000, 784, 10, "kernel_cl", 70 * GIB).peak_bytes
     assert train["mem_mb"] >= peak / 2**20 > 50 * 1024 and train["gpu"] == 1
     for stage in ("certify", "attack"):
-        assert resources(cfg, model, stage)["gpu"] == 1  # 60,000 centres: a GPU of its own
+        assert resources(cfg, model, stage)["gpu"] == 1  # every job on the device claims it
     cuda = validate({**preset(), "device": "cuda"})
     assert resources(cuda, model, "train")["mem_mb"] < 8 * 1024  # the plan is in GPU memory
     cpu = validate({**preset(n_centers=20000, memory_gb=16), "device": "cpu"})
     assert all(resources(cpu, model, s)["gpu"] == 0 for s in ("train", "certify", "attack"))
     peak = train_plan(60000, 20000, 784, 10, "kernel_cl", 16 * GIB).peak_bytes
     assert resources(cpu, model, "train")["mem_mb"] >= peak / 2**20
-    # the default: 1,000 centres on mnist5k need no GPU of their own to certify or attack
+    # the default: 1,000 centres on mnist5k; with device auto every job claims the GPU
     default = validate(
         {
             "datasets": ["mnist5k"],
@@ -156,7 +156,7 @@ def test_job_resources_follow_the_config():
     assert job_resources(default, tiny, "mnist5k", "train")["gpu"] == 1
     for stage in ("certify", "attack"):
         got = job_resources(default, tiny, "mnist5k", stage)
-        assert got["gpu"] == 0 and got["mem_mb"] < 4000, got
+        assert got["gpu"] == 1 and got["mem_mb"] < 4000, got
     # runtimes grow with the model and the number of points
     small = validate({**preset(n_centers=2000, memory_gb=16), "device": "cpu"})
     for stage in ("train", "certify", "attack"):
@@ -166,13 +166,19 @@ def test_job_resources_follow_the_config():
     assert (
         resources(fewer, model, "certify")["runtime"] < resources(cpu, model, "certify")["runtime"]
     )
-    # networks: 4,000 MB; a GPU for training only (certify and attack are cheap)
+    # networks: 4,000 MB; a GPU for every job unless the device is the CPU
     net = NetTrainSpec(epochs=200)
     auto = {**cpu, "device": "auto"}
     assert job_resources(auto, net, "mnist", "train") == {"mem_mb": 4000, "gpu": 1,
                                                           "runtime": 200}  # fmt: skip
-    assert job_resources(auto, net, "mnist", "certify")["gpu"] == 0
-    assert job_resources(cpu, net, "mnist", "train")["gpu"] == 0
+    assert job_resources(auto, net, "mnist", "certify")["gpu"] == 1
+    assert job_resources(auto, net, "mnist", "attack")["gpu"] == 1
+    assert all(job_resources(cpu, net, "mnist", s)["gpu"] == 0 for s in ("train", "certify"))
+    # a dataset of your own: its size is read by the job, so defaults (kernels: the budget)
+    assert job_resources(auto, net, "mydigits", "train") == {"mem_mb": 4000, "gpu": 1,
+                                                             "runtime": 120}  # fmt: skip
+    own = job_resources(cpu, training_grid(cpu)[model], "mydigits", "train")
+    assert own["gpu"] == 0 and own["mem_mb"] >= 16 * 1024
 
 
 def test_dry_run_shows_the_resources_of_kernel_jobs(tmp_path):

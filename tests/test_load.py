@@ -1,31 +1,19 @@
 """Load: a workflow of more than 50 jobs on 2 cores loses and duplicates no row."""
 
-
 from __future__ import annotations
 
-import json
-import threading
-import time
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
+from crosslip.checkpoints import load_model
 from crosslip.io import read_json
-from crosslip.models import load_model
 from crosslip.report import add_diverged, summarize
 
 from .helpers import fields
 from .workflow_helpers import (
     BASE,
     DIVERGED,
-    SWEEP,
-    THREADS,
     changed,
-    finished_rules,
-    planned_jobs,
     snakemake,
     temporaries,
 )
@@ -33,73 +21,6 @@ from .workflow_helpers import (
 # --------------------------------------------------------------------------------------
 # 6. load: > 50 jobs on 2 cores, no lost or duplicated rows; a diverging model in the sweep
 # --------------------------------------------------------------------------------------
-
-OUTPUT_DIRS = ("data", "models", "certify", "attack", "examples", "instances", "tables")
-
-
-def read_output(path: Path) -> None:
-    """Read a workflow output completely; raises on a half-written file."""
-    if path.suffix == ".parquet":
-        pq.read_table(path)
-    elif path.suffix == ".json":
-        json.loads(path.read_text())
-    elif path.suffix == ".pt":
-        load_model(path)
-    elif path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            for k in z.files:
-                z[k]
-    elif path.suffix == ".csv":
-        pd.read_csv(path)
-
-
-class Watcher(threading.Thread):
-    """Reads every output the moment it appears under its final name, while the workflow
-    runs: a half-written output would fail to parse."""
-
-    def __init__(self, results: Path):
-        super().__init__(daemon=True)
-        self.results, self.seen, self.broken = results, set(), []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.scan()
-            time.sleep(0.02)
-        self.scan()
-
-    def scan(self) -> None:
-        for sub in OUTPUT_DIRS:
-            for p in (self.results / sub).rglob("*") if (self.results / sub).exists() else []:
-                if p.name.startswith(".") or not p.is_file() or p in self.seen:
-                    continue
-                self.seen.add(p)
-                try:
-                    read_output(p)
-                except Exception as exc:  # any parse error is the finding
-                    self.broken.append(f"{p}: {exc!r}")
-
-
-@pytest.fixture(scope="module")
-def load_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("load")
-    plan = snakemake(work, "-n", config=SWEEP)
-    assert plan.returncode == 0, plan.stderr
-    watcher = Watcher(work / "results")
-    watcher.start()
-    t0 = time.monotonic()
-    proc = snakemake(work, "--cores", "2", *THREADS)
-    seconds = time.monotonic() - t0
-    watcher.stop.set()
-    watcher.join()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return (
-        work,
-        planned_jobs(plan.stdout),
-        finished_rules(proc.stdout + proc.stderr),
-        watcher,
-        seconds,
-    )
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.pipeline import INSTANCE_SCHEMA
 from crosslip.report import SUMMARY_COLUMNS
+from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import ROOT, SNAKEMAKE, dry_run_counts, snakemake_cmd
 
@@ -64,10 +64,18 @@ def test_default_config_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
-    for rule, count in [("prepare_data", 1), ("train", 7), ("certify", 7), ("attack", 7),
-                        ("instances", 7), ("summary", 1), ("table1", 1),
-                        ("kernel_table", 1), ("figure_bounds", 2),
-                        ("figure_adversarial", 1)]:  # fmt: skip
+    for rule, count in [
+        ("prepare_data", 1),
+        ("train", 7),
+        ("certify", 7),
+        ("attack", 7),
+        ("instances", 7),
+        ("summary", 1),
+        ("table1", 1),
+        ("kernel_table", 1),
+        ("figure_bounds", 2),
+        ("figure_adversarial", 1),
+    ]:
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), rule
     assert not (tmp_path / "results").exists()
 
@@ -101,11 +109,18 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
 
 def test_tiny_run_writes_parquet_with_schema(tiny_run):
     files = sorted((tiny_run / "results" / "instances" / "mnist5k").glob("*.parquet"))
-    nets = ["none-lr0.2-lam0-seed0", "weight_decay-lr0.2-lam0.0001-seed0",
-            "dropout-lr0.2-keep0.5-seed0", "cross_lipschitz-lr0.2-lam0.001-seed0"]  # fmt: skip
+    nets = [
+        "none-lr0.2-lam0-seed0",
+        "weight_decay-lr0.2-lam0.0001-seed0",
+        "dropout-lr0.2-keep0.5-seed0",
+        "cross_lipschitz-lr0.2-lam0.001-seed0",
+    ]
     expect = [n + suffix for n in nets for suffix in ("", "-augment", "-adversarial")]
-    expect += ["kernel_logreg-a1-lam0-seed0", "kernel_logreg-a1-lam0.0001-seed0",
-               "kernel_cl-a1-lam0.1-seed0"]  # fmt: skip
+    expect += [
+        "kernel_logreg-a1-lam0-seed0",
+        "kernel_logreg-a1-lam0.0001-seed0",
+        "kernel_cl-a1-lam0.1-seed0",
+    ]
     assert sorted(f.stem for f in files) == sorted(expect)  # every model x regularizer x setting
     for f in files:
         table = pq.read_table(f)
@@ -117,8 +132,14 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
         assert (df["local_bound"] == ("prop2.2" if kernel else "prop2.3")).all()
         cols = ["guarantee_local", "guarantee_l2"]
         if not kernel:
-            cols += ["guarantee_global", "guarantee_l1", "guarantee_linf", "guarantee_l2_box",
-                     "guarantee_l1_box", "guarantee_linf_box"]  # fmt: skip
+            cols += [
+                "guarantee_global",
+                "guarantee_l1",
+                "guarantee_linf",
+                "guarantee_l2_box",
+                "guarantee_l1_box",
+                "guarantee_linf_box",
+            ]
         for col in cols:
             assert df[col].notna().all() and (df[col] >= 0).all(), (f.stem, col)
         ok = df["attack_success"]
@@ -128,8 +149,9 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
             refined = df[f"upper_bound_{p}_refined"]
             paper = df["upper_bound" if p == "l2" else f"upper_bound_{p}"]
             assert refined.notna().any() and (refined.dropna() <= paper[refined.notna()]).all()
-        with np.load(tiny_run / "results" / "examples" / "mnist5k" / f"{f.stem}.npz",
-                     allow_pickle=False) as ex:  # fmt: skip
+        with np.load(
+            tiny_run / "results" / "examples" / "mnist5k" / f"{f.stem}.npz", allow_pickle=False
+        ) as ex:
             side = 24 if f.stem.endswith("augment") else 28  # augment: center crops
             assert ex["x"].shape == (2, side * side) and list(ex["shape"]) == [side, side, 1]
             assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
@@ -154,23 +176,31 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
     assert md.count("\n") == 17 and "cross_lipschitz" in md and "kernel_cl" in md
     table1 = pd.read_csv(res / "tables" / "table1_global_local.csv")
     assert len(table1) == 12  # 3 settings x 4 net regularizers; kernels have no global bound
-    assert sorted(set(table1["regularizer"])) == ["cross_lipschitz", "dropout", "none",
-                                                   "weight_decay"]  # fmt: skip
+    assert sorted(set(table1["regularizer"])) == [
+        "cross_lipschitz",
+        "dropout",
+        "none",
+        "weight_decay",
+    ]
     assert table1["mean_ratio_global_local"].between(0, 10).all()
     assert (res / "tables" / "table1_global_local.md").read_text().startswith("| dataset")
     kernel = pd.read_csv(res / "tables" / "kernel.csv")
     assert list(kernel["method"]) == ["No Reg.", "K-LogReg", "K-CL"]
-    assert list(kernel["model_id"]) == ["kernel_logreg-a1-lam0-seed0",
-                                        "kernel_logreg-a1-lam0.0001-seed0",
-                                        "kernel_cl-a1-lam0.1-seed0"]  # fmt: skip
+    assert list(kernel["model_id"]) == [
+        "kernel_logreg-a1-lam0-seed0",
+        "kernel_logreg-a1-lam0.0001-seed0",
+        "kernel_cl-a1-lam0.1-seed0",
+    ]
     assert (kernel["mean_upper_bound"] >= kernel["mean_guarantee_local"]).all()
     for name in ("summary", "table1_global_local", "kernel"):
         tex = (res / "tables" / f"{name}.tex").read_text()
         assert tex.startswith("\\begin{tabular}") and "\\bottomrule" in tex
         assert "kernel\\_" in tex or "cross\\_lipschitz" in tex  # underscores escaped
     figures = sorted(p.name for p in (res / "figures" / "bounds_vs_error").iterdir())
-    assert figures == sorted(f"mnist5k-{f}.{ext}" for ext in ("png", "pdf") for f in (
-        "mlp-plain", "mlp-augment", "mlp-adversarial", "kernel-plain"))  # fmt: skip
+    # one figure per dataset and family, a row per setting (the paper's layout)
+    assert figures == sorted(
+        f"mnist5k-{f}.{ext}" for ext in ("png", "pdf") for f in ("mlp", "kernel")
+    )
     for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF")):
         assert (res / "figures" / f"adversarial_samples.{ext}").read_bytes()[:4] == magic
         for fig in (res / "figures" / "bounds_vs_error").glob(f"*.{ext}"):
@@ -180,16 +210,42 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
     assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))
 
 
+def test_tiny_run_logs_progress_and_draws_training_curves(tiny_run):
+    res = tiny_run / "results"
+    logs = res / "logs"
+    net, kern = "none-lr0.2-lam0-seed0", "kernel_cl-a1-lam0.1-seed0"
+    train_log = (logs / "train" / "mnist5k" / f"{net}.log").read_text()
+    assert "train: 1/1 epochs (100%)" in train_log and ", loss " in train_log
+    assert "L-BFGS iterations" in (logs / "train" / "mnist5k" / f"{kern}.log").read_text()
+    certify_log = (logs / "certify" / "mnist5k" / f"{net}.log").read_text()
+    assert "certify: 15/15 points (100%)" in certify_log
+    attack_log = (logs / "attack" / "mnist5k" / f"{net}.log").read_text()
+    assert "attack L2: 15/15 points (100%)" in attack_log and "attack Linf: 15/15" in attack_log
+    figures = sorted(p.name for p in (res / "figures" / "training").iterdir())
+    assert figures == [f"mnist5k-{f}.{ext}" for f in ("kernel", "mlp") for ext in ("pdf", "png")]
+    for fig in (res / "figures" / "training").iterdir():
+        assert fig.read_bytes()[:4] == (b"%PDF" if fig.suffix == ".pdf" else b"\x89PNG")
+
+
 def test_html_report_shows_tables_and_figures(tiny_run):
     proc = snakemake(tiny_run, "--report", "report.html", config=TINY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     html = (tiny_run / "report.html").read_text()
-    for caption in ("Table 1 of the paper", "The kernel table of Section 5",
-                    "The paper's illustration", "One row per trained model",
-                    "model family kernel"):  # fmt: skip
+    for caption in (
+        "Table 1 of the paper",
+        "The kernel table of Section 5",
+        "The paper's illustration",
+        "One row per trained model",
+        "model family kernel",
+        "Training curves, dataset mnist5k",
+    ):
         assert caption in html, caption
-    for name in ("table1_global_local.csv", "kernel.csv", "adversarial_samples.png",
-                 "mnist5k-mlp-augment.png"):  # fmt: skip
+    for name in (
+        "table1_global_local.csv",
+        "kernel.csv",
+        "adversarial_samples.png",
+        "mnist5k-mlp.png",
+    ):
         assert name in html, name
 
 
@@ -224,7 +280,7 @@ def test_resnet_config_runs_end_to_end(tmp_path):
         "train": {"epochs": 1, "grid": {"cross_lipschitz": {"lr": [0.1], "lambda": [1e-3]}}},
         "certify": {"n_points": 5},
         "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 1},
-    }  # fmt: skip
+    }
     proc = snakemake(tmp_path, "--cores", "2", config=cfg)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     df = pd.read_parquet(tmp_path / "results" / "instances")
@@ -249,8 +305,10 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
     prepared.parent.mkdir(parents=True)
     save_prepared(read_cifar10_archive(archive), prepared)
     before = prepared.read_bytes()
-    regs = {r: {"lr": [0.05], "lambda": [lam]} for r, lam in
-            (("none", 0.0), ("weight_decay", 1e-4), ("cross_lipschitz", 1e-3))}  # fmt: skip
+    regs = {
+        r: {"lr": [0.05], "lambda": [lam]}
+        for r, lam in (("none", 0.0), ("weight_decay", 1e-4), ("cross_lipschitz", 1e-3))
+    }
     regs["dropout"] = {"lr": [0.05], "keep_hidden": [0.5]}
     cfg = {
         "datasets": ["cifar10"],
@@ -270,24 +328,26 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
     # failure is marked, never dropped (test_resnet_config_runs_end_to_end sees successes)
     assert (df["upper_bound"].notna() == df["attack_success"]).all()
     for model_id in set(df["model_id"]):
-        met = json.loads((tmp_path / "results" / "models" / "cifar10" / model_id /
-                          "metrics.json").read_text())  # fmt: skip
+        met = json.loads(
+            (tmp_path / "results" / "models" / "cifar10" / model_id / "metrics.json").read_text()
+        )
         assert met["config"]["arch"] == "resnet" and met["status"] == "ok"
         ex = np.load(tmp_path / "results" / "examples" / "cifar10" / f"{model_id}.npz")
         side = 24 if model_id.endswith("augment") else 32
         assert list(ex["shape"]) == [side, side, 3]
     figures = tmp_path / "results" / "figures" / "bounds_vs_error"
     assert sorted(p.name for p in figures.glob("*.png")) == [
-        "cifar10-resnet-augment.png", "cifar10-resnet-plain.png"]  # fmt: skip
+        "cifar10-resnet.png",
+    ]
     assert not (tmp_path / "results" / "tables" / "table1_global_local.csv").exists()
 
 
-PRESETS = {  # preset -> (train jobs of the paper's grid, figure panels)
-    "mnist": (78, 3),
-    "cifar10": (78, 3),
-    "gtsrb": (26, 1),
-    "mnist_kernel": (36, 1),
-    "cifar10_resnet": (62, 2),
+PRESETS = {  # preset -> (train jobs of the paper's grid, evaluated models, figures)
+    "mnist": (78, 78, 1),
+    "cifar10": (78, 78, 1),
+    "gtsrb": (26, 26, 1),
+    "mnist_kernel": (36, None, 1),  # certify.models: best, chosen by a checkpoint
+    "cifar10_resnet": (62, 62, 1),
 }
 
 
@@ -298,13 +358,18 @@ def test_every_preset_is_listed():
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
-    proc = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "presets" /
-                     f"{preset}.yaml"))  # fmt: skip
+    proc = snakemake(
+        tmp_path, "-n", "--configfile", str(ROOT / "config" / "presets" / f"{preset}.yaml")
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     counts = dry_run_counts(proc.stdout)
-    n_models, n_panels = PRESETS[preset]
-    for rule in ("train", "certify", "attack", "instances"):
-        assert counts[rule] == n_models, (rule, counts)
-    assert counts["figure_bounds"] == n_panels and counts["summary"] == 1
+    n_models, n_evaluated, n_figures = PRESETS[preset]
+    assert counts["train"] == n_models, counts
+    if n_evaluated is None:  # the checkpoint decides after training: none listed yet
+        assert counts["select_models"] == 1 and "certify" not in counts
+    else:
+        for rule in ("certify", "attack", "instances"):
+            assert counts[rule] == n_evaluated, (rule, counts)
+    assert counts["figure_bounds"] == n_figures and counts["summary"] == 1
     assert counts.get("kernel_table", 0) == (preset == "mnist_kernel")
     assert counts.get("table1", 0) == (preset in ("mnist", "cifar10", "gtsrb"))

@@ -17,8 +17,18 @@ SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
 PRESETS = sorted((ROOT / "config" / "presets").glob("*.yaml"))
 # Every SLURM client command the plugin could call; the fakes log their call and fail.
-SLURM_COMMANDS = ("sbatch", "srun", "salloc", "scancel", "sinfo", "squeue", "sacct",
-                  "sacctmgr", "sshare", "scontrol")  # fmt: skip
+SLURM_COMMANDS = (
+    "sbatch",
+    "srun",
+    "salloc",
+    "scancel",
+    "sinfo",
+    "squeue",
+    "sacct",
+    "sacctmgr",
+    "sshare",
+    "scontrol",
+)
 SUBMITTING = {"sbatch", "srun", "salloc", "scancel"}
 SITE_VARS = ("CROSSLIP_SLURM_PARTITION", "CROSSLIP_SLURM_GPU_PARTITION", "CROSSLIP_SLURM_ACCOUNT")
 
@@ -62,18 +72,23 @@ def test_presets_exist():
 
 
 @pytest.mark.parametrize("preset", [None, *PRESETS], ids=["default", *(p.stem for p in PRESETS)])
-def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset):
+def test_slurm_dry_run_asks_a_gpu_for_every_job_on_the_device(tmp_path, fake_slurm, preset):
     env, log = fake_slurm
     args = ["--profile", str(SLURM_PROFILE)]
     if preset is not None:
         args += ["--configfile", str(preset)]
     jobs, out = dry_run(tmp_path / "work", *args, env=env)
-    assert f"Using profile {SLURM_PROFILE}" in out
+    assert f"Using profiles {SLURM_PROFILE} and workflow specific profile" in out  # +default
     rules = {job["rule"] for job in jobs}
-    assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
+    if preset is not None and "certify:\n  models: best" in preset.read_text():
+        # the select_models checkpoint decides after training which models are evaluated
+        assert {"prepare_data", "train", "select_models"} <= rules and "certify" not in rules
+    else:
+        assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
     for job in jobs:
         res = job["resources"]
-        assert res.get("gpu", "0") == ("1" if job["rule"] == "train" else "0"), job
+        on_device = job["rule"] in ("train", "certify", "attack")  # device: auto
+        assert res.get("gpu", "0") == ("1" if on_device else "0"), job
         assert "gres" not in res and "slurm_extra" not in res, job
         assert "mem_mb" in res and "runtime" in res and "cpus_per_task" in res, job
         assert "slurm_partition" not in res and "slurm_account" not in res, job  # env unset
@@ -87,13 +102,18 @@ def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset
 
 def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     env, log = fake_slurm
-    env = {**env, "CROSSLIP_SLURM_PARTITION": "cpuq", "CROSSLIP_SLURM_GPU_PARTITION": "gpuq",
-           "CROSSLIP_SLURM_ACCOUNT": "proj42"}  # fmt: skip
+    env = {
+        **env,
+        "CROSSLIP_SLURM_PARTITION": "cpuq",
+        "CROSSLIP_SLURM_GPU_PARTITION": "gpuq",
+        "CROSSLIP_SLURM_ACCOUNT": "proj42",
+    }
     jobs, _ = dry_run(tmp_path, "--profile", str(SLURM_PROFILE), "--cores", "64", env=env)
     assert jobs
     for job in jobs:
         res = job["resources"]
-        assert res["slurm_partition"] == ("gpuq" if job["rule"] == "train" else "cpuq"), job
+        on_device = job["rule"] in ("train", "certify", "attack")  # they claim a GPU
+        assert res["slurm_partition"] == ("gpuq" if on_device else "cpuq"), job
         assert res["slurm_account"] == "proj42", job
         # cpus_per_task follows the rule's threads (2 for train, certify, attack)
         assert res["cpus_per_task"] == job["threads"], job
@@ -118,8 +138,10 @@ def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     assert profile["resources"] == {"gpu": 1} and profile["cores"] == "all"
     assert "executor" not in profile  # local execution
     jobs, out = dry_run(tmp_path, "--profile", str(LOCAL_GPU_PROFILE), env=fake_slurm[0])
-    assert f"Using profile {LOCAL_GPU_PROFILE}" in out
-    assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == {"train"}
+    assert f"Using profiles {LOCAL_GPU_PROFILE} and workflow specific profile" in out  # +default
+    # every job that runs on the device (device: auto) is counted against the limit
+    on_gpu = {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"}
+    assert on_gpu == {"train", "certify", "attack"}, jobs
 
 
 TOY = """

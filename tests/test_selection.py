@@ -6,8 +6,13 @@ from crosslip.selection import method_of, read_selected, select_best, write_sele
 
 
 def met(model_id, reg, err, ds="mnist", status="ok", **cfg):
-    return {"dataset": ds, "model_id": model_id, "status": status, "test_error": err,
-            "config": {"regularizer": reg, "lam": cfg.pop("lam", 0.1), **cfg}}  # fmt: skip
+    return {
+        "dataset": ds,
+        "model_id": model_id,
+        "status": status,
+        "test_error": err,
+        "config": {"regularizer": reg, "lam": cfg.pop("lam", 0.1), **cfg},
+    }
 
 
 def test_lowest_test_error_per_dataset_family_setting_and_method(tmp_path):
@@ -27,11 +32,19 @@ def test_lowest_test_error_per_dataset_family_setting_and_method(tmp_path):
         met("mlp", "none", 0.2, arch="mlp"),
     ]
     chosen = select_best(metrics)
-    assert chosen == sorted([
-        ("mnist", "cl-b"), ("mnist", "cl-adv"), ("mnist", "wd-a"), ("cifar10", "wd-other-ds"),
-        ("mnist", "klr-0"), ("mnist", "klr-2"), ("mnist", "kcl-tie-a"), ("mnist", "res"),
-        ("mnist", "mlp"),
-    ])  # fmt: skip
+    assert chosen == sorted(
+        [
+            ("mnist", "cl-b"),
+            ("mnist", "cl-adv"),
+            ("mnist", "wd-a"),
+            ("cifar10", "wd-other-ds"),
+            ("mnist", "klr-0"),
+            ("mnist", "klr-2"),
+            ("mnist", "kcl-tie-a"),
+            ("mnist", "res"),
+            ("mnist", "mlp"),
+        ]
+    )
     write_selected(chosen, tmp_path / "s.json")
     assert read_selected(tmp_path / "s.json") == chosen
     assert method_of({"regularizer": "kernel_logreg", "lam": 0.0}) == "kernel_noreg"

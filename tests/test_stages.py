@@ -7,12 +7,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.kernels import GaussianKernelModel
-from crosslip.models import load_model, save_model
+from crosslip.models import SoftplusNet
 from crosslip.pipeline import (
-    INSTANCE_SCHEMA,
     attack_stage,
     certify_stage,
     eval_indices,
@@ -21,6 +21,7 @@ from crosslip.pipeline import (
 )
 from crosslip.report import add_diverged, kernel_table, summarize, table1
 from crosslip.resnet import ResNet
+from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import random_net
 
@@ -39,15 +40,38 @@ def run_stages(tmp_path, status, net=None):
     net = random_net(6, 3, 8, 0, 4.0).float() if net is None else net  # varied predictions
     save_model(net, tmp_path / "model.pt")
     cfg = {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}
-    metrics = {"status": status, "dataset": "toy", "model_id": "m", "config": cfg,
-               "test_error": None if status != "ok" else 0.5}  # fmt: skip
+    metrics = {
+        "status": status,
+        "dataset": "toy",
+        "model_id": "m",
+        "config": cfg,
+        "test_error": None if status != "ok" else 0.5,
+    }
     write_json(metrics, tmp_path / "metrics.json")
-    certify_stage(data, tmp_path / "model.pt", tmp_path / "metrics.json", tmp_path / "c.parquet",
-                  n_points=6, rtol=1e-3)  # fmt: skip
-    attack_stage(data, tmp_path / "model.pt", tmp_path / "metrics.json", tmp_path / "a.parquet",
-                 n_points=6, rtol=1e-3, max_steps=20)  # fmt: skip
-    df = instances_stage(tmp_path / "c.parquet", tmp_path / "a.parquet",
-                         tmp_path / "metrics.json", "m", tmp_path / "i.parquet")  # fmt: skip
+    certify_stage(
+        data,
+        tmp_path / "model.pt",
+        tmp_path / "metrics.json",
+        tmp_path / "c.parquet",
+        n_points=6,
+        rtol=1e-3,
+    )
+    attack_stage(
+        data,
+        tmp_path / "model.pt",
+        tmp_path / "metrics.json",
+        tmp_path / "a.parquet",
+        n_points=6,
+        rtol=1e-3,
+        max_steps=20,
+    )
+    df = instances_stage(
+        tmp_path / "c.parquet",
+        tmp_path / "a.parquet",
+        tmp_path / "metrics.json",
+        "m",
+        tmp_path / "i.parquet",
+    )
     return df, metrics
 
 
@@ -60,6 +84,8 @@ def test_stages_write_the_instance_schema(tmp_path):
     for col in ("guarantee_local", "guarantee_global", "guarantee_l2", "guarantee_l2_box"):
         assert (df.loc[ok, "upper_bound"] >= df.loc[ok, col]).all(), col
     assert (df["local_bound"] == "prop2.3").all()
+    assert df["float32_agrees"].dtype == bool
+    assert df.loc[df["margin"].abs() > 1e-4, "float32_agrees"].all()
     for p in ("l2", "l1", "linf"):  # refined never worse; every bound above its guarantee
         paper = df["upper_bound" if p == "l2" else f"upper_bound_{p}"]
         refined = df[f"upper_bound_{p}_refined"]
@@ -88,11 +114,54 @@ def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):
     assert ok.any() and (df.loc[ok, "upper_bound"] >= df.loc[ok, "guarantee_local"]).all()
 
 
+def test_a_point_where_float32_decides_otherwise_gets_no_guarantee(tmp_path):
+    """Class 1 wins in float64 by ``1e-9 - exp(10 (x_0 + b))``; cast to float32, both logits
+    round to 1.0, the tie goes to class 0. The threshold b splits the eval points: where
+    ``x_0`` is large, class 0 wins by far in both precisions."""
+    data = tiny_dataset(tmp_path)
+    from crosslip.data import load_prepared
+
+    x0 = np.sort(load_prepared(data).x_test[eval_indices(10, 6), 0].astype(np.float64))
+    cut = 0.5 * (x0[2] + x0[3])  # three points on each side
+    b = np.log(1e-9) / 10 - cut  # float64: class 1 iff exp(10 (x_0 + b)) < 1e-9
+    net = SoftplusNet(6, 2, hidden=1, alpha=10.0, bias=True).double().eval()
+    with torch.no_grad():
+        net.hidden_layer.weight.copy_(torch.tensor([[1.0, 0, 0, 0, 0, 0]], dtype=torch.float64))
+        net.hidden_layer.bias.fill_(b)
+        net.output_layer.weight.copy_(torch.tensor([[10.0], [0.0]], dtype=torch.float64))
+        net.output_layer.bias.copy_(torch.tensor([1.0, 1.0 + 1e-9], dtype=torch.float64))
+    df, _ = run_stages(tmp_path, "ok", net)
+    assert pq.read_table(tmp_path / "i.parquet").schema.equals(
+        INSTANCE_SCHEMA, check_metadata=False
+    )
+    with torch.no_grad():
+        x = torch.as_tensor(load_prepared(data).x_test[df["test_index"].to_numpy()])
+        pred32 = net.float()(x.float()).argmax(1).numpy()
+    assert (df["float32_agrees"].to_numpy() == (pred32 == df["pred"].to_numpy())).all()
+    split = df["float32_agrees"]
+    assert split.any() and (~split).any()
+    assert (df.loc[~split, "pred"] == 1).all() and (df.loc[split, "pred"] == 0).all()
+    for col in (
+        "guarantee_local",
+        "guarantee_global",
+        "guarantee_l2",
+        "guarantee_l1",
+        "guarantee_linf",
+        "guarantee_l2_box",
+        "guarantee_l1_box",
+        "guarantee_linf_box",
+    ):
+        assert (df.loc[~split, col] == 0).all(), col  # float64 alone would certify these
+        assert (df.loc[split, col] > 0).all(), col
+    assert (df.loc[~split, "bound_class"] == -1).all()
+
+
 def test_diverged_model_has_no_instances_but_keeps_its_summary_row(tmp_path):
     df, metrics = run_stages(tmp_path, "diverged")
     assert len(df) == 0
-    assert pq.read_table(tmp_path / "i.parquet").schema.equals(INSTANCE_SCHEMA,
-                                                               check_metadata=False)  # fmt: skip
+    assert pq.read_table(tmp_path / "i.parquet").schema.equals(
+        INSTANCE_SCHEMA, check_metadata=False
+    )
     summary = add_diverged(summarize(df), [metrics])
     assert len(summary) == 1
     row = summary.iloc[0]
@@ -107,14 +176,33 @@ def test_eval_indices_are_a_fixed_sorted_subset():
 
 def test_table1_takes_the_best_model_per_regularizer():
     rows = []
-    for reg, err, ratio in (("none", 0.02, 0.7), ("none", 0.03, 0.5), ("cross_lipschitz", 0.025,
-                                                                      0.2)):  # fmt: skip
-        rows.append({"dataset": "mnist", "model_id": f"{reg}-{err}", "regularizer": reg,
-                     "setting": "plain", "family": "mlp",
-                     "status": "ok", "test_error": err, "n_correct": 10,
-                     "mean_ratio_global_local": ratio})  # fmt: skip
-    rows.append({**rows[0], "model_id": "bad", "status": "diverged", "test_error": None,
-                 "mean_ratio_global_local": None})  # fmt: skip
+    for reg, err, ratio in (
+        ("none", 0.02, 0.7),
+        ("none", 0.03, 0.5),
+        ("cross_lipschitz", 0.025, 0.2),
+    ):
+        rows.append(
+            {
+                "dataset": "mnist",
+                "model_id": f"{reg}-{err}",
+                "regularizer": reg,
+                "setting": "plain",
+                "family": "mlp",
+                "status": "ok",
+                "test_error": err,
+                "n_correct": 10,
+                "mean_ratio_global_local": ratio,
+            }
+        )
+    rows.append(
+        {
+            **rows[0],
+            "model_id": "bad",
+            "status": "diverged",
+            "test_error": None,
+            "mean_ratio_global_local": None,
+        }
+    )
     t = table1(pd.DataFrame(rows)).set_index("regularizer")
     assert t.loc["none", "mean_ratio_global_local"] == 0.7
     assert t.loc["none", "mean_ratio_all_models"] == 0.6
@@ -122,20 +210,41 @@ def test_table1_takes_the_best_model_per_regularizer():
 
 
 def test_kernel_table_takes_the_best_model_per_method():
-    rows = [{"dataset": "mnist", "model_id": f"{reg}-{lam}-{err}", "family": "kernel",
-             "regularizer": reg, "lam": lam, "kernel_a": 1.0, "status": "ok", "test_error": err,
-             "n_correct": 10, "mean_upper_bound": 2.0 + err, "mean_upper_bound_linf": 0.1 + err,
-             "mean_guarantee_local": 0.05, "attack_success_rate": 1.0}
-            for reg, lam, err in (("kernel_logreg", 0.0, 0.03), ("kernel_logreg", 1e-6, 0.02),
-                                  ("kernel_logreg", 1e-5, 0.01), ("kernel_cl", 0.1, 0.015),
-                                  ("kernel_cl", 1.0, 0.04))]  # fmt: skip
+    rows = [
+        {
+            "dataset": "mnist",
+            "model_id": f"{reg}-{lam}-{err}",
+            "family": "kernel",
+            "regularizer": reg,
+            "lam": lam,
+            "kernel_a": 1.0,
+            "status": "ok",
+            "test_error": err,
+            "n_correct": 10,
+            "mean_upper_bound": 2.0 + err,
+            "mean_upper_bound_linf": 0.1 + err,
+            "mean_guarantee_local": 0.05,
+            "attack_success_rate": 1.0,
+        }
+        for reg, lam, err in (
+            ("kernel_logreg", 0.0, 0.03),
+            ("kernel_logreg", 1e-6, 0.02),
+            ("kernel_logreg", 1e-5, 0.01),
+            ("kernel_cl", 0.1, 0.015),
+            ("kernel_cl", 1.0, 0.04),
+        )
+    ]
     rows.append({**rows[2], "model_id": "bad", "status": "diverged", "test_error": 0.0})
-    rows.append({**rows[2], "model_id": "net", "family": "mlp", "regularizer": "none",
-                 "test_error": 0.001})  # fmt: skip
+    rows.append(
+        {**rows[2], "model_id": "net", "family": "mlp", "regularizer": "none", "test_error": 0.001}
+    )
     t = kernel_table(pd.DataFrame(rows)).set_index("method")
     assert list(t.index) == ["No Reg.", "K-LogReg", "K-CL"]
-    assert list(t["model_id"]) == ["kernel_logreg-0.0-0.03", "kernel_logreg-1e-05-0.01",
-                                   "kernel_cl-0.1-0.015"]  # fmt: skip
+    assert list(t["model_id"]) == [
+        "kernel_logreg-0.0-0.03",
+        "kernel_logreg-1e-05-0.01",
+        "kernel_cl-0.1-0.015",
+    ]
     assert t.loc["K-CL", "mean_upper_bound"] == 2.015
     assert t.loc["K-CL", "mean_upper_bound_linf"] == 0.115  # the paper's Linf column
 
@@ -145,16 +254,38 @@ def test_a_resnet_trains_in_the_stage_and_gets_upper_bounds_but_no_guarantee(tmp
     x = (rng.integers(0, 256, size=(96, 64)) / 255).astype(np.float32)
     y = (x.reshape(96, 8, 8)[:, :4].mean((1, 2)) > 0.5).astype(np.int64)  # top half bright
     save_prepared(Dataset("img", x[:64], y[:64], x[64:], y[64:], (8, 8, 1), 2), tmp_path / "d.npz")
-    params = {"arch": "resnet", "resnet_blocks": 1, "regularizer": "cross_lipschitz",
-              "lam": 1e-3, "lr": 0.1, "epochs": 2, "batch_size": 16, "seed": 0}  # fmt: skip
+    params = {
+        "arch": "resnet",
+        "resnet_blocks": 1,
+        "regularizer": "cross_lipschitz",
+        "lam": 1e-3,
+        "lr": 0.1,
+        "epochs": 2,
+        "batch_size": 16,
+        "seed": 0,
+    }
     met = train_stage(tmp_path / "d.npz", params, "m", tmp_path / "m.pt", tmp_path / "m.json")
     assert met["status"] == "ok" and met["config"]["arch"] == "resnet"
     net = load_model(tmp_path / "m.pt")
     assert isinstance(net, ResNet) and net.depth() == 8
-    cert = certify_stage(tmp_path / "d.npz", tmp_path / "m.pt", tmp_path / "m.json",
-                         tmp_path / "c.parquet", n_points=8, rtol=1e-3)  # fmt: skip
+    cert = certify_stage(
+        tmp_path / "d.npz",
+        tmp_path / "m.pt",
+        tmp_path / "m.json",
+        tmp_path / "c.parquet",
+        n_points=8,
+        rtol=1e-3,
+    )
     assert (cert["local_bound"] == "none").all() and cert["guarantee_local"].isna().all()
-    att = attack_stage(tmp_path / "d.npz", tmp_path / "m.pt", tmp_path / "m.json",
-                       tmp_path / "a.parquet", n_points=8, rtol=1e-2, max_steps=10,
-                       norms=("l2",), refine_steps=1)  # fmt: skip
+    att = attack_stage(
+        tmp_path / "d.npz",
+        tmp_path / "m.pt",
+        tmp_path / "m.json",
+        tmp_path / "a.parquet",
+        n_points=8,
+        rtol=1e-2,
+        max_steps=10,
+        norms=("l2",),
+        refine_steps=1,
+    )
     assert att["upper_bound"].notna().any()

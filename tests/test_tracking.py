@@ -39,8 +39,14 @@ def test_closure_follows_imports_transitively_and_takes_parent_packages():
     assert {"crosslip", "crosslip.io", "crosslip.train", "crosslip.models"} <= set(mods)
     assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
     assert "crosslip.attacks.projections" in mods  # via the package's __init__
+    assert "crosslip.certify" not in mods and "crosslip.report" not in mods
+    certify = tracking.module_closure(SCRIPTS / "certify.py")
+    assert "crosslip.certify.search" in certify and "crosslip.train" not in certify
+    table = tracking.module_closure(SCRIPTS / "table.py")
+    assert "crosslip.report" in table and "torch" not in str(table)
+    assert not {"crosslip.train", "crosslip.certify", "crosslip.models"} & set(table)
     select = tracking.module_closure(SCRIPTS / "select_models.py")
-    assert {"crosslip.config", "crosslip.selection"} <= set(select)
+    assert {"crosslip.families", "crosslip.selection"} <= set(select)
     assert not {"crosslip.train", "crosslip.models", "crosslip.certify"} & set(select)
 
 
@@ -76,7 +82,12 @@ def test_relative_imports_resolve_against_the_module():
 
     tree = ast.parse("from . import io\nfrom .search import theorem21\nfrom ..models import x\n")
     names = tracking.imported_names(tree, "crosslip.certify.engine", is_package=False)
-    assert {"crosslip.certify", "crosslip.certify.io", "crosslip.certify.search",
-            "crosslip.models", "crosslip.models.x"} <= names  # fmt: skip
+    assert {
+        "crosslip.certify",
+        "crosslip.certify.io",
+        "crosslip.certify.search",
+        "crosslip.models",
+        "crosslip.models.x",
+    } <= names
     pkg = tracking.imported_names(ast.parse("from .engine import KINDS"), "crosslip.certify", True)
     assert "crosslip.certify.engine" in pkg

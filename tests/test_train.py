@@ -8,8 +8,9 @@ import pickle
 import pytest
 import torch
 
+from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
-from crosslip.models import SoftplusNet, load_model, save_model
+from crosslip.models import SoftplusNet
 from crosslip.train import TrainConfig, adversarial_batch, lr_decay_updates, train
 
 
@@ -36,8 +37,14 @@ def test_training_is_deterministic_for_a_seed(mnist5k):
     cfg = TrainConfig(regularizer="cross_lipschitz", lam=1e-3, epochs=1, hidden=32, seed=3)
     a = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
     b = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
-    c = train(TrainConfig(**{**cfg.__dict__, "seed": 4}), ds.x_train[:512], ds.y_train[:512],
-              ds.x_test, ds.y_test, 10).model  # fmt: skip
+    c = train(
+        TrainConfig(**{**cfg.__dict__, "seed": 4}),
+        ds.x_train[:512],
+        ds.y_train[:512],
+        ds.x_test,
+        ds.y_test,
+        10,
+    ).model
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k])
     assert not torch.equal(a.U, c.U)
@@ -84,8 +91,9 @@ def test_malicious_model_file_is_refused(tmp_path, monkeypatch):
 
 def test_dropout_trains_with_dropped_units_and_predicts_deterministically():
     ds = load_dataset("mnist5k")
-    cfg = TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, epochs=2,
-                      hidden=64)  # fmt: skip
+    cfg = TrainConfig(
+        regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, epochs=2, hidden=64
+    )
     res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
     assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
     net = res.model
@@ -137,8 +145,9 @@ def test_authors_initialisation_and_no_biases():
 def test_learning_rate_decays_at_fractions_of_the_updates():
     assert lr_decay_updates([0.72, 0.88], 1000) == {720, 880}
     ds = load_dataset("mnist5k")
-    cfg = TrainConfig(lr=0.3, epochs=2, hidden=16, batch_size=1000, lr_decay=0.1,
-                      lr_decay_at=[0.5, 0.75])  # fmt: skip
+    cfg = TrainConfig(
+        lr=0.3, epochs=2, hidden=16, batch_size=1000, lr_decay=0.1, lr_decay_at=[0.5, 0.75]
+    )
     seen = []
     real_step = torch.optim.SGD.step
 

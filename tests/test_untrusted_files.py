@@ -1,6 +1,5 @@
 """Untrusted files: malicious model.pt and .npz files are refused without running their code."""
 
-
 from __future__ import annotations
 
 import builtins
@@ -12,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from crosslip.checkpoints import load_model
 from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.io import write_json
-from crosslip.models import load_model
 from crosslip.pipeline import (
     certify_stage,
 )
@@ -119,5 +118,3 @@ def test_refused_dataset_file_is_named_in_the_message(tmp_path):
     with pytest.raises(ValueError) as info:
         load_prepared(tmp_path / "evil.npz")
     assert str(tmp_path / "evil.npz") in str(info.value)
-
-

@@ -4,13 +4,21 @@ that cannot reach the internet, and readers of a results folder."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import yaml
+
+from crosslip.checkpoints import load_model
 
 from .helpers import ROOT, dry_run_jobs, snakemake_cmd
 
@@ -66,7 +74,6 @@ def temporaries(folder: Path) -> list[str]:
     return [p for p in files_under(folder) if p.endswith((".tmp", ".part"))]
 
 
-
 BASE = {
     "datasets": ["mnist5k"],
     "model": {"hidden": 8},
@@ -98,8 +105,6 @@ def changed(cfg: dict, **changes) -> dict:
     return out
 
 
-
-
 SWEEP = {
     "datasets": ["mnist5k"],
     "model": {"hidden": 32},
@@ -129,3 +134,69 @@ def planned_jobs(output: str) -> set[tuple[str, str]]:
 
 def finished_rules(output: str) -> Counter:
     return Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
+
+
+OUTPUT_DIRS = ("data", "models", "certify", "attack", "examples", "instances", "tables")
+
+
+def read_output(path: Path) -> None:
+    """Read a workflow output completely; raises on a half-written file."""
+    if path.suffix == ".parquet":
+        pq.read_table(path)
+    elif path.suffix == ".json":
+        json.loads(path.read_text())
+    elif path.suffix == ".pt":
+        load_model(path)
+    elif path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            for k in z.files:
+                z[k]
+    elif path.suffix == ".csv":
+        pd.read_csv(path)
+
+
+class Watcher(threading.Thread):
+    """Reads every output the moment it appears under its final name, while the workflow
+    runs: a half-written output would fail to parse."""
+
+    def __init__(self, results: Path):
+        super().__init__(daemon=True)
+        self.results, self.seen, self.broken = results, set(), []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.scan()
+            time.sleep(0.02)
+        self.scan()
+
+    def scan(self) -> None:
+        for sub in OUTPUT_DIRS:
+            for p in (self.results / sub).rglob("*") if (self.results / sub).exists() else []:
+                if p.name.startswith(".") or not p.is_file() or p in self.seen:
+                    continue
+                self.seen.add(p)
+                try:
+                    read_output(p)
+                except Exception as exc:  # any parse error is the finding
+                    self.broken.append(f"{p}: {exc!r}")
+
+
+def run_load(work: Path) -> tuple:
+    plan = snakemake(work, "-n", config=SWEEP)
+    assert plan.returncode == 0, plan.stderr
+    watcher = Watcher(work / "results")
+    watcher.start()
+    t0 = time.monotonic()
+    proc = snakemake(work, "--cores", "2", *THREADS)
+    seconds = time.monotonic() - t0
+    watcher.stop.set()
+    watcher.join()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return (
+        work,
+        planned_jobs(plan.stdout),
+        finished_rules(proc.stdout + proc.stderr),
+        watcher,
+        seconds,
+    )

@@ -38,8 +38,9 @@ def rotate(img: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     zero = torch.zeros_like(cos)
     theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
     grid = F.affine_grid(theta.to(img.dtype), list(img.shape), align_corners=False)
-    return F.grid_sample(img, grid, mode="bilinear", padding_mode="zeros",
-                         align_corners=False).clamp(0, 1)  # fmt: skip
+    return F.grid_sample(
+        img, grid, mode="bilinear", padding_mode="zeros", align_corners=False
+    ).clamp(0, 1)
 
 
 def crop(img: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int) -> torch.Tensor:

@@ -30,19 +30,18 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from .errors import ConfigError
+from .families import ARCHS, KERNEL_REGULARIZERS, NET_REGULARIZERS
+from .norms import NORMS
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
-#: Network regularizers (Section 5) and the settings they are trained in.
-NET_REGULARIZERS = ("none", "weight_decay", "dropout", "cross_lipschitz")
-KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
+#: Section 5's settings of the networks, initialisations, norms of adversarial training.
 SETTINGS = ("plain", "augment", "adversarial")
-ARCHS = ("mlp", "resnet")
 INITS = ("authors", "pytorch")
-ADV_NORM_NAMES = ("l1", "l2", "linf")
+ADV_NORM_NAMES = tuple(NORMS)
 
-
-class ConfigError(ValueError):
-    """A config the workflow cannot run; the message names every offending key."""
+__all__ = ["KERNEL_REGULARIZERS", "NET_REGULARIZERS", "ConfigError", "validate"]
 
 
 @functools.cache
@@ -120,6 +119,8 @@ def key_path(parts: Iterable[str | int]) -> str:
 def allowed(node: dict[str, Any], root: dict[str, Any]) -> str:
     """What a schema node accepts, in words: ``an integer >= 1``, ``one of a, b``, ..."""
     node = _resolve(node, root)
+    if "anyOf" in node:
+        return ", or ".join(allowed(branch, root) for branch in node["anyOf"])
     if "enum" in node:
         return "one of " + ", ".join(map(str, node["enum"]))
     kind = node.get("type")
@@ -136,6 +137,8 @@ def allowed(node: dict[str, Any], root: dict[str, Any]) -> str:
             text += f", each {allowed(node['items'], root)}"
     if kind == "object" and node.get("additionalProperties") is False:
         text += " with keys among " + ", ".join(node.get("properties", {}))
+    if kind == "object" and isinstance(node.get("additionalProperties"), dict):
+        text += ", each value " + allowed(node["additionalProperties"], root)
     if "pattern" in node and "description" in node:
         text += " (" + " ".join(node["description"].split()) + ")"
     return text
@@ -160,6 +163,8 @@ def problems(error: Any, root: dict[str, Any]) -> list[str]:
     path, node, value = list(error.absolute_path), error.schema, error.instance
     key = key_path(path)
     kind = error.validator
+    if kind == "anyOf":
+        return _any_of_problems(error, root)
     if "propertyNames" in error.relative_schema_path:  # a key name outside an enum
         names = error.validator_value if kind == "enum" else []
         return [
@@ -191,6 +196,7 @@ def problems(error: Any, root: dict[str, Any]) -> list[str]:
             "pattern": "not allowed",
             "minItems": "empty list" if not value else "too few items",
             "uniqueItems": "duplicate items",
+            "not": "not allowed",
         }.get(kind, error.message)
     hint = _closest(value, node["enum"]) if kind == "enum" else ""
     if kind == "type" and isinstance(value, str) and _is_number(value):
@@ -202,6 +208,33 @@ def problems(error: Any, root: dict[str, Any]) -> list[str]:
         f"config key {key or '(top level)'}: {what} ({_show(value)}); "
         f"allowed: {allowed(node, root)}{hint}"
     ]
+
+
+def _any_of_problems(error: Any, root: dict[str, Any]) -> list[str]:
+    """The problems of a value that matches no branch of an ``anyOf``: those of the one
+    branch whose type the value has (``mnist3`` -> the registered names; a mapping -> the
+    keys of a dataset of your own), else one line naming every branch."""
+    branches = error.schema["anyOf"]
+    here = list(error.absolute_path)
+    by_branch: dict[int, list[Any]] = {i: [] for i in range(len(branches))}
+    for sub in error.context:
+        by_branch[sub.relative_schema_path[0]].append(sub)
+    fitting = [
+        i
+        for i, subs in by_branch.items()
+        if not any(s.validator == "type" and list(s.absolute_path) == here for s in subs)
+    ]
+    if len(fitting) != 1:
+        return [
+            f"config key {key_path(here) or '(top level)'}: wrong type ({_show(error.instance)}); "
+            f"allowed: {allowed(error.schema, root)}"
+        ]
+    chosen = fitting[0]
+    lines = [line for sub in by_branch[chosen] for line in problems(sub, root)]
+    others = [allowed(b, root) for i, b in enumerate(branches) if i != chosen]
+    if not isinstance(error.instance, dict | list) and others:  # e.g. a misspelt name
+        lines = [f"{line}; or {', or '.join(others)}" for line in lines]
+    return lines
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
@@ -229,13 +262,64 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             f"invalid config ({len(lines)} problem{'s' * (len(lines) > 1)}; every key is "
             f"documented in docs/configuration.md):\n" + "\n".join(lines)
         )
-    training_grid(config)  # the checks beyond the schema
+    dataset_names(config)  # the checks beyond the schema
+    training_grid(config)
     from .kernel_memory import config_problems  # torch-free; imports nothing from here
 
     memory = config_problems(config)
     if memory:
         raise ConfigError("kernel models do not fit kernel.memory_gb:\n" + "\n".join(memory))
     return config
+
+
+# --------------------------------------------------------------------------------------
+# datasets: registered names and datasets of your own
+# --------------------------------------------------------------------------------------
+def registered_datasets() -> list[str]:
+    """The names of the registered datasets, as the schema lists them."""
+    return list(load_schema()["$defs"]["registered_dataset"]["enum"])
+
+
+def dataset_names(config: dict[str, Any]) -> list[str]:
+    """The names of the config's datasets, in order: a registered name as written, a dataset
+    of your own by its ``name``. Raises :class:`ConfigError` when two names are equal up to
+    letter case (they name files and folders under ``results``)."""
+    names = [ds if isinstance(ds, str) else ds["name"] for ds in config["datasets"]]
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        first = seen.setdefault(name.casefold(), i)
+        if first != i:
+            raise ConfigError(
+                f"config key datasets[{i}]: the name {name!r} is already used by "
+                f"datasets[{first}] ({names[first]!r}); give every dataset its own name "
+                "(names that differ only in letter case clash as file names)"
+            )
+    registered = {r.casefold(): r for r in registered_datasets()}
+    for i, ds in enumerate(config["datasets"]):
+        if isinstance(ds, dict) and ds["name"].casefold() in registered:
+            raise ConfigError(
+                f"config key datasets[{i}].name: {ds['name']!r} is the registered dataset "
+                f"{registered[ds['name'].casefold()]!r} up to letter case; choose another name"
+            )
+        if isinstance(ds, dict) and isinstance(ds.get("sha256"), str) and ds["format"] != "npz":
+            raise ConfigError(
+                f"config key datasets[{i}].sha256: one digest is for a single .npz file, and "
+                f"format {ds['format']} reads a folder: map each file (relative to path) to its "
+                "digest, e.g. sha256: {train-images-idx3-ubyte.gz: <digest>}, or give checksums"
+            )
+    return names
+
+
+def dataset_entry(config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The config's entry of the dataset of your own called ``name`` (a mapping with
+    ``name``, ``format``, ``path`` and optional ``sha256``, ``checksums``), or None for a
+    registered dataset. Raises KeyError for a name that the config does not list."""
+    for ds in config["datasets"]:
+        if ds == name:
+            return None
+        if isinstance(ds, dict) and ds["name"] == name:
+            return copy.deepcopy(ds)
+    raise KeyError(f"dataset {name!r} is not in the config's datasets")
 
 
 # --------------------------------------------------------------------------------------
@@ -425,7 +509,8 @@ def families(config: dict[str, Any]) -> list[tuple[str, str]]:
 def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
-    and family (a row per setting), and the illustration."""
+    and family (a row per setting), the illustration, and the training curves per dataset
+    and family."""
     res = config["results"]
     fams = {fam for fam, _ in families(config)}
     tables = ["summary"]
@@ -434,9 +519,79 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     targets = [f"{res}/tables/{t}.{ext}" for t in tables for ext in ("csv", "md", "tex")]
     targets += [
         f"{res}/figures/bounds_vs_error/{ds}-{fam}.{ext}"
-        for ds in config["datasets"]
+        for ds in dataset_names(config)
         for fam in sorted(fams)
         for ext in ("png", "pdf")
     ]
     targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]
+    targets += [
+        f"{res}/figures/training/{ds}-{fam}.{ext}"
+        for ds in dataset_names(config)
+        for fam in sorted(fams)
+        for ext in ("png", "pdf")
+    ]
     return targets
+
+
+# --------------------------------------------------------------------------------------
+# the configuration reference (docs/configuration.md), generated from the schema
+# --------------------------------------------------------------------------------------
+def _reference_rows(
+    node: dict[str, Any], root: dict[str, Any], path: str, required: bool = False
+) -> list[list[str]]:
+    """Table rows (key, accepts, default, meaning) of ``node`` and every key below it."""
+    node = _resolve(node, root)
+    rows = []
+    if path:
+        dflt = f"`{json.dumps(node['default'])}`" if "default" in node else "—"
+        dflt = "required" if required else dflt
+        text = " ".join(node.get("description", "").split())
+        accepts = "a string (see its meaning)" if "pattern" in node else allowed(node, root)
+        rows.append([f"`{path}`", accepts.replace("|", "\\|"), dflt, text])
+    needed = set(node.get("required", []))
+    for name, sub in node.get("properties", {}).items():
+        key = f"{path}.{name}" if path else name
+        rows += _reference_rows(sub, root, key, name in needed)
+    return rows
+
+
+def reference_markdown() -> str:
+    """docs/configuration.md: every key of the schema with what it accepts, its default and
+    its meaning, in the schema's order."""
+    root = load_schema()
+    rows = _reference_rows(root, root, "")
+    grids = []
+    for name in ("grid", "dropout_grid", "kernel_grid"):
+        grids += _reference_rows(root["$defs"][name], root, f"<{name}>")
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- generated by `python -m crosslip.config` from src/crosslip/config.schema.yaml;",
+        "     do not edit: tests/test_config.py checks that it is up to date -->",
+        "",
+        "Every key of the workflow's config, validated before any job runs (a bad key or value",
+        "stops the run with one line per problem that names the key). Keys left out take the",
+        "default. `config.yaml` is the embedded default run; a `--configfile` replaces it",
+        "entirely (see [presets](presets.md)).",
+        "",
+        "| key | accepts | default | meaning |",
+        "|---|---|---|---|",
+        *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+        "## Grids",
+        "",
+        "`train.grid` and each `train.grid_by_setting.<setting>` map a regularizer (`none`,",
+        "`weight_decay`, `cross_lipschitz`: a `<grid>`; `dropout`: a `<dropout_grid>`) to its",
+        "values; `kernel.grid` maps `kernel_logreg` and `kernel_cl` to a `<kernel_grid>`. One",
+        "training job runs per combination of the listed values and `train.seeds`.",
+        "",
+        "| key | accepts | default | meaning |",
+        "|---|---|---|---|",
+        *["| " + " | ".join(r) + " |" for r in grids],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

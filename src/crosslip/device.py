@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import ConfigError
+
 
 def resolve_device(name: str = "auto") -> torch.device:
     """Map a config value (``auto``, ``cpu``, ``cuda``, ``cuda:1``) to a torch device."""
@@ -15,7 +17,7 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} requested but CUDA is not available; use 'auto'")
+        raise ConfigError(f"device {name!r} requested but CUDA is not available; use 'auto'")
     return dev
 
 
@@ -36,3 +38,28 @@ def describe_machine(device: torch.device | str = "cpu") -> str:
     if dev.type == "cuda":
         text += f", {torch.cuda.get_device_name(dev)}"
     return text
+
+
+def device_memory_bytes(device: torch.device | str) -> int | None:
+    """Total memory of ``device``: the GPU's for CUDA, the machine's RAM for the CPU (None
+    where unknown)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_device_memory(device: torch.device | str, memory_gb: float | None) -> None:
+    """Stop a kernel job whose budget ``kernel.memory_gb`` exceeds its device's memory, with
+    a message that names the key, instead of running out of memory hours later."""
+    total = device_memory_bytes(device)
+    if memory_gb is None or total is None or memory_gb * 2**30 <= total:
+        return
+    raise ConfigError(
+        f"config key kernel.memory_gb ({memory_gb:g}) exceeds the memory of device {device} "
+        f"({total / 2**30:.1f} GiB); lower kernel.memory_gb (and kernel.n_centers with it) or "
+        "run the job on a device that has the memory"
+    )

@@ -6,11 +6,14 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .errors import CrosslipError
 
 
 @contextlib.contextmanager
@@ -41,41 +44,157 @@ def read_json(path: Path | str) -> Any:
     return json.loads(Path(path).read_text())
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """stderr handler of a workflow job: on a terminal, it writes through ``tqdm`` (so that
+    a live progress bar stays below the lines) and leaves the plain progress lines
+    (:mod:`crosslip.progress`) to the log file, the bar showing them instead."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        from .progress import bar_wanted
+
+        self.terminal = bar_wanted(self.stream)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .progress import is_progress_record
+
+        if self.terminal and is_progress_record(record):
+            return False
+        return bool(super().filter(record))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.terminal:
+            super().emit(record)
+            return
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:
+            self.handleError(record)
+
+
+def job_tag(log_file: str | Path | None) -> str:
+    """A short name of a job for its lines on the terminal, from its log file: the path
+    below the last ``logs`` folder without ``.log`` (``train/mnist5k/none-lr0.2-lam0-seed0``)."""
+    if not log_file:
+        return ""
+    parts = Path(str(log_file).removesuffix(".log")).parts
+    if "logs" in parts:
+        return "/".join(parts[len(parts) - parts[::-1].index("logs") :])
+    return parts[-1]
+
+
 def setup_logging(log_file: str | Path | None) -> logging.Logger:
-    """Send log records (and uncaught exceptions, in one line) to ``log_file`` and stderr."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    """Send log records to ``log_file`` and stderr.
+
+    On stderr every line names the job (:func:`job_tag`), since the lines of jobs that run
+    side by side meet on one terminal; on a terminal, progress shows as a live bar
+    (:mod:`crosslip.progress`) instead of its plain lines, which the log file keeps.
+    """
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    console = _ConsoleHandler()
+    tag = job_tag(log_file)
+    console.setFormatter(logging.Formatter(fmt.replace("%(name)s", f"[{tag}]") if tag else fmt))
+    handlers: list[logging.Handler] = [console]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, mode="w"))
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+        handlers[-1].setFormatter(logging.Formatter(fmt))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     return logging.getLogger("crosslip")
 
 
 def run_script(log_file: str | Path | None, main: Any, threads: int | None = None) -> None:
     """Run a workflow script's ``main()`` with logging to ``log_file``.
 
-    Errors a user can fix (missing data, checksum mismatch, bad value) are reported as one
-    clear line, not a traceback; any other exception is logged in full to ``log_file``. The
-    process exits with status 1 on error so Snakemake marks the job failed (its outputs
-    are never half-written: every writer renames a finished temporary file).
+    An expected error (:class:`~crosslip.errors.CrosslipError`: missing data, checksum
+    mismatch, a bad configuration value, a damaged input file) is logged as its one-line
+    message, without a traceback: the message says what to fix. Any other exception (a bug,
+    or a failure of the machine such as a full disk) is logged with its full traceback.
+    Either way the process exits with status 1, so Snakemake marks the job failed (its
+    outputs are never half-written: every writer renames a finished temporary file).
+    ``threads`` sets torch's intra-op threads; torch is imported only then, so that a script
+    that does not compute with it (tables, figures) does not load it.
     """
-    import torch
-
-    from .data.fetch import ChecksumError, DataUnavailableError
-
     log = setup_logging(log_file)
     if threads:
+        import torch
+
         torch.set_num_threads(int(threads))
     try:
         main()
-    except (DataUnavailableError, ChecksumError, ValueError, KeyError, FileNotFoundError) as exc:
+    except CrosslipError as exc:
         log.error("%s", exc)
         sys.exit(1)
     except Exception:
         log.exception("unexpected error")
         sys.exit(1)
+
+
+#: A record line of :func:`setup_logging`'s format: date, time, level, logger, message.
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \S+ (?P<level>[A-Z]+) (?P<name>\S+): (?P<msg>.*)$")
+
+
+def failure_reason(log_file: str | Path) -> str:
+    """One line saying why a job failed, from its log file (:func:`run_script`'s format):
+    the message of the last ERROR record (a message of several lines joined into one), or
+    for an unexpected error the last line of its traceback (the exception); else the log's
+    last line; else that the job failed before its script wrote a line (e.g. the submission
+    to a cluster failed, which Snakemake's own message explains)."""
+    path = Path(log_file)
+    try:
+        lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "no log file: it failed before its script ran (see Snakemake's message)"
+    lines = [ln for ln in lines if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        rec = _RECORD.match(lines[i])
+        if rec and rec["level"] in ("ERROR", "CRITICAL"):
+            after = []
+            for ln in lines[i + 1 :]:
+                if _RECORD.match(ln):
+                    break
+                after.append(ln.strip())
+            if "Traceback (most recent call last):" in after:
+                return f"{rec['msg']}: {after[-1]}"
+            return " ".join([rec["msg"].strip(), *after])
+    if not lines:
+        return "nothing in its log: it failed before its script ran (see Snakemake's message)"
+    return lines[-1].strip()
+
+
+def failure_lines(jobs: list[tuple[str, str, list[str]]]) -> list[str]:
+    """The lines printed on the terminal when a workflow run fails: per failed job
+    ``(rule, wildcards, log files)`` the rule, wildcards, one-line reason
+    (:func:`failure_reason` of its first log file) and where the log is."""
+    if not jobs:
+        return []
+    out = [f"crosslip: {len(jobs)} job(s) failed:"]
+    for rule, wildcards, logs in jobs:
+        where = f" ({wildcards})" if wildcards else ""
+        if logs:
+            out.append(f"  {rule}{where}: {failure_reason(logs[0])}  [log: {logs[0]}]")
+        else:
+            out.append(f"  {rule}{where}: failed (the rule has no log file)")
+    return out
+
+
+def recent_failed_logs(folder: str | Path, since: float) -> list[tuple[str, str, list[str]]]:
+    """Failed jobs found from their log files, where the workflow engine does not say which
+    jobs failed: every ``*.log`` under ``folder`` written at or after ``since`` (a
+    ``time.time()``) that holds an ERROR record, as ``(rule, wildcards, [log])`` with the
+    rule and wildcards read from the path below ``folder`` (``<rule>/<wildcards>.log``)."""
+    found = []
+    for log in sorted(Path(folder).rglob("*.log")):
+        try:
+            if log.stat().st_mtime < since:
+                continue
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        if any((m := _RECORD.match(ln)) and m["level"] == "ERROR" for ln in text.splitlines()):
+            rel = log.relative_to(folder).as_posix().removesuffix(".log")
+            rule, _, rest = rel.partition("/")
+            found.append((rule, rest, [str(log)]))
+    return found

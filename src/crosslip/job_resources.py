@@ -2,15 +2,17 @@
 jobs, from the config and the model's training spec. Torch-free: the rules call it while the
 workflow is planned.
 
-* ``gpu``: 1 for training unless config ``device`` is ``cpu``. Certification and attacks of
-  networks ask for none (cheap next to training); those of Gaussian-kernel models ask for one
-  (unless ``cpu``) when their working set on the device exceeds :data:`SHARED_GPU_BYTES`, so
-  that two large ones (e.g. all 60,000 MNIST centres) never share one GPU's memory.
+* ``gpu``: 1 for every train, certify and attack job unless config ``device`` is ``cpu``:
+  each of them runs on the device (:func:`crosslip.device.resolve_device`), so
+  ``--resources gpu=N`` (profiles/local-gpu) caps how many share the GPUs, and on SLURM each
+  gets one (profiles/slurm). Without a limit Snakemake does not count it.
 * ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the peak of their
   memory plan (:mod:`crosslip.kernel_memory`, within ``kernel.memory_gb``) where the job may
   run on the CPU (``device`` ``cpu`` or ``auto``), plus the process and the dataset (float32
   and a float64 copy); with ``device: cuda`` the plan lives in GPU memory and the host holds
   the process, the data and the model.
+* Datasets of your own (declared in the config) are read only by the jobs: their networks get
+  the defaults above, their kernel models the whole budget and a day.
 * ``runtime`` (minutes): kernel models from the flop counts of the chunked algorithm at an
   assumed sustained float64 rate (:data:`FLOPS`: the CPU's near what this project's 2-core
   machine gave, see docs/kernels-at-scale.md; the GPU's a conservative share of an
@@ -55,8 +57,9 @@ MLP_SECONDS_PER_SAMPLE = 5e-4
 #: Host memory of the process itself (Python, torch, CUDA context), MB.
 PROCESS_MB = 2000
 NET_MEM_MB = 4000
-#: A kernel certification or attack job with a larger working set asks for a GPU of its own.
-SHARED_GPU_BYTES = 4 * 2**30
+#: Runtime (minutes) of a kernel job on a dataset of your own, whose size is not known
+#: while the workflow is planned.
+UNKNOWN_SHAPE_MINUTES = 24 * 60
 #: Points per batch of the attacks (:func:`crosslip.attacks.upper_bound`).
 ATTACK_BATCH = 512
 
@@ -151,20 +154,25 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
     ``attack``) job of the model with training spec ``spec`` on ``dataset``, for a validated
     ``config``."""
     on_gpu = int(config["device"] != "cpu")
+    if dataset not in DATASET_SHAPES:  # a dataset of your own: its shape is read by the job
+        if not _is_kernel(spec):
+            return {"mem_mb": NET_MEM_MB, "runtime": 120 if stage == "train" else 60, "gpu": on_gpu}
+        budget_mb = math.ceil(budget_bytes(config["kernel"]["memory_gb"]) / 2**20)
+        host = PROCESS_MB + (0 if config["device"].startswith("cuda") else budget_mb)
+        return {"mem_mb": host, "runtime": UNKNOWN_SHAPE_MINUTES, "gpu": on_gpu}
     if _is_kernel(spec):
         seconds = {
             "train": kernel_train_seconds,
             "certify": kernel_certify_seconds,
             "attack": kernel_attack_seconds,
         }[stage](config, spec, dataset)
-        large = kernel_working_set(config, spec, dataset, stage) > SHARED_GPU_BYTES
         return {
             "mem_mb": _kernel_mem_mb(config, spec, dataset, stage),
             "runtime": _minutes(seconds, 60),
-            "gpu": on_gpu if stage == "train" or large else 0,
+            "gpu": on_gpu,
         }
     if stage != "train":
-        return {"mem_mb": NET_MEM_MB, "runtime": 60, "gpu": 0}
+        return {"mem_mb": NET_MEM_MB, "runtime": 60, "gpu": on_gpu}
     if getattr(spec, "arch", "mlp") == "resnet":
         runtime = 24 * 60
     else:

@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ConfigError
+
 #: Bytes per element (float64).
 BYTES = 8
 #: Bytes per GiB: ``kernel.memory_gb`` counts in units of 2^30 bytes.
@@ -72,7 +74,7 @@ DATASET_SHAPES = {
 }
 
 
-class KernelMemoryError(ValueError):
+class KernelMemoryError(ConfigError):
     """A kernel model that does not fit its memory budget; the message says by how much."""
 
 
@@ -246,9 +248,9 @@ def tile_block(N: int, tile: int, points: int) -> int:
 
 def _scratch(N: int, tile: int, points: int) -> int:
     """Elements of the tile buffers: eight (points, b, b) (five float64 bounds, the
-    selected or recomputed ``H``, the mask) and four (b, b) pair tiles."""
+    selected or recomputed ``H``, the mask) and six (b, b) pair tiles."""
     block = tile_block(N, tile, points)
-    return 8 * points * block * block + 4 * block * block
+    return 8 * points * block * block + 6 * block * block
 
 
 def certify_minimum_bytes(N: int, d: int, K: int) -> int:
@@ -286,8 +288,8 @@ def certify_plan(N: int, d: int, K: int, budget: int, device: str = "cpu") -> Ce
     def fits(room: int, points: int, each: int) -> bool:
         return points * each + _scratch(N, tile, points) <= room
 
-    if 4 * N * N <= free // 2:  # the pair arrays (four while built) in half the budget
-        room = free - 3 * N * N
+    if 6 * N * N <= free // 2:  # the pair arrays (six while built) in half the budget
+        room = free - 5 * N * N
         stored = fitting(room, MAX_POINTS_STORED, per_point + N * N)
         if fits(room, stored, per_point + N * N):
             return CertifyPlan(N, d, K, budget, True, True, stored, tile)
@@ -326,8 +328,11 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     memory_gb = kern["memory_gb"]
     budget = budget_bytes(memory_gb)
     lines = []
-    for name in config["datasets"]:
-        shape = DATASET_SHAPES[name]
+    for entry in config["datasets"]:
+        name = entry if isinstance(entry, str) else entry["name"]
+        shape = DATASET_SHAPES.get(name)
+        if shape is None:  # a dataset of your own: its shape is known once it is read
+            continue
         n, d, K = shape.n_train, shape.dim, shape.classes
         N = centers_used(kern["n_centers"], n)
         for reg in regs:

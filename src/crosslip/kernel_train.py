@@ -31,8 +31,8 @@ accumulator of a block of centre rows per pass; ``K_cc`` is built in row blocks;
 
 from __future__ import annotations
 
+import logging
 import math
-import os
 import time
 from dataclasses import asdict
 from typing import Any
@@ -41,11 +41,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import KERNEL_REGULARIZERS, KernelTrainSpec  # noqa: F401 (re-exported)
+from .config import KernelTrainSpec
 from .config import default as config_default
-from .kernel_memory import KernelMemoryError, TrainPlan, budget_bytes, centers_used, train_plan
+from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
+from .kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
 from .kernels import GaussianKernelModel, gamma_from_data, kernel_rows
+from .progress import Progress
 from .train import TrainResult
+
+LOG = logging.getLogger(__name__)
 
 #: Hyperparameters of one kernel training job: the workflow's typed spec.
 KernelTrainConfig = KernelTrainSpec
@@ -140,31 +144,6 @@ def cross_lipschitz_kernel(coef: torch.Tensor, gram: torch.Tensor, n: int) -> to
 def rkhs_norm(coef: torch.Tensor, kcc: torch.Tensor) -> torch.Tensor:
     """``sum_j ||f_j||_H^2 = sum_j alpha_j^T K_cc alpha_j``."""
     return ((coef @ kcc) * coef).sum()
-
-
-def device_memory_bytes(device: torch.device | str) -> int | None:
-    """Total memory of ``device``: the GPU's for CUDA, the machine's RAM for the CPU (None
-    where unknown)."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return int(torch.cuda.get_device_properties(dev).total_memory)
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_device_memory(device: torch.device | str, memory_gb: float | None) -> None:
-    """Stop a kernel job whose budget ``kernel.memory_gb`` exceeds its device's memory, with
-    a message that names the key, instead of running out of memory hours later."""
-    total = device_memory_bytes(device)
-    if memory_gb is None or total is None or memory_gb * 2**30 <= total:
-        return
-    raise KernelMemoryError(
-        f"config key kernel.memory_gb ({memory_gb:g}) exceeds the memory of device {device} "
-        f"({total / 2**30:.1f} GiB); lower kernel.memory_gb (and kernel.n_centers with it) or "
-        "run the job on a device that has the memory"
-    )
 
 
 def plan_for(
@@ -265,14 +244,30 @@ def train_kernel(
     step = n if plan.keep_kernel else plan.rows
     coef = model.coef
     setup_seconds, setup_cpu = time.perf_counter() - t0, time.process_time() - c0
-    opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
-                            tolerance_change=1e-15, history_size=20,
-                            line_search_fn="strong_wolfe")  # fmt: skip
+    LOG.info(
+        "train: %d centres, gamma %.4g, %s matrices ready in %.1f s; L-BFGS, at most %d iterations",
+        n_centers,
+        gamma,
+        cfg.regularizer,
+        setup_seconds,
+        cfg.max_iter,
+    )
+    progress = Progress("train", cfg.max_iter, "L-BFGS iterations")
+    opt = torch.optim.LBFGS(
+        [coef],
+        lr=1.0,
+        max_iter=cfg.max_iter,
+        tolerance_grad=cfg.tol,
+        tolerance_change=1e-15,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
     curve: list[dict[str, float]] = []
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         ce = torch.zeros((), dtype=dt, device=device)
+        wrong = torch.zeros((), dtype=torch.int64, device=device)
         for i0 in range(0, n, step):  # (1/n) sum_i CE: one backward pass per chunk
             if plan.keep_kernel:
                 k_i = held["kt"][i0 : i0 + step]
@@ -280,21 +275,43 @@ def train_kernel(
                 with torch.no_grad():
                     xi, buf = xtr[i0 : i0 + step], held["buffer"]
                     k_i = kernel_rows(xi, centers, gamma, out=buf[: len(xi)], centers_sq=c_sq)
-            part = F.cross_entropy(k_i @ coef.T, ytr[i0 : i0 + step], reduction="sum") / n
+            logits = k_i @ coef.T
+            part = F.cross_entropy(logits, ytr[i0 : i0 + step], reduction="sum") / n
             part.backward()
             ce += part.detach()
+            wrong += (logits.detach().argmax(1) != ytr[i0 : i0 + step]).sum()
         pen = penalty(coef)
         (cfg.lam * pen).backward()
         loss = ce + cfg.lam * pen.detach()
         curve.append({"evaluation": len(curve) + 1, "loss": loss.item(), "penalty": pen.item()})
+        iteration = int(opt.state[coef].get("n_iter", 0))  # L-BFGS's count, 0 at the start
+        if progress.active and iteration > progress.done:
+            progress.update(
+                iteration - progress.done,
+                loss=curve[-1]["loss"],
+                penalty=curve[-1]["penalty"],
+                train_error=float(wrong) / n,
+                evaluations=len(curve),
+            )
         return loss
 
     opt.step(closure)
+    progress.close(loss=curve[-1]["loss"], evaluations=len(curve))
     status = "ok" if all(math.isfinite(c["loss"]) for c in curve) else "diverged"
     with torch.no_grad():
         grad_norm = float(coef.grad.norm()) if coef.grad is not None else float("nan")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     iterations = int(opt.state[coef].get("n_iter", 0))
+    LOG.info(
+        "train: L-BFGS stopped after %d iterations (at most %d), %d evaluations: objective "
+        "%.6g, gradient norm %.3g, %.1f s",
+        iterations,
+        cfg.max_iter,
+        len(curve),
+        curve[-1]["loss"] if curve else float("nan"),
+        grad_norm,
+        seconds,
+    )
     held.clear()
     opt.state.clear()
     model.eval()

@@ -1,63 +1,19 @@
-"""Classifiers of the paper and their safe (de)serialization.
+"""The one-hidden-layer classifier of the paper, and input gradients of any classifier.
 
 The one-hidden-layer network of Section 2.3 / Section 5:
 ``f_j(x) = sum_r w_jr sigma(<u_r, x> + b_r) + c_j`` with the softplus
 ``sigma(z) = log(1 + exp(alpha z)) / alpha`` (alpha = 10), whose derivative
 ``sigma'(z) = sigmoid(alpha z)`` is monotonically increasing, as Proposition 2.3 requires.
-Shapes: ``U`` is (H, d), ``b`` (H,), ``W`` (K, H), ``c`` (K,).
+Shapes: ``U`` is (H, d), ``b`` (H,), ``W`` (K, H), ``c`` (K,). The softplus itself is
+:func:`crosslip.softplus.softplus`; saving and loading models is :mod:`crosslip.checkpoints`.
 """
 
 from __future__ import annotations
 
-import json
-import pickle
-from pathlib import Path
-from typing import Any
-
 import torch
 from torch import nn
 
-from .io import atomic_path
-from .kernels import GaussianKernelModel
-
-
-class _Softplus(torch.autograd.Function):
-    """``logaddexp(alpha z, 0) / alpha`` with the derivative ``sigmoid(alpha z)`` written out.
-
-    PyTorch's own derivative of ``logaddexp`` is right, but its *second* derivative is NaN
-    for ``alpha z`` below about -90 (an overflowing exponential), which poisons the double
-    backpropagation of exact Cross-Lipschitz regularization; ``sigmoid`` differentiates
-    stably."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(z: torch.Tensor, alpha: float) -> torch.Tensor:
-        return torch.logaddexp(alpha * z, torch.zeros_like(z)) / alpha
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        z, alpha = inputs
-        ctx.save_for_backward(z)
-        ctx.alpha = alpha
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (z,) = ctx.saved_tensors
-        return grad * torch.sigmoid(ctx.alpha * z), None
-
-
-def softplus(z: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``log(1 + exp(alpha z)) / alpha``, computed stably and *exactly* everywhere.
-
-    ``torch.nn.functional.softplus`` switches to the identity above ``alpha z > 20``; there
-    its derivative is 1 instead of ``sigmoid(alpha z)``, which is smaller by up to 2e-9.
-    The bounds of Proposition 2.3 use ``sigma' = sigmoid(alpha z)``, so the network must
-    compute exactly the function they are about: ``logaddexp(alpha z, 0) / alpha`` is stable
-    for any z, its derivative is exactly ``sigmoid(alpha z)``, and so are its higher
-    derivatives (:class:`_Softplus`).
-    """
-    return _Softplus.apply(z, alpha)
+from .softplus import softplus
 
 
 class SoftplusNet(nn.Module):
@@ -175,57 +131,3 @@ def class_gradients(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
             for k in range(out.shape[1])
         ]
     return torch.stack(grads, dim=1)
-
-
-#: Weights-only file formats: format tag -> how to rebuild the module from ``hyper``.
-FORMATS = {
-    "crosslip.SoftplusNet/1": lambda h: SoftplusNet(**h),
-    "crosslip.GaussianKernelModel/1": lambda h: GaussianKernelModel(
-        torch.zeros(h["n_centers"], h["in_dim"]), h["num_classes"], h["gamma"]
-    ),
-    "crosslip.ResNet/1": lambda h: _resnet(h),
-}
-
-
-def _resnet(hyper: dict[str, Any]) -> nn.Module:
-    from .resnet import ResNet  # resnet builds on this module's softplus
-
-    return ResNet(**{**hyper, "shape": tuple(hyper["shape"])})
-
-
-def _format_of(model: nn.Module) -> str:
-    tag = f"crosslip.{type(model).__name__}/1"
-    if tag not in FORMATS:
-        raise TypeError(f"cannot save a {type(model).__name__}: known formats {list(FORMATS)}")
-    return tag
-
-
-def save_model(model: nn.Module, path: Path | str, meta: dict[str, Any] | None = None) -> None:
-    """Save weights and constructor arguments, atomically; loadable with ``weights_only``.
-    Works for :class:`SoftplusNet`, :class:`~crosslip.kernels.GaussianKernelModel` and
-    :class:`~crosslip.resnet.ResNet`."""
-    payload = {
-        "format": _format_of(model),
-        "hyper": json.dumps(model.hyper),
-        "meta": json.dumps(meta or {}),
-        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-    }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-
-
-def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> nn.Module:
-    """Load a model written by :func:`save_model` without unpickling arbitrary objects."""
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(
-            f"{path}: refused to load (not a plain weights file; it may contain code): {exc}"
-        ) from exc
-    if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
-        raise ValueError(f"{path}: not a crosslip model file (known formats: {list(FORMATS)})")
-    model = FORMATS[payload["format"]](json.loads(payload["hyper"]))
-    state = payload["state_dict"]
-    model = model.to(dtype=next(iter(state.values())).dtype)
-    model.load_state_dict(state)
-    return model.eval()

@@ -3,9 +3,9 @@
 Means of guarantees and upper bounds are taken over the *correctly classified* evaluated
 points (a guarantee certifies the decision, which is only worth certifying when right);
 ``attack_success_rate`` is over the same points, and ``mean_upper_bound`` (and every other
-upper-bound mean) averages the successful attacks only. A diverged model keeps its row
-with status ``diverged`` and empty
-means.
+upper-bound mean) averages the successful attacks only; ``max_ratio_global_local`` and
+``n_global_above_local`` are taken over the same points. A diverged model keeps its row
+with status ``diverged`` and empty means.
 """
 
 from __future__ import annotations
@@ -18,31 +18,54 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from .io import atomic_path
-from .pipeline import MODEL_KEYS, model_keys
+from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
 
-#: Guarantee columns of the per-instance results that the summary averages.
-MEAN_COLUMNS = [
-    "guarantee_local", "guarantee_global", "ratio_global_local", "guarantee_l2", "guarantee_l1",
-    "guarantee_linf", "guarantee_l2_box", "guarantee_l1_box", "guarantee_linf_box",
-]  # fmt: skip
-#: Further upper-bound columns (refined L2, L1, Linf) averaged over their successes.
-UPPER_COLUMNS = ["upper_bound_l2_refined", "upper_bound_l1", "upper_bound_l1_refined",
-                 "upper_bound_linf", "upper_bound_linf_refined"]  # fmt: skip
 SUMMARY_COLUMNS = [
-    *MODEL_KEYS, "n_eval", "n_correct", *[f"mean_{c}" for c in MEAN_COLUMNS], "mean_upper_bound",
-    "attack_success_rate", *[f"mean_{c}" for c in UPPER_COLUMNS],
-]  # fmt: skip
-TABLE1_COLUMNS = ["dataset", "setting", "regularizer", "model_id", "test_error", "n_correct",
-                  "mean_ratio_global_local", "mean_ratio_all_models"]  # fmt: skip
-KERNEL_TABLE_COLUMNS = ["dataset", "method", "model_id", "kernel_a", "lam", "test_error",
-                        "n_correct", "mean_upper_bound", "mean_upper_bound_linf",
-                        "mean_guarantee_local", "attack_success_rate"]  # fmt: skip
+    *MODEL_KEYS,
+    "n_eval",
+    "n_correct",
+    *[f"mean_{c}" for c in MEAN_COLUMNS],
+    "mean_upper_bound",
+    "attack_success_rate",
+    *[f"mean_{c}" for c in UPPER_COLUMNS],
+    "max_ratio_global_local",
+    "n_global_above_local",
+]
+TABLE1_COLUMNS = [
+    "dataset",
+    "setting",
+    "regularizer",
+    "model_id",
+    "test_error",
+    "n_correct",
+    "mean_ratio_global_local",
+    "mean_ratio_all_models",
+]
+KERNEL_TABLE_COLUMNS = [
+    "dataset",
+    "method",
+    "model_id",
+    "kernel_a",
+    "lam",
+    "test_error",
+    "n_correct",
+    "mean_upper_bound",
+    "mean_upper_bound_linf",
+    "mean_guarantee_local",
+    "attack_success_rate",
+]
 #: Names of the paper's Table 1 / kernel table rows.
-REG_LABEL = {"none": "None", "dropout": "Dropout", "weight_decay": "Weight Dec.",
-             "cross_lipschitz": "Cross Lip.", "kernel_logreg": "K-LogReg",
-             "kernel_cl": "K-CL"}  # fmt: skip
+REG_LABEL = {
+    "none": "None",
+    "dropout": "Dropout",
+    "weight_decay": "Weight Dec.",
+    "cross_lipschitz": "Cross Lip.",
+    "kernel_logreg": "K-LogReg",
+    "kernel_cl": "K-CL",
+}
 
 REG_STYLE = {
     "none": ("tab:gray", "o"),
@@ -52,6 +75,15 @@ REG_STYLE = {
     "kernel_logreg": ("tab:purple", "v"),
     "kernel_cl": ("tab:orange", "P"),
 }
+
+
+def _n_global_above_local(ok: pd.DataFrame) -> float:
+    """Section 5 found the global guarantee "always worse" than the local one: the number of
+    points where ``guarantee_global > guarantee_local`` (NaN when no point has both)."""
+    both = ok[["guarantee_global", "guarantee_local"]].dropna()
+    if not len(both):
+        return np.nan
+    return float((both["guarantee_global"] > both["guarantee_local"]).sum())
 
 
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
@@ -68,6 +100,8 @@ def summarize(instances: pd.DataFrame) -> pd.DataFrame:
                 "mean_upper_bound": ok["upper_bound"].mean(),
                 "attack_success_rate": ok["attack_success"].mean() if len(ok) else float("nan"),
                 **{f"mean_{c}": ok[c].mean() for c in UPPER_COLUMNS},
+                "max_ratio_global_local": ok["ratio_global_local"].max(),
+                "n_global_above_local": _n_global_above_local(ok),
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
@@ -97,12 +131,18 @@ def table1(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (ds, setting, reg), g in ok.groupby(["dataset", "setting", "regularizer"], sort=True):
         best = g.sort_values(["test_error", "model_id"]).iloc[0]
-        rows.append({
-            "dataset": ds, "setting": setting, "regularizer": reg, "model_id": best["model_id"],
-            "test_error": best["test_error"], "n_correct": best["n_correct"],
-            "mean_ratio_global_local": best["mean_ratio_global_local"],
-            "mean_ratio_all_models": g["mean_ratio_global_local"].mean(),
-        })  # fmt: skip
+        rows.append(
+            {
+                "dataset": ds,
+                "setting": setting,
+                "regularizer": reg,
+                "model_id": best["model_id"],
+                "test_error": best["test_error"],
+                "n_correct": best["n_correct"],
+                "mean_ratio_global_local": best["mean_ratio_global_local"],
+                "mean_ratio_all_models": g["mean_ratio_global_local"].mean(),
+            }
+        )
     return pd.DataFrame(rows, columns=TABLE1_COLUMNS)
 
 
@@ -113,24 +153,36 @@ def kernel_table(summary: pd.DataFrame) -> pd.DataFrame:
     bound (the paper's search, Section 4) and mean L2 guarantee (Proposition 2.2)."""
     ok = summary[(summary["status"] == "ok") & (summary["family"] == "kernel")]
     rows = []
-    groups = [("No Reg.", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] == 0)]),
-              ("K-LogReg", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] > 0)]),
-              ("K-CL", ok[ok["regularizer"] == "kernel_cl"])]  # fmt: skip
+    groups = [
+        ("No Reg.", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] == 0)]),
+        ("K-LogReg", ok[(ok["regularizer"] == "kernel_logreg") & (ok["lam"] > 0)]),
+        ("K-CL", ok[ok["regularizer"] == "kernel_cl"]),
+    ]
     for ds in sorted(set(ok["dataset"])):
         for method, g in groups:
             g = g[g["dataset"] == ds]
             if not len(g):
                 continue
             best = g.sort_values(["test_error", "model_id"]).iloc[0]
-            rows.append({"method": method, **{c: best[c] for c in KERNEL_TABLE_COLUMNS
-                                              if c != "method"}})  # fmt: skip
+            rows.append(
+                {"method": method, **{c: best[c] for c in KERNEL_TABLE_COLUMNS if c != "method"}}
+            )
     return pd.DataFrame(rows, columns=KERNEL_TABLE_COLUMNS)
 
 
 def read_summary(path: Path | str) -> pd.DataFrame:
     """Read ``tables/summary.csv`` back with its column types."""
-    return pd.read_csv(path, dtype={"dataset": str, "model_id": str, "family": str,
-                                    "regularizer": str, "setting": str, "status": str})  # fmt: skip
+    return pd.read_csv(
+        path,
+        dtype={
+            "dataset": str,
+            "model_id": str,
+            "family": str,
+            "regularizer": str,
+            "setting": str,
+            "status": str,
+        },
+    )
 
 
 def write_tables(
@@ -143,12 +195,16 @@ def write_tables(
         tmp.write_text(table.to_markdown(index=False, floatfmt=".4g") + "\n")
     if tex is not None:
         with atomic_path(tex) as tmp:
-            tmp.write_text(table.to_latex(index=False, float_format="%.4g", na_rep="--",
-                                          escape=True))  # fmt: skip
+            tmp.write_text(
+                table.to_latex(index=False, float_format="%.4g", na_rep="--", escape=True)
+            )
 
 
-FAMILY_LABEL = {"mlp": "one hidden layer, softplus", "resnet": "ResNet",
-                "kernel": "Gaussian kernel"}  # fmt: skip
+FAMILY_LABEL = {
+    "mlp": "one hidden layer, softplus",
+    "resnet": "ResNet",
+    "kernel": "Gaussian kernel",
+}
 
 
 def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
@@ -160,8 +216,11 @@ def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
 
 
 SETTING_ORDER = ["plain", "augment", "adversarial"]
-SETTING_LABEL = {"plain": "plain", "augment": "data augmentation",
-                 "adversarial": "adversarial training"}  # fmt: skip
+SETTING_LABEL = {
+    "plain": "plain",
+    "augment": "data augmentation",
+    "adversarial": "adversarial training",
+}
 
 
 def plot_bounds_vs_error(
@@ -179,28 +238,37 @@ def plot_bounds_vs_error(
     panels = [("mean_upper_bound", "Adversarial resistance (upper bound), $L_2$")]
     if family != "resnet":
         panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
-    fig, axes = plt.subplots(len(settings), len(panels),
-                             figsize=(5 * len(panels), 3.8 * len(settings)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(settings), len(panels), figsize=(5 * len(panels), 3.8 * len(settings)), squeeze=False
+    )
     for row, setting in zip(axes, settings, strict=True):
         part = sel[sel["setting"] == setting]
         data = part[(part["status"] == "ok") & part["mean_upper_bound"].notna()]
         for ax, (col, title) in zip(row, panels, strict=True):
             for reg, g in data.groupby("regularizer"):
                 color, marker = REG_STYLE.get(reg, ("black", "x"))
-                ax.scatter(100 * g["test_error"], g[col], c=color, marker=marker, s=40,
-                           label=REG_LABEL.get(reg, reg))  # fmt: skip
+                ax.scatter(
+                    100 * g["test_error"],
+                    g[col],
+                    c=color,
+                    marker=marker,
+                    s=40,
+                    label=REG_LABEL.get(reg, reg),
+                )
             ax.set_xlabel("test error (%)")
             ax.set_ylabel(col.replace("_", " "))
-            ax.set_title(f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-                         f"{FAMILY_LABEL.get(family, family)}\n{title}",
-                         fontsize=9)  # fmt: skip
+            ax.set_title(
+                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+                f"{FAMILY_LABEL.get(family, family)}\n{title}",
+                fontsize=9,
+            )
             ax.grid(alpha=0.3)
             if len(data):
                 ax.legend(fontsize=8)
             else:
-                ax.text(0.5, 0.5, "no model evaluated", ha="center", va="center",
-                        transform=ax.transAxes)  # fmt: skip
+                ax.text(
+                    0.5, 0.5, "no model evaluated", ha="center", va="center", transform=ax.transAxes
+                )
     n_div = int((sel["status"] != "ok").sum())
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s) not shown", fontsize=8)
@@ -208,8 +276,14 @@ def plot_bounds_vs_error(
 
 
 #: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
-ILLUSTRATION_ORDER = ["kernel_logreg", "kernel_cl", "none", "weight_decay", "dropout",
-                      "cross_lipschitz"]  # fmt: skip
+ILLUSTRATION_ORDER = [
+    "kernel_logreg",
+    "kernel_cl",
+    "none",
+    "weight_decay",
+    "dropout",
+    "cross_lipschitz",
+]
 
 
 def load_examples(paths: list[str]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
@@ -233,6 +307,14 @@ def _image(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return flat.reshape(1, -1)
 
 
+def _class_name(example: dict[str, np.ndarray], label: int | np.integer) -> str:
+    """The name of class ``label`` in an example's ``class_names``, else the number ("$"
+    escaped: titles are matplotlib mathtext)."""
+    names, k = example.get("class_names"), int(label)
+    name = str(names[k]) if names is not None and 0 <= k < len(names) else str(k)
+    return name.replace("$", r"\$")
+
+
 def plot_adversarial_samples(
     summary: pd.DataFrame,
     examples: dict[tuple[str, str], dict],
@@ -243,7 +325,9 @@ def plot_adversarial_samples(
     the original and, per regularizer (its model with the lowest test error), the L2
     adversarial sample of Section 4 with its predicted class and ``||delta||_2`` (top row)
     and the perturbation (bottom row), for the first dataset (alphabetically) that has
-    samples. ``examples``: from :func:`load_examples`."""
+    samples. Classes are shown by the names stored with the samples (``class_names``, e.g.
+    the folder names of a folder dataset), else by number. ``examples``: from
+    :func:`load_examples`."""
     datasets = sorted({ds for ds, _ in examples})
     ds = datasets[0] if datasets else None
     examples = {m: ex for (d, m), ex in examples.items() if d == ds}
@@ -257,8 +341,9 @@ def plot_adversarial_samples(
             chosen.append((reg, rows.iloc[0]["model_id"]))
     n_pts = max([len(examples[m]["test_index"]) for _, m in chosen], default=0)
     cols = 1 + len(chosen)
-    fig, axes = plt.subplots(2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     for i in range(n_pts):
@@ -275,9 +360,12 @@ def plot_adversarial_samples(
                 top[c].set_title(f"{reg}\nno sample found", fontsize=8)
                 continue
             top[c].imshow(_image(ex["adv"][i], shape), cmap="gray", vmin=0, vmax=1)
-            top[c].set_title(f"{reg}\npred {int(ex['pred'][i])} -> {int(ex['adv_class'][i])}"
-                             f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
-                             fontsize=8)  # fmt: skip
+            top[c].set_title(
+                f"{reg}\npred {_class_name(ex, ex['pred'][i])} -> "
+                f"{_class_name(ex, ex['adv_class'][i])}"
+                f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
+                fontsize=8,
+            )
             lim = float(np.abs(ex["delta"][i]).max()) or 1.0
             pert = _image(ex["delta"][i], shape)
             pert = pert.mean(-1) if pert.ndim == 3 else pert  # colour: mean over channels
@@ -285,4 +373,104 @@ def plot_adversarial_samples(
             bottom[c].set_title("perturbation", fontsize=8)
     if not chosen:
         axes[0, 0].text(0.5, 0.5, "no model with samples", ha="center", va="center")
+    _save(fig, png, pdf)
+
+
+def training_curves(metrics: list[dict], dataset: str, family: str) -> list[dict]:
+    """The training curves of ``dataset``'s models of ``family``, from their metrics (the
+    ``metrics.json`` of each model, :func:`crosslip.train.train` and
+    :func:`crosslip.kernel_train.train_kernel`), sorted by model id: per model ``model_id``,
+    ``regularizer``, ``setting``, ``status`` and ``x`` (epochs for networks, objective
+    evaluations of L-BFGS for kernel models), ``loss`` (the objective: cross-entropy plus
+    lambda times the penalty), ``penalty`` and ``train_error`` (networks; None for kernel
+    models), as arrays of the finite values."""
+    out = []
+    for met in metrics:
+        keys = model_keys(met, met["model_id"])
+        if keys["dataset"] != dataset or keys["family"] != family:
+            continue
+        curve = met.get("curve") or []
+        step = "epoch" if family != "kernel" else "evaluation"
+        x = np.array([c[step] for c in curve], dtype=float)
+        cols = {
+            k: np.array([c.get(k, np.nan) for c in curve], dtype=float)
+            for k in ("loss", "penalty", "train_error")
+        }
+        keep = np.isfinite(cols["loss"])
+        out.append(
+            {
+                "model_id": keys["model_id"],
+                "regularizer": keys["regularizer"],
+                "setting": keys["setting"],
+                "status": keys["status"],
+                "x": x[keep],
+                **{k: v[keep] for k, v in cols.items()},
+            }
+        )
+        if family == "kernel":
+            out[-1]["train_error"] = None
+    return sorted(out, key=lambda c: c["model_id"])
+
+
+def plot_training_curves(
+    metrics: list[dict], png: Path | str, pdf: Path | str, dataset: str, family: str
+) -> None:
+    """Training curves of one dataset and model family (:func:`training_curves`), one line
+    per model, colour per regularizer. Networks: a row per setting, with the mean training
+    objective per epoch (log scale) and the training error after each epoch; kernel models
+    (L-BFGS): the objective and the penalty at each evaluation of the objective. Diverged
+    models are drawn dashed, up to their last finite value."""
+    curves = training_curves(metrics, dataset, family)
+    kernel = family == "kernel"
+    present = {c["setting"] for c in curves}
+    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
+    settings = settings or ["plain"]
+    panels = [("loss", "training objective")]
+    panels += (
+        [("penalty", "penalty (without lambda)")]
+        if kernel
+        else [("train_error", "training error (%)")]
+    )
+    fig, axes = plt.subplots(len(settings), 2, figsize=(10, 3.6 * len(settings)), squeeze=False)
+    for row, setting in zip(axes, settings, strict=True):
+        part = [c for c in curves if c["setting"] == setting]
+        for ax, (col, label) in zip(row, panels, strict=True):
+            seen = set()
+            for c in part:
+                y = c[col] * (100 if col == "train_error" else 1)
+                color, marker = REG_STYLE.get(c["regularizer"], ("black", "x"))
+                name = REG_LABEL.get(c["regularizer"], c["regularizer"])
+                ax.plot(
+                    c["x"],
+                    y,
+                    color=color,
+                    alpha=0.8,
+                    lw=1.2,
+                    ls="-" if c["status"] == "ok" else "--",
+                    marker=marker if len(y) < 12 else None,
+                    ms=4,
+                    label=None if name in seen else name,
+                )
+                seen.add(name)
+            values = np.concatenate([c[col] for c in part]) if part else np.zeros(0)
+            if col != "train_error" and len(values) and (values > 0).all():
+                ax.set_yscale("log")
+            ax.set_xlabel("L-BFGS evaluation of the objective" if kernel else "epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(label)
+            ax.set_title(
+                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+                f"{FAMILY_LABEL.get(family, family)}: {len(part)} model(s)",
+                fontsize=9,
+            )
+            ax.grid(alpha=0.3)
+            if part:
+                ax.legend(fontsize=8)
+            else:
+                ax.text(
+                    0.5, 0.5, "no model trained", ha="center", va="center", transform=ax.transAxes
+                )
+    n_div = sum(c["status"] != "ok" for c in curves)
+    if n_div:
+        fig.text(0.01, 0.01, f"{n_div} diverged model(s), dashed", fontsize=8)
     _save(fig, png, pdf)

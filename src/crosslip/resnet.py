@@ -20,18 +20,7 @@ import torch
 from torch import nn
 
 from .augment import to_images
-from .models import softplus
-
-
-class Softplus(nn.Module):
-    """The exact softplus of :func:`crosslip.models.softplus` as a module."""
-
-    def __init__(self, alpha: float) -> None:
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return softplus(z, self.alpha)
+from .softplus import Softplus
 
 
 class BasicBlock(nn.Module):
@@ -47,8 +36,9 @@ class BasicBlock(nn.Module):
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                          nn.BatchNorm2d(c_out))  # fmt: skip
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.drop(self.act(self.bn1(self.conv1(x))))
@@ -70,12 +60,21 @@ class ResNet(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.hyper = dict(shape=list(shape), num_classes=num_classes, n=n, width=width,
-                          alpha=alpha, dropout=dropout)  # fmt: skip
+        self.hyper = dict(
+            shape=list(shape),
+            num_classes=num_classes,
+            n=n,
+            width=width,
+            alpha=alpha,
+            dropout=dropout,
+        )
         self.shape = tuple(shape)
         chans = [16 * width, 32 * width, 64 * width]
-        self.stem = nn.Sequential(nn.Conv2d(shape[2], chans[0], 3, 1, 1, bias=False),
-                                  nn.BatchNorm2d(chans[0]), Softplus(alpha))  # fmt: skip
+        self.stem = nn.Sequential(
+            nn.Conv2d(shape[2], chans[0], 3, 1, 1, bias=False),
+            nn.BatchNorm2d(chans[0]),
+            Softplus(alpha),
+        )
         blocks, c_in = [], chans[0]
         for stage, c_out in enumerate(chans):
             for i in range(n):
@@ -87,8 +86,11 @@ class ResNet(nn.Module):
 
     def depth(self) -> int:
         """Parameter layers: convolutions and linear layers outside the shortcuts."""
-        convs = sum(1 for name, m in self.named_modules()
-                    if isinstance(m, nn.Conv2d) and "shortcut" not in name)  # fmt: skip
+        convs = sum(
+            1
+            for name, m in self.named_modules()
+            if isinstance(m, nn.Conv2d) and "shortcut" not in name
+        )
         return convs + 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

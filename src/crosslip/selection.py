@@ -15,15 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .config import KERNEL_REGULARIZERS
+from .families import model_family
 from .io import atomic_path
-
-
-def family_of(cfg: dict[str, Any]) -> str:
-    """``kernel``, ``mlp`` or ``resnet`` from a model's training config (its metrics)."""
-    if cfg["regularizer"] in KERNEL_REGULARIZERS:
-        return "kernel"
-    return str(cfg.get("arch", "mlp"))
 
 
 def method_of(cfg: dict[str, Any]) -> str:
@@ -41,7 +34,7 @@ def select_best(metrics: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
         if met.get("status") != "ok" or met.get("test_error") is None:
             continue
         cfg = met["config"]
-        group = (met["dataset"], family_of(cfg), cfg.get("setting", "plain"), method_of(cfg))
+        group = (met["dataset"], model_family(cfg), cfg.get("setting", "plain"), method_of(cfg))
         cand = (float(met["test_error"]), met["model_id"], met["dataset"])
         if group not in best or cand < best[group]:
             best[group] = cand

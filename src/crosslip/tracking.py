@@ -87,7 +87,7 @@ def strip_docstrings(tree: ast.AST) -> ast.AST:
 @functools.cache
 def _parsed(path: Path, mtime_ns: int, root: Path) -> tuple[str, frozenset[str]]:
     """(normalized syntax tree, imported names) of one file; cached per modification time."""
-    inside = path.is_relative_to(root)
+    inside = path.is_relative_to(root)  # a package module, else a script
     current = _module_name(path, root) if inside else None
     tree = ast.parse(path.read_text(), filename=str(path))
     names = imported_names(tree, current, path.name == "__init__.py")
@@ -95,8 +95,9 @@ def _parsed(path: Path, mtime_ns: int, root: Path) -> tuple[str, frozenset[str]]
     return dump, frozenset(names)
 
 
-def _parse(path: Path) -> tuple[str, frozenset[str]]:
-    return _parsed(path, path.stat().st_mtime_ns, PACKAGE_DIR)
+def _parse(path: Path, root: Path | None = None) -> tuple[str, frozenset[str]]:
+    root = PACKAGE_DIR if root is None else root
+    return _parsed(path, path.stat().st_mtime_ns, root)
 
 
 def module_closure(script: Path | str, root: Path | None = None) -> dict[str, Path]:
@@ -104,7 +105,7 @@ def module_closure(script: Path | str, root: Path | None = None) -> dict[str, Pa
     (from the package folder ``root``, default: this package's)."""
     root = PACKAGE_DIR if root is None else root
     seen: dict[str, Path] = {}
-    todo = list(_parse(Path(script))[1])
+    todo = list(_parse(Path(script), root)[1])
     while todo:
         for name in _with_parents(todo.pop()):
             if name in seen:
@@ -113,16 +114,19 @@ def module_closure(script: Path | str, root: Path | None = None) -> dict[str, Pa
             if path is None:
                 continue
             seen[name] = path
-            todo.extend(_parse(path)[1])
+            todo.extend(_parse(path, root)[1])
     return dict(sorted(seen.items()))
 
 
-def code_digest(script: Path | str) -> str:
-    """SHA-256 (hex, first 16 digits) of ``script`` and the ``crosslip`` modules it imports,
-    over their syntax trees without docstrings (see the module docstring)."""
+def code_digest(script: Path | str, root: Path | str | None = None) -> str:
+    """SHA-256 (hex, first 16 digits) of ``script`` and the ``crosslip`` modules it imports
+    from the package folder ``root`` (default: this package's; the workflow passes the
+    ``src/crosslip`` beside its Snakefile), over their syntax trees without docstrings (see
+    the module docstring)."""
+    root = PACKAGE_DIR if root is None else Path(root).resolve()
     h = hashlib.sha256()
-    h.update(_parse(Path(script))[0].encode())
-    for name, path in module_closure(script).items():
+    h.update(_parse(Path(script), root)[0].encode())
+    for name, path in module_closure(script, root).items():
         h.update(f"\0{name}\0".encode())
-        h.update(_parse(path)[0].encode())
+        h.update(_parse(path, root)[0].encode())
     return h.hexdigest()[:16]

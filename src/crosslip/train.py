@@ -14,6 +14,7 @@ machine.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -25,16 +26,19 @@ from torch.nn import functional as F
 
 from .attacks import upper_bound
 from .augment import augment, center_crop
-from .config import NET_REGULARIZERS, NetTrainSpec
-from .config import SETTINGS as CONFIG_SETTINGS
+from .config import NetTrainSpec
+from .errors import ConfigError
+from .families import NET_REGULARIZERS
 from .models import SoftplusNet
+from .norms import norm_p
+from .progress import Progress
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 from .resnet import ResNet
 
+LOG = logging.getLogger(__name__)
 REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
-SETTINGS = CONFIG_SETTINGS
-ADV_NORMS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
+SETTINGS = ("plain", "augment", "adversarial")
 
 #: Hyperparameters of one training job: the workflow's typed spec, defaults from the schema.
 TrainConfig = NetTrainSpec
@@ -71,8 +75,9 @@ def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) 
     if m == 0:
         return xb
     net.eval()
-    ub = upper_bound(net, xb[:m], p=ADV_NORMS[cfg.adv_norm], rtol=1e-2, max_steps=10,
-                     dtype=xb.dtype)  # fmt: skip
+    ub = upper_bound(
+        net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False
+    )
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -118,7 +123,9 @@ def train(
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
-    error), ``seconds`` and ``device``.
+    error), ``seconds`` and ``device``. Progress goes to the ``"crosslip"`` logger
+    (:mod:`crosslip.progress`): a line per epoch with its curve point, learning rate and
+    seconds.
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
@@ -127,19 +134,32 @@ def train(
     drop_hidden = 1.0 - cfg.keep_hidden
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
-        raise ValueError("the augment setting and the resnet need the image shape (h, w, c)")
+        raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
     model_shape = shape
+    if augmenting and cfg.crop > min(shape[:2]):
+        raise ConfigError(
+            f"train.crop = {cfg.crop} is larger than the images ({shape[0]} x {shape[1]}); "
+            f"set train.crop to at most {min(shape[:2])}"
+        )
     if augmenting:
         model_shape = (cfg.crop, cfg.crop, shape[2])
         x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()
     in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
     if cfg.arch == "resnet":
-        net = ResNet(model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha,
-                     drop_hidden)  # fmt: skip
+        net = ResNet(
+            model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha, drop_hidden
+        )
     else:
-        net = SoftplusNet(in_dim, num_classes, cfg.hidden, cfg.alpha, cfg.bias,
-                          keep_hidden=cfg.keep_hidden, keep_input=cfg.keep_input,
-                          init=cfg.init)  # fmt: skip
+        net = SoftplusNet(
+            in_dim,
+            num_classes,
+            cfg.hidden,
+            cfg.alpha,
+            cfg.bias,
+            keep_hidden=cfg.keep_hidden,
+            keep_input=cfg.keep_input,
+            init=cfg.init,
+        )
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
@@ -151,7 +171,12 @@ def train(
     n = len(xtr)
     decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
     updates = 0
+    batches = math.ceil(n / cfg.batch_size)
+    progress = Progress(
+        "train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1), fractional=True
+    )
     for epoch in range(cfg.epochs):
+        t_epoch = time.perf_counter()
         net.train()
         perm = torch.randperm(n, generator=gen).to(device)
         tot_loss = tot_pen = 0.0
@@ -176,7 +201,13 @@ def train(
                     group["lr"] *= cfg.lr_decay
             tot_loss += loss.item() * len(idx)
             tot_pen += pen.item() * len(idx)
+            progress.advance_bar(1 / batches)
         if status != "ok":
+            LOG.info(
+                "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
+                epoch + 1,
+                updates + 1,
+            )
             break
         curve.append(
             {
@@ -186,6 +217,15 @@ def train(
                 "train_error": error_rate(net, xtr_eval, ytr),
             }
         )
+        progress.update(
+            1,
+            loss=curve[-1]["loss"],
+            penalty=curve[-1]["penalty"],
+            train_error=curve[-1]["train_error"],
+            lr=opt.param_groups[0]["lr"],
+            epoch_seconds=time.perf_counter() - t_epoch,
+        )
+    progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
     xte, yte = torch.as_tensor(x_test), torch.as_tensor(y_test)

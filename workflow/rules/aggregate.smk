@@ -9,6 +9,7 @@ localrules:
     kernel_table,
     figure_bounds,
     figure_adversarial,
+    figure_training,
 
 
 checkpoint select_models:
@@ -16,12 +17,12 @@ checkpoint select_models:
         metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
     output:
         f"{RESULTS}/selected_models.json",
-    params:
-        code=code("select_models.py"),
     log:
         f"{RESULTS}/logs/select_models.log",
     conda:
         ENV
+    params:
+        code=code("select_models.py"),
     script:
         "../scripts/select_models.py"
 
@@ -38,12 +39,12 @@ rule summary:
         ),
         md=f"{RESULTS}/tables/summary.md",
         tex=f"{RESULTS}/tables/summary.tex",
-    params:
-        code=code("summary.py"),
     log:
         f"{RESULTS}/logs/summary.log",
     conda:
         ENV
+    params:
+        code=code("summary.py"),
     script:
         "../scripts/summary.py"
 
@@ -59,13 +60,13 @@ rule table1:
         ),
         md=f"{RESULTS}/tables/table1_global_local.md",
         tex=f"{RESULTS}/tables/table1_global_local.tex",
-    params:
-        table="table1",
-        code=code("table.py"),
     log:
         f"{RESULTS}/logs/table1.log",
     conda:
         ENV
+    params:
+        table="table1",
+        code=code("table.py"),
     script:
         "../scripts/table.py"
 
@@ -79,11 +80,11 @@ use rule table1 as kernel_table with:
         ),
         md=f"{RESULTS}/tables/kernel.md",
         tex=f"{RESULTS}/tables/kernel.tex",
+    log:
+        f"{RESULTS}/logs/kernel_table.log",
     params:
         table="kernel",
         code=code("table.py"),
-    log:
-        f"{RESULTS}/logs/kernel_table.log",
 
 
 rule figure_bounds:
@@ -98,12 +99,12 @@ rule figure_bounds:
             labels={"family": "{family}"},
         ),
         pdf=f"{RESULTS}/figures/bounds_vs_error/{{dataset}}-{{family}}.pdf",
-    params:
-        code=code("figure_bounds.py"),
     log:
         f"{RESULTS}/logs/figure_bounds/{{dataset}}-{{family}}.log",
     conda:
         ENV
+    params:
+        code=code("figure_bounds.py"),
     script:
         "../scripts/figure_bounds.py"
 
@@ -119,11 +120,38 @@ rule figure_adversarial:
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/adversarial_samples.pdf",
-    params:
-        code=code("figure_adversarial.py"),
     log:
         f"{RESULTS}/logs/figure_adversarial.log",
     conda:
         ENV
+    params:
+        code=code("figure_adversarial.py"),
     script:
         "../scripts/figure_adversarial.py"
+
+
+rule figure_training:
+    input:
+        # metrics.json of every model of the dataset in the family (kernel specs: no arch)
+        metrics=lambda wc: [
+            f"{RESULTS}/models/{wc.dataset}/{m}/metrics.json"
+            for m, spec in sorted(GRID.items())
+            if getattr(spec, "arch", "kernel") == wc.family
+        ],
+    output:
+        png=report(
+            f"{RESULTS}/figures/training/{{dataset}}-{{family}}.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+            subcategory="{dataset}",
+            labels={"family": "{family}"},
+        ),
+        pdf=f"{RESULTS}/figures/training/{{dataset}}-{{family}}.pdf",
+    log:
+        f"{RESULTS}/logs/figure_training/{{dataset}}-{{family}}.log",
+    conda:
+        ENV
+    params:
+        code=code("figure_training.py"),
+    script:
+        "../scripts/figure_training.py"

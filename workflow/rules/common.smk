@@ -6,6 +6,8 @@ from snakemake.exceptions import WorkflowError
 
 from crosslip import config as crosslip_config
 from crosslip import selection as crosslip_selection
+from crosslip.data.custom import fingerprint as data_fingerprint
+from crosslip.job_resources import job_resources
 from crosslip.tracking import code_digest
 
 if not workflow.modifier.skip_validation:
@@ -16,15 +18,22 @@ if not workflow.modifier.skip_validation:
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
-DATASETS = config["datasets"]
+DATASETS = crosslip_config.dataset_names(config)
 GRID = crosslip_config.training_grid(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 
 
 def code(script):
-    """Digest of a script and the crosslip code it imports: a rule's params.code, so that
-    a job reruns when, and only when, the code it runs changes (crosslip.tracking)."""
-    return code_digest(SCRIPTS / script)
+    """Digest of a script and the crosslip code it imports (from the package beside this
+    Snakefile): a rule's params.code, so that a job reruns when, and only when, the code it
+    runs changes (crosslip.tracking)."""
+    return code_digest(SCRIPTS / script, PACKAGE if PACKAGE.is_dir() else None)
+
+
+def resources_of(wildcards, stage):
+    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources)."""
+    return job_resources(config, GRID[wildcards.model], wildcards.dataset, stage)
 
 
 def all_models(pattern):
@@ -39,7 +48,9 @@ def evaluated(pattern):
     def paths(wildcards):
         if config["certify"]["models"] == "all":
             return all_models(pattern)
-        chosen = crosslip_selection.read_selected(checkpoints.select_models.get().output[0])
+        chosen = crosslip_selection.read_selected(
+            checkpoints.select_models.get().output[0]
+        )
         return [pattern.format(dataset=ds, model=m) for ds, m in chosen]
 
     return paths

@@ -5,6 +5,18 @@ rule certify:
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
     output:
         f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",
+    log:
+        f"{RESULTS}/logs/certify/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/certify/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    threads: 2
+    resources:
+        # crosslip.job_resources, as for training
+        mem_mb=lambda wc: resources_of(wc, "certify")["mem_mb"],
+        runtime=lambda wc: resources_of(wc, "certify")["runtime"],
+        gpu=lambda wc: resources_of(wc, "certify")["gpu"],
     params:
         n_points=config["certify"]["n_points"],
         rtol=config["certify"]["rtol"],
@@ -12,19 +24,6 @@ rule certify:
         device=config["device"],
         memory_gb=config["kernel"]["memory_gb"],
         code=code("certify.py"),
-    threads: 2
-    resources:
-        # crosslip.job_resources: kernel models need their memory budget and, unless device
-        # is cpu, a GPU of their own; networks 4,000 MB on the CPU.
-        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["mem_mb"],
-        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["runtime"],
-        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "certify")["gpu"],
-    log:
-        f"{RESULTS}/logs/certify/{{dataset}}/{{model}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/certify/{{dataset}}/{{model}}.tsv"
-    conda:
-        ENV
     script:
         "../scripts/certify.py"
 
@@ -37,6 +36,18 @@ rule attack:
     output:
         table=f"{RESULTS}/attack/{{dataset}}/{{model}}.parquet",
         examples=f"{RESULTS}/examples/{{dataset}}/{{model}}.npz",
+    log:
+        f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
+    conda:
+        ENV
+    threads: 2
+    resources:
+        # crosslip.job_resources, as for training
+        mem_mb=lambda wc: resources_of(wc, "attack")["mem_mb"],
+        runtime=lambda wc: resources_of(wc, "attack")["runtime"],
+        gpu=lambda wc: resources_of(wc, "attack")["gpu"],
     params:
         n_points=config["attack"]["n_points"],
         rtol=config["attack"]["rtol"],
@@ -46,17 +57,6 @@ rule attack:
         n_examples=config["attack"]["n_examples"],
         device=config["device"],
         code=code("attack.py"),
-    threads: 2
-    resources:
-        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["mem_mb"],
-        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["runtime"],
-        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "attack")["gpu"],
-    log:
-        f"{RESULTS}/logs/attack/{{dataset}}/{{model}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
-    conda:
-        ENV
     script:
         "../scripts/attack.py"
 
@@ -68,11 +68,11 @@ rule instances:
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
     output:
         f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet",
-    params:
-        code=code("instances.py"),
     log:
         f"{RESULTS}/logs/instances/{{dataset}}/{{model}}.log",
     conda:
         ENV
+    params:
+        code=code("instances.py"),
     script:
         "../scripts/instances.py"

@@ -1,32 +1,29 @@
-from crosslip.job_resources import job_resources
-
-
 rule train:
     input:
         data=f"{RESULTS}/data/{{dataset}}.npz",
     output:
         model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
         metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-    params:
-        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
-        code=code("train.py"),
-        device=config["device"],
-        memory_gb=config["kernel"]["memory_gb"],
-    threads: 2
-    resources:
-        # From the config and the model (crosslip.job_resources): kernel models the memory
-        # budget kernel.memory_gb and a runtime from their flop count. One GPU per training
-        # job unless device is cpu: counted by Snakemake only where a limit is given
-        # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
-        # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
-        mem_mb=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["mem_mb"],
-        runtime=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["runtime"],
-        gpu=lambda wc: job_resources(config, GRID[wc.model], wc.dataset, "train")["gpu"],
     log:
         f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
     conda:
         ENV
+    threads: 2
+    resources:
+        # From the config and the model (crosslip.job_resources): kernel models the memory
+        # budget kernel.memory_gb and a runtime from their flop count. One GPU per job unless
+        # device is cpu: counted by Snakemake only where a limit is given (--resources
+        # gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes sbatch
+        # --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
+        mem_mb=lambda wc: resources_of(wc, "train")["mem_mb"],
+        runtime=lambda wc: resources_of(wc, "train")["runtime"],
+        gpu=lambda wc: resources_of(wc, "train")["gpu"],
+    params:
+        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
+        code=code("train.py"),
+        device=config["device"],
+        memory_gb=config["kernel"]["memory_gb"],
     script:
         "../scripts/train.py"

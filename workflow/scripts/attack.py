@@ -3,7 +3,7 @@
 import logging
 
 from crosslip.io import run_script
-from crosslip.pipeline import attack_stage
+from crosslip.stages.attack import attack_stage
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 import logging
 
 from crosslip.io import run_script
-from crosslip.pipeline import certify_stage
+from crosslip.stages.certification import certify_stage
 
 
 def main() -> None:

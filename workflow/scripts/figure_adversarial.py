@@ -5,9 +5,12 @@ from crosslip.report import load_examples, plot_adversarial_samples, read_summar
 
 
 def main() -> None:
-    plot_adversarial_samples(read_summary(snakemake.input.summary),
-                             load_examples(snakemake.input.examples), snakemake.output.png,
-                             snakemake.output.pdf)  # fmt: skip
+    plot_adversarial_samples(
+        read_summary(snakemake.input.summary),
+        load_examples(snakemake.input.examples),
+        snakemake.output.png,
+        snakemake.output.pdf,
+    )
 
 
 run_script(snakemake.log[0], main)

@@ -1,7 +1,7 @@
 """Join guarantees, upper bounds and model identifiers into the per-instance Parquet."""
 
 from crosslip.io import run_script
-from crosslip.pipeline import instances_stage
+from crosslip.stages.instances import instances_stage
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 import logging
 
 from crosslip.io import run_script
-from crosslip.pipeline import train_stage
+from crosslip.stages.training import train_stage
 
 
 def main() -> None:

@@ -6,11 +6,10 @@
   and a refinement by re-linearization; every sample is verified.
 """
 
-from .projections import NORMS, BoxProblem, project_box, project_box_reference
+from .projections import BoxProblem, project_box, project_box_reference
 from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
 
 __all__ = [
-    "NORMS",
     "BoxProblem",
     "UpperBound",
     "project_box",

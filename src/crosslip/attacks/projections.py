@@ -34,14 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-NORMS = (1.0, 2.0, math.inf)
-
-
-def _norm_key(p: float) -> float:
-    p = float(p)
-    if p not in NORMS:
-        raise ValueError(f"p = {p}: only the 1-, 2- and inf-norms are supported")
-    return p
+from ..norms import check_p
 
 
 @dataclass
@@ -72,7 +65,7 @@ class BoxProblem:
     ) -> BoxProblem:
         """Sort the breakpoints of every row (in chunks of ``chunk`` rows, so that the
         temporaries stay in cache)."""
-        p = _norm_key(p)
+        p = check_p(p)
         if ((x < lo) | (x > hi)).any():
             raise ValueError(f"points must lie in the box [{lo}, {hi}]")
         room = (hi - x) + (v > 0) * (2 * x - lo - hi)  # x - lo where v > 0, else hi - x
@@ -180,12 +173,16 @@ def project_box(
 
 
 def project_box_reference(
-    x: torch.Tensor, v: torch.Tensor, c: torch.Tensor, p: float = 2, lo: float = 0.0,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    c: torch.Tensor,
+    p: float = 2,
+    lo: float = 0.0,
     hi: float = 1.0,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Straightforward per-row implementation (a Python loop over rows and sorted
     coordinates): the speed baseline of ``benchmarks/bench_attack.py`` and a test oracle."""
-    p = _norm_key(p)
+    p = check_p(p)
     out = torch.zeros_like(x)
     for r in range(x.shape[0]):
         xr, vr, t = x[r].tolist(), v[r].tolist(), -float(c[r])

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from ..models import class_gradients
+from ..progress import Progress
 from .projections import BoxProblem
 
 
@@ -134,15 +135,26 @@ def upper_bound(
     max_steps: int = 40,
     dtype: torch.dtype = torch.float64,
     batch_size: int = 512,
+    progress: bool = True,
 ) -> UpperBound:
     """The paper's upper bound in the p-norm for each point of ``x`` (n, d), minimum over all
-    targets (module docstring). Batched over points x targets; results on the CPU."""
+    targets (module docstring). Batched over points x targets; results on the CPU.
+    ``progress``: report points done and rate per batch to the ``"crosslip"`` logger
+    (:mod:`crosslip.progress`; off inside adversarial training)."""
     model = _prepare(model, x, dtype)
-    parts = [
-        _paper_batch(model, x[i : i + batch_size].to(dtype), p, lo, hi, rtol, max_steps)
-        for i in range(0, len(x), batch_size)
-    ]
+    parts, found = [], 0
+    with Progress(f"attack {_norm_name(p)}", len(x), "points", active=progress) as bar:
+        for i in range(0, len(x), batch_size):
+            parts.append(
+                _paper_batch(model, x[i : i + batch_size].to(dtype), p, lo, hi, rtol, max_steps)
+            )
+            found += int(parts[-1].success.sum())
+            bar.update(len(parts[-1].norm), successes=found)
     return _cat(parts)
+
+
+def _norm_name(p: float) -> str:
+    return "Linf" if p == float("inf") else f"L{p:g}"
 
 
 def _cat(parts: list[UpperBound]) -> UpperBound:
@@ -166,8 +178,7 @@ def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
     c_row = pred[point]
     v = grads[point, c_row] - grads[point, target]
     t0 = logits[point, c_row] - logits[point, target]
-    norm, delta_rows, adv_cls = _search(model, x[point], c_row, v, t0, p, lo, hi, rtol,
-                                        max_steps)  # fmt: skip
+    norm, delta_rows, adv_cls = _search(model, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps)
     # minimum over targets per point
     per_point = torch.full((n, k), torch.inf, dtype=x.dtype, device=x.device)
     per_point[point, target] = norm
@@ -199,7 +210,8 @@ def refine_upper_bound(
     dtype: torch.dtype = torch.float64,
 ) -> UpperBound:
     """Refine the successful samples of ``start`` by ``steps`` re-linearizations at the
-    current adversarial point (module docstring). Never worse than ``start``."""
+    current adversarial point (module docstring). Never worse than ``start``. Each step
+    (all successful points at once) is reported to the ``"crosslip"`` logger."""
     model = _prepare(model, x, dtype)
     dev = x.device
     x = x.to(dtype)
@@ -207,6 +219,7 @@ def refine_upper_bound(
     best.delta = best.delta.to(dtype)
     best.norm = best.norm.to(dtype)
     pred = best.pred
+    bar = Progress(f"refine {_norm_name(p)}", steps, "steps", every=1 / max(steps, 1))
     for _ in range(steps):
         idx = torch.nonzero(best.success).squeeze(1)
         if len(idx) == 0:
@@ -223,6 +236,7 @@ def refine_upper_bound(
             t0 = gk - (v * best.delta[idx]).sum(1)  # linear model at x_k, evaluated at x
             norm, delta, cls = _search(model, xs, c, v, t0, p, lo, hi, rtol, max_steps)
         better = norm < best.norm[idx] * (1 - 1e-12)
+        bar.update(1, points=len(idx), improved=int(better.sum()))
         if not better.any():
             break
         upd = idx[better]
@@ -230,4 +244,5 @@ def refine_upper_bound(
         best.delta[upd] = delta[better]
         best.adv_class[upd] = cls[better]
         best.target[upd] = j[better]
+    bar.close()
     return UpperBound(*(getattr(best, f).cpu() for f in UpperBound.__annotations__))

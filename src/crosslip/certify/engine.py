@@ -14,10 +14,13 @@ Columns (all per point, shape (n,)); "guarantee" always means Theorem 2.1's radi
                        ``[0, 1]^d`` only (never to be compared with the unconstrained ones)
 =====================  =====================================================================
 
-Every reported value is ``alpha(R)`` of Theorem 2.1 at an evaluated R. A combined guarantee
-is the maximum of its own search and of the guarantees it is built from (each is valid for
-it), so it is never below any of them. A set of perturbations that is smaller (box) can
-only have a larger guarantee, and the unconstrained one is valid for it: the same rule.
+Every reported value is ``alpha(R)`` of Theorem 2.1 at an evaluated R, for the real function
+of the float64 weights at the float64 point, with every rounding of its computation covered
+(:mod:`.rounding`; ``docs/guarantees.md`` says what this means for a float32 deployment).
+A combined guarantee is the maximum of its own search and of the guarantees it is built
+from (each is valid for it), so it is never below any of them. A set of perturbations that
+is smaller (box) can only have a larger guarantee, and the unconstrained one is valid for
+it: the same rule.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import math
 import torch
 
 from ..models import SoftplusNet
-from .search import certificate_columns, margins, min_ratio, theorem21
+from ..progress import Progress
+from .rounding import require_float64
+from .search import Certificate, certificate_columns, margins_lower, min_ratio, theorem21
 from .softplus_bounds import (
     IntervalBound,
     MinBound,
@@ -53,10 +58,16 @@ def certify_softplus(
     """Guarantees of the one-hidden-layer net for the points ``x`` (n, d); see the module
     docstring for the columns. ``kinds`` selects the families (``"local"`` and ``"global"``
     are always computed when ``"l2"`` is requested; ``"box"`` adds the ``*_box`` column of
-    each requested p-norm and needs ``x`` in ``[0, 1]^d``). Computation in ``dtype``
-    (float64 by default: Proposition 2.3 is a difference of sums), on ``x.device``, in
-    batches of ``batch_size`` points; results on the CPU.
+    each requested p-norm and needs ``x`` in ``[0, 1]^d``). Computation in float64 (``dtype``
+    must be float64: the rounding analysis is float64's), on ``x.device``, in batches of
+    ``batch_size`` points; results on the CPU.
+
+    Every guarantee holds for the real function of the net's weights taken as float64
+    numbers, at the points ``x`` taken as float64 numbers, rounding of this computation
+    included (:mod:`.rounding`). ``margin`` is the computed one. Progress (points done, rate)
+    goes to the ``"crosslip"`` logger (:mod:`crosslip.progress`).
     """
+    require_float64(dtype)
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise ValueError(f"unknown guarantee kinds {sorted(unknown)}; choose from {KINDS}")
@@ -65,38 +76,44 @@ def certify_softplus(
         kinds = tuple(dict.fromkeys(("local", "global", *kinds)))
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), Progress("certify", len(x), "points") as progress:
         terms = NetTerms(net, dtype)  # point-independent products: once for all batches
         for i in range(0, len(x), batch_size):
             part = _certify_batch(net, terms, x[i : i + batch_size].to(dtype), rtol, kinds)
             for k, v in part.items():
                 out.setdefault(k, []).append(v.cpu())
+            progress.update(len(part["pred"]))
     return {k: torch.cat(v) for k, v in out.items()}
 
 
 def _certify_batch(
     net: SoftplusNet, terms: NetTerms, x: torch.Tensor, rtol: float, kinds: tuple[str, ...]
 ) -> dict[str, torch.Tensor]:
-    logits = net(x)
+    z = terms.preactivation(x)  # shared by the logits and every range
+    pad = terms.pad(x, z)
+    logits, err = terms.logits(x, z, pad)
     pred = logits.argmax(1)
-    m = margins(logits, pred)
-    res: dict[str, torch.Tensor] = {"pred": pred, "margin": m.min(1).values}
+    m_hat, m = margins_lower(logits, err, pred)
+    van = terms.vanishing[pred]  # (n, K)
+    res: dict[str, torch.Tensor] = {"pred": pred, "margin": m_hat.min(1).values}
     glob = global_bound(net, pred, x.dtype, spectral_norm=terms.spectral_norm)
-    z = terms.preactivation(x)  # shared by every range
 
     def ranges(p: float, box: bool = False) -> PreactivationRange:
-        return PreactivationRange(terms, x, pred, p=p, box=box, z=z)
+        return PreactivationRange(terms, x, pred, p=p, box=box, z=z, pad=pad)
+
+    def search(bound) -> Certificate:
+        return theorem21(m, bound, rtol=rtol, vanishes=van)
 
     ball2 = ranges(2)
     if "local" in kinds:
-        res.update(certificate_columns(pred, m, theorem21(m, Prop23Bound(ball2), rtol=rtol)))
+        res.update(certificate_columns(pred, m_hat, search(Prop23Bound(ball2))))
     if "global" in kinds:
-        res["guarantee_global"] = min_ratio(m, glob)[0]
+        res["guarantee_global"] = min_ratio(m, glob, van)[0]
     boxes = (False, True) if "box" in kinds else (False,)
     for box in boxes:
         suffix = "_box" if box else ""
         if "l2" in kinds:
-            cert = theorem21(m, MinBound(ranges(2, True) if box else ball2, glob), rtol=rtol)
+            cert = search(MinBound(ranges(2, True) if box else ball2, glob))
             parts = [cert.guarantee, res["guarantee_local"], res["guarantee_global"]]
             if box:
                 parts.append(res["guarantee_l2"])
@@ -104,7 +121,7 @@ def _certify_batch(
             res["radius_l2" + suffix] = cert.radius
         for name, p in (("l1", 1), ("linf", math.inf)):
             if name in kinds:
-                g = theorem21(m, IntervalBound(ranges(p, box)), rtol=rtol).guarantee
+                g = search(IntervalBound(ranges(p, box))).guarantee
                 if box:
                     g = torch.maximum(g, res["guarantee_" + name])
                 res["guarantee_" + name + suffix] = g

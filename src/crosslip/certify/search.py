@@ -8,6 +8,13 @@ p-norm whenever ``L_j(R) >= max_{y in B_p(x, R)} ||grad f_c(y) - grad f_j(y)||_q
 :func:`theorem21` takes the margins and any function returning such bounds (non-decreasing
 in R, as every bound in this package is), searches R for all points at once, and only ever
 reports ``alpha(R)`` at an R it evaluated, so a loose search costs tightness, never soundness.
+
+Rounding (:mod:`.rounding`): the search is given *lower* bounds on the real margins
+(:func:`margins_lower`, from the computed logits and bounds on their forward error) and
+*upper* bounds ``L_j(R)`` that already cover the rounding of their own evaluation; the
+quotients are rounded down (:func:`ratios`), and ``min``, comparisons and the reported R are
+exact. So every reported ``alpha(R)`` is a guarantee for the real function. ``+inf`` needs a
+proof from the weights (``vanishes``), never an evaluation that happens to give 0.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from .rounding import UNIT
 
 #: ``L(idx, R) -> (m, K)``: bounds for the points ``idx`` (m,) at radii ``R`` (m,).
 LipschitzFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -56,16 +65,50 @@ def margins(logits: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
     return m.scatter(1, pred[:, None], float("inf"))
 
 
-def ratios(m: torch.Tensor, lip: torch.Tensor) -> torch.Tensor:
-    """``m_j / L_j`` (n, K); ``m / 0 = inf`` for ``m > 0``, and a non-positive margin gives 0
-    whatever ``L_j``."""
-    r = torch.where(lip > 0, m / lip.clamp_min(torch.finfo(lip.dtype).tiny), torch.inf)
-    return torch.where(m <= 0, torch.zeros_like(r), r)
+def margins_lower(
+    logits: torch.Tensor, err: torch.Tensor, pred: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The computed margins (n, K) of :func:`margins` and lower bounds on the real ones.
+
+    ``err`` (n, K) bounds the forward error of each computed logit:
+    ``|logits_j - f_j(x)| <= err_j``. The subtraction ``fl(f_c - f_j) = (f_c - f_j)(1 + d)``,
+    ``|d| <= u``, so ``f_c(x) - f_j(x) >= m_j - err_c - err_j - u |m_j| / (1 - u)``. We
+    subtract ``slack = (err_c + err_j + 4 u |m_j|)(1 + 4u)``: the extra ``3 u |m_j|`` and the
+    factor cover the rounding of the slack's sum and of the subtraction itself (where the
+    result is positive, ``slack < |m_j|`` and that rounding is below ``u |m_j|``; where it
+    is not, rounding keeps the sign). ``+inf`` stays at ``j = c``.
+    """
+    m = margins(logits, pred)
+    slack = err.gather(1, pred[:, None]) + err + (4 * UNIT) * m.abs()
+    lower = torch.where(torch.isinf(m), m, m - slack * (1 + 4 * UNIT))
+    return m, lower
 
 
-def min_ratio(m: torch.Tensor, lip: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def ratios(
+    m: torch.Tensor, lip: torch.Tensor, vanishes: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Lower bounds on ``m_j / L_j`` (n, K): the quotient rounded down (times ``1 - 2u``:
+    ``fl(m / L) <= (m / L)(1 + u)``) and capped at the largest float64 where it overflows
+    (the real quotient is at least that). Conventions: a non-positive margin gives 0
+    whatever ``L_j``; ``m_j / 0 = inf`` for ``m_j > 0`` (a zero *bound at this R* says no
+    gradient difference on the ball); a NaN bound gives 0; ``+inf`` margins (``j = c``) give
+    ``inf``; and where ``vanishes`` (n, K) is True (the gradient difference is zero for every
+    y, decided from the weights) and ``m_j > 0``, ``inf`` whatever ``L_j``."""
+    big = torch.finfo(lip.dtype).max
+    q = (m / lip.clamp_min(torch.finfo(lip.dtype).tiny)) * (1 - 2 * UNIT)
+    r = torch.where(lip > 0, q.clamp(max=big), torch.where(lip == 0, torch.inf, 0.0))
+    r = torch.where(m > 0, r, torch.zeros_like(r))
+    r = torch.where(torch.isinf(m) & (m > 0), torch.inf, r)
+    if vanishes is not None:
+        r = torch.where(vanishes & (m > 0), torch.inf, r)
+    return r
+
+
+def min_ratio(
+    m: torch.Tensor, lip: torch.Tensor, vanishes: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``min_j m_j / L_j`` (n,) and its argmin (conventions of :func:`ratios`)."""
-    return ratios(m, lip).min(dim=1)
+    return ratios(m, lip, vanishes).min(dim=1)
 
 
 def theorem21(
@@ -74,27 +117,41 @@ def theorem21(
     rtol: float = 1e-3,
     max_iter: int = 100,
     r_max: float = float("inf"),
+    vanishes: torch.Tensor | None = None,
 ) -> Certificate:
     """Maximize ``alpha(R)`` of Theorem 2.1 over R for every point at once.
 
-    ``m``: margins (n, K) from :func:`margins`; ``lipschitz``: bounds ``L_j(R)``,
-    non-decreasing in R. Then ``g(R) = min_j m_j / L_j(R)`` is non-increasing,
-    ``alpha(R) = min(g(R), R)``, and the optimum ``alpha* = sup{R : g(R) >= R}`` satisfies
-    ``alpha* <= g(0)``.
+    ``m``: lower bounds on the margins (n, K) (:func:`margins_lower`; :func:`margins` when
+    the logits are exact), ``+inf`` at ``j = c``; ``lipschitz``: upper bounds ``L_j(R)``,
+    non-decreasing in R; ``vanishes`` (n, K) bool, optional: classes whose gradient
+    difference ``grad f_c - grad f_j`` is zero at *every* y, decided from the weights (for
+    them ``f_c - f_j`` is constant, so a positive margin never shrinks). Then
+    ``g(R) = min_j m_j / L_j(R)`` is non-increasing, ``alpha(R) = min(g(R), R)``, and the
+    optimum ``alpha* = sup{R : g(R) >= R}`` satisfies ``alpha* <= g(0)``.
+
+    *No certificate without an evaluation.* ``+inf`` is reported only where every class
+    ``j != c`` vanishes and has a positive margin (then ``r_max``, ``inf`` by default). A
+    bound that is 0 at ``R = 0`` (for instance, all hidden units saturated off at x, where
+    ``sigma'`` underflows) says nothing about larger R: such a point gets
+    ``hi = r_cap = min(r_max, largest float64)`` and the search evaluates ``g`` at
+    ``r_cap`` and then at smaller R like any other point.
 
     *Bracket.* One evaluation at R brackets ``alpha*`` from both sides: if ``g(R) >= R``,
     R is certified (``alpha(R) = R``) and ``alpha* <= g(R)`` (any ``R' > g(R)`` has
     ``g(R') <= g(R) < R'``); if ``g(R) < R``, ``alpha* < R`` and ``alpha(R) = g(R)`` is
     certified. So ``lo`` (always a reported ``alpha``) rises to ``min(g(R), R)`` and ``hi``
-    falls to ``max(g(R), R)``, starting from ``[0, min(g(0), r_max)]``. The search stops when
-    ``hi - lo <= rtol * hi``: the reported value is then within a relative ``rtol`` of the
-    bound's optimum.
+    falls to ``max(g(R), R)``, starting from ``[0, min(g(0), r_cap)]``; the first R is
+    ``hi``. The search stops when ``hi - lo <= rtol * hi``: the reported value is then within
+    a relative ``rtol`` of the bound's optimum.
 
-    *Steps.* The next R is the secant root of ``h(R) = g(R) - R`` through the last two
-    evaluations, kept a quarter-tolerance inside the bracket; when the bracket did not halve
-    over two steps, a bisection step is taken instead, so the search is never much slower
-    than bisection. On the smooth ``g`` of our bounds it needs ~5 evaluations for
-    ``rtol = 1e-3`` (bisection: ~12).
+    *Steps.* In a wide bracket (``hi > 16 lo``) the next R is the geometric mean
+    ``sqrt(max(lo, tiny) hi)``: a bracket that spans many orders of magnitude (as after
+    ``r_cap``) shrinks to a factor 16 in about ``log2(log2(hi / lo))`` steps. Otherwise it
+    is the secant root of ``h(R) = g(R) - R`` through the last two evaluations, kept a
+    quarter-tolerance inside the bracket; when the bracket did not halve over two steps, a
+    bisection step is taken instead, so the search is never much slower than bisection. On
+    the smooth ``g`` of our bounds it needs ~5 evaluations for ``rtol = 1e-3`` (bisection:
+    ~12).
 
     *Class pruning* (for bounds with ``supports_mask = True``, called as
     ``lipschitz(idx, R, need)`` with ``need`` (m, K) bool, returning 0 where not needed):
@@ -104,26 +161,34 @@ def theorem21(
     ``g(R) >= R`` nor lower ``hi``, so it is skipped: the computed ``min(g, R)`` is unchanged.
     (This uses the monotonicity that the optimality argument already assumes.)
 
-    Only ``alpha(R)`` at evaluated R is ever reported: the largest one.
+    Only ``alpha(R)`` at evaluated R is ever reported: the largest one. Ratios are rounded
+    down (:func:`ratios`), so each reported value is a guarantee for the real function
+    whenever ``m`` and ``L`` are rigorous bounds.
     """
     n = m.shape[0]
     dev, dt = m.device, m.dtype
     all_idx = torch.arange(n, device=dev)
     prune = bool(getattr(lipschitz, "supports_mask", False))
-    g0, _ = min_ratio(m, lipschitz(all_idx, torch.zeros(n, device=dev, dtype=dt)))
+    r_cap = min(float(r_max), torch.finfo(dt).max)
+    tiny = torch.finfo(dt).tiny
+
+    def rat(idx: torch.Tensor, lip: torch.Tensor) -> torch.Tensor:
+        return ratios(m[idx], lip, None if vanishes is None else vanishes[idx])
+
+    g0, _ = rat(all_idx, lipschitz(all_idx, torch.zeros(n, device=dev, dtype=dt))).min(dim=1)
     best = torch.zeros(n, device=dev, dtype=dt)
     best_r = torch.zeros(n, device=dev, dtype=dt)
     best_j = torch.full((n,), -1, device=dev, dtype=torch.long)
     evals = torch.ones(n, device=dev, dtype=torch.long)
     rho = torch.zeros_like(m)  # lower bounds on m_j / L_j(R) for every R still to come
     lo = torch.zeros(n, device=dev, dtype=dt)
-    hi = torch.clamp(g0, max=r_max)
+    hi = torch.clamp(g0, max=r_cap)
 
     def evaluate(idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """``h(r) = g(r) - r`` at the points ``idx``; records the best ``alpha``."""
         need = rho[idx] <= hi[idx][:, None]
-        rat = ratios(m[idx], lipschitz(idx, r, need) if prune else lipschitz(idx, r))
-        g, j = rat.min(dim=1)
+        q = rat(idx, lipschitz(idx, r, need) if prune else lipschitz(idx, r))
+        g, j = q.min(dim=1)
         alpha = torch.minimum(g, r)
         better = alpha > best[idx]
         best[idx] = torch.where(better, alpha, best[idx])
@@ -132,14 +197,16 @@ def theorem21(
         evals[idx] += 1
         if prune:
             update = need & (g < r)[:, None]  # skipped classes keep their older bound
-            rho[idx] = torch.where(update, torch.maximum(rho[idx], rat), rho[idx])
+            rho[idx] = torch.where(update, torch.maximum(rho[idx], q), rho[idx])
         return g - r
 
-    # Zero margins keep 0. Points with L_j = 0 for all j (and no r_max) are never changed by
-    # any perturbation: +inf, and no class attains the minimum (bound class -1). The others
-    # get a finite, positive bracket.
-    unbounded = torch.isinf(hi)
-    best[unbounded], best_r[unbounded] = torch.inf, torch.inf
+    # Zero margins keep 0. Points where every class provably never overtakes c get r_max
+    # (inf by default) and no bound class; all others get a finite, positive bracket.
+    if vanishes is None:
+        unbounded = torch.zeros(n, dtype=torch.bool, device=dev)
+    else:
+        unbounded = ((vanishes & (m > 0)) | (torch.isinf(m) & (m > 0))).all(1)
+    best[unbounded], best_r[unbounded] = float(r_max), float(r_max)
     active = all_idx[(hi > 0) & ~unbounded]
     # the last two evaluations (R, h(R)), for the secant step
     r_prev, h_prev = torch.zeros(n, device=dev, dtype=dt), g0.clone()
@@ -157,9 +224,11 @@ def theorem21(
             rp, hp, rl, hl = r_prev[active], h_prev[active], r_last[active], h_last[active]
             r = rl - hl * (rl - rp) / (hl - hp)
             bisect = (width > 0.5 * width_2[active]) | ~torch.isfinite(r)
-            r = torch.where(bisect, 0.5 * (a_lo + a_hi), r)
+            r = torch.where(bisect, 0.5 * a_lo + 0.5 * a_hi, r)
             gap = 0.25 * rtol * a_hi
             r = torch.minimum(torch.maximum(r, a_lo + gap), a_hi - gap)
+            wide = a_hi > 16 * a_lo
+            r = torch.where(wide, a_lo.clamp_min(tiny).sqrt() * a_hi.sqrt(), r)
             width_2[active] = width_1[active]
             width_1[active] = width
         h = evaluate(active, r)

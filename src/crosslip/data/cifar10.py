@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register
-from .fetch import DataFormatError, RemoteFile, fetch_dataset
+from ..errors import DataFormatError
+from .dataset import Dataset, register
+from .fetch import RemoteFile, fetch_dataset
 from .unpickle import load_restricted
 
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -35,6 +36,19 @@ TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
+#: The class names of ``batches.meta`` (``label_names``), in label order.
+CLASS_NAMES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 #: Official (train, test) sizes, checked by the registered loader.
 COUNTS = (50000, 10000)
 #: A member larger than this is refused (a real batch is about 31 MB).
@@ -130,8 +144,16 @@ def read_cifar10_archive(
     x_train = np.concatenate([x for x, _ in splits[:-1]])
     y_train = np.concatenate([y for _, y in splits[:-1]])
     x_test, y_test = splits[-1]
-    return Dataset.from_pixels(name, (x_train, y_train), (x_test, y_test), SHAPE, NUM_CLASSES,
-                               counts, source=str(path))  # fmt: skip
+    return Dataset.from_pixels(
+        name,
+        (x_train, y_train),
+        (x_test, y_test),
+        SHAPE,
+        NUM_CLASSES,
+        counts,
+        source=str(path),
+        class_names=CLASS_NAMES,
+    )
 
 
 @register("cifar10")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register
+from .dataset import Dataset, register
 
 SPLIT_SEED = 20170
 TEST_PER_CLASS = 100

@@ -9,9 +9,10 @@ the publisher hashed the archive itself (CIFAR-10's ``.tar.gz``, GTSRB's ``.zip`
 is written to a temporary name and renamed only after its checksum matched, so an interrupted
 or corrupted transfer never leaves a file that a later run would trust.
 
-The data layer's errors live here: :class:`DataUnavailableError` (not found nor downloadable),
-:class:`ChecksumError` (wrong content) and :class:`DataFormatError` (a verified file whose
-content is not what the loader expects).
+The data layer raises :class:`~crosslip.errors.DataUnavailableError` (not found nor
+downloadable), :class:`~crosslip.errors.ChecksumError` (wrong content) and
+:class:`~crosslip.errors.DataFormatError` (a verified file whose content is not what the loader
+expects), expected errors of :mod:`crosslip.errors` (re-exported here).
 """
 
 from __future__ import annotations
@@ -28,17 +29,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ChecksumError, DataFormatError, DataUnavailableError
 
-class DataUnavailableError(RuntimeError):
-    """A dataset file could not be found in a mirror or cache, nor downloaded."""
-
-
-class ChecksumError(RuntimeError):
-    """A dataset file's content does not match its published checksum."""
-
-
-class DataFormatError(ValueError):
-    """A dataset file (or a member of an archive) is not in the documented format."""
+__all__ = [
+    "ChecksumError",
+    "DataFormatError",
+    "DataUnavailableError",
+    "RemoteFile",
+    "content_digest",
+    "fetch_dataset",
+    "fetch_files",
+    "verify",
+]
 
 
 #: Hex digest length of each supported checksum algorithm.

@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from . import Dataset, register
-from .fetch import DataFormatError, RemoteFile, fetch_dataset
+from ..errors import DataFormatError
+from .dataset import Dataset, register
+from .fetch import RemoteFile, fetch_dataset
 
 TRAIN_ZIP = "GTSRB_Final_Training_Images.zip"
 TEST_ZIP = "GTSRB_Final_Test_Images.zip"
@@ -216,9 +217,15 @@ def read_gtsrb_archives(
     """
     x_train, y_train = read_training(Path(paths[TRAIN_ZIP]), size)
     x_test, y_test = read_test(Path(paths[TEST_ZIP]), Path(paths[GT_ZIP]), size)
-    return Dataset.from_pixels(name, (x_train, y_train), (x_test, y_test), (size, size, 3),
-                               NUM_CLASSES, counts,
-                               source=f"{paths[TRAIN_ZIP]}, {paths[TEST_ZIP]}")  # fmt: skip
+    return Dataset.from_pixels(
+        name,
+        (x_train, y_train),
+        (x_test, y_test),
+        (size, size, 3),
+        NUM_CLASSES,
+        counts,
+        source=f"{paths[TRAIN_ZIP]}, {paths[TEST_ZIP]}",
+    )
 
 
 @register("gtsrb")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DataFormatError
+
 _DTYPES = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
@@ -22,7 +24,7 @@ _DTYPES = {
 }
 
 
-class IdxFormatError(ValueError):
+class IdxFormatError(DataFormatError):
     """The bytes are not a well-formed IDX file."""
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import Dataset, register
+from .dataset import Dataset, register
 from .fetch import RemoteFile, fetch_dataset
 from .idx import read_idx
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .fetch import DataFormatError
+from ..errors import DataFormatError
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct

@@ -1,0 +1,114 @@
+"""One entry point for the guarantees of any classifier: :func:`certify`.
+
+The bounds that Theorem 2.1 can use depend on the model's kind:
+
+* :class:`~crosslip.kernels.GaussianKernelModel`: the local L2 guarantee of Proposition 2.2
+  (:func:`.kernel_bounds.certify_kernel`), the only L2 bound implemented for it, so also
+  reported as ``guarantee_l2``; ``local_bound = "prop2.2"``.
+* :class:`~crosslip.models.SoftplusNet`: the kinds of :data:`.engine.KINDS` (local L2 of
+  Proposition 2.3, global L2, tightest L2, L1, Linf, box-constrained;
+  :func:`.engine.certify_softplus`); ``local_bound = "prop2.3"``.
+* any other ``nn.Module`` (the ResNets): prediction and margin only, as no sound bound is
+  implemented for it (the paper reports upper bounds only); ``local_bound = "none"``.
+
+Another kind of model gets its bounds by registering a function with
+:func:`certify_model` (``@certify_model.register``), without touching the callers.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..kernels import GaussianKernelModel
+from ..models import SoftplusNet
+from .engine import KINDS, certify_softplus
+from .kernel_bounds import certify_kernel
+from .search import margins
+
+
+@dataclass(frozen=True)
+class Certification:
+    """The guarantees of one model at a batch of points.
+
+    ``columns``: per-point CPU tensors of shape (n,) named as the results' columns
+    (:data:`crosslip.results_schema.CERTIFY_COLUMNS`; always ``pred`` and ``margin``, the
+    guarantees a model kind has, plus diagnostics such as ``evaluations``).
+    ``local_bound``: which bound gave ``guarantee_local`` (``"prop2.3"``, ``"prop2.2"``),
+    ``"none"`` for a model without one, ``None`` where the local guarantee was not requested.
+    """
+
+    columns: dict[str, torch.Tensor]
+    local_bound: str | None
+
+
+def certify(
+    model: nn.Module,
+    x: torch.Tensor,
+    kinds: Sequence[str] = KINDS,
+    rtol: float = 1e-3,
+    memory_gb: float | None = None,
+) -> Certification:
+    """Guarantees (Theorem 2.1) of ``model`` at the points ``x`` (n, d), chosen by the
+    model's kind (see the module docstring; ``kinds`` selects among
+    :data:`~crosslip.certify.engine.KINDS` where the model has several, and must name known
+    kinds for every model). ``rtol``: relative tolerance of the search over R. Computed in
+    float64 on ``x``'s device; results on the CPU. ``memory_gb``: the memory budget of a
+    Gaussian-kernel model's bound (default: the schema's ``kernel.memory_gb``; see
+    :func:`.kernel_bounds.plan_for`). ``model`` is not modified."""
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ConfigError(f"unknown guarantee kinds {unknown}; choose from {', '.join(KINDS)}")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"certify needs a torch.nn.Module, got {type(model).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"x must have shape (n, d), got {tuple(x.shape)}")
+    # the memory budget concerns the kernel bound only; registered kinds take four arguments
+    extra = {"memory_gb": memory_gb} if isinstance(model, GaussianKernelModel) else {}
+    return certify_model(model, x, tuple(kinds), rtol, **extra)
+
+
+@functools.singledispatch
+def certify_model(
+    model: nn.Module, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
+) -> Certification:
+    """Any other classifier: its prediction ``c`` and margin ``f_c - max_{j != c} f_j``
+    (float64, batches of 256 points), no guarantee."""
+    net = copy.deepcopy(model).to(device=x.device, dtype=torch.float64).eval()
+    preds, margin = [], []
+    with torch.no_grad():
+        for i in range(0, max(len(x), 1), 256):
+            logits = net(x[i : i + 256].to(torch.float64))
+            pred = logits.argmax(1)
+            preds.append(pred.cpu())
+            margin.append(margins(logits, pred).min(1).values.cpu())
+    columns = {"pred": torch.cat(preds), "margin": torch.cat(margin)}
+    return Certification(columns, "none")
+
+
+@certify_model.register
+def _certify_kernel_model(
+    model: GaussianKernelModel,
+    x: torch.Tensor,
+    kinds: tuple[str, ...],
+    rtol: float,
+    memory_gb: float | None = None,
+) -> Certification:
+    # Proposition 2.2, the only L2 bound, on x's device within the budget
+    columns = certify_kernel(model, x, rtol=rtol, memory_gb=memory_gb, device=x.device)
+    columns["guarantee_l2"] = columns["guarantee_local"]
+    return Certification(columns, "prop2.2")
+
+
+@certify_model.register
+def _certify_softplus_net(
+    model: SoftplusNet, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
+) -> Certification:
+    columns = certify_softplus(model, x, rtol=rtol, kinds=kinds)
+    return Certification(columns, "prop2.3" if "guarantee_local" in columns else None)

@@ -1,0 +1,29 @@
+"""Model families of the paper's experiments and the regularizers that train each.
+
+Section 5 trains one-hidden-layer softplus networks (``mlp``) and ResNets (``resnet``) by
+SGD with one of :data:`NET_REGULARIZERS` (:mod:`crosslip.train`), and Gaussian-kernel models
+(``kernel``) by L-BFGS with one of :data:`KERNEL_REGULARIZERS` (:mod:`crosslip.kernel_train`).
+These names are shared by training, the results (``family``, ``regularizer`` columns) and the
+report, so they live here, apart from any maths (no torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Regularizers of the networks: none, Cross-Lipschitz (Section 3), weight decay, dropout.
+NET_REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
+#: Regularizers of the Gaussian-kernel models: Kernel-LogReg (RKHS norm) and Kernel-CL.
+KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
+#: Network architectures (``arch`` of a training config).
+ARCHS = ("mlp", "resnet")
+#: Values of the results' ``family`` column.
+FAMILIES = (*ARCHS, "kernel")
+
+
+def model_family(cfg: dict[str, Any]) -> str:
+    """``kernel`` (Gaussian-kernel model), ``mlp`` (one hidden layer) or ``resnet``, from
+    the training config stored in a model's metrics."""
+    if cfg["regularizer"] in KERNEL_REGULARIZERS:
+        return "kernel"
+    return str(cfg.get("arch", "mlp"))

@@ -1,0 +1,72 @@
+"""``python -m crosslip.reproduction {export,render}``: see :mod:`crosslip.reproduction`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .export import ExportError, export_run
+from .record import RECORD_NAME, render, write_record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m crosslip.reproduction", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export", help="copy a finished run into docs/reproduction/<name>/")
+    ex.add_argument("--results", required=True, help="the run's results folder")
+    ex.add_argument("--name", required=True, help="run name (folder under docs/reproduction/)")
+    ex.add_argument(
+        "--config", required=True, nargs="+", help="the --configfile file(s) the run used, in order"
+    )
+    ex.add_argument("--command", required=True, help="the exact command that ran it")
+    ex.add_argument(
+        "--machine",
+        help="description of the machine that ran it (default: this machine's CPU, memory and GPU)",
+    )
+    ex.add_argument("--wall-time", type=float, help="elapsed seconds of the run, if known")
+    ex.add_argument("--docs", default="docs", help="docs folder (default: docs)")
+    ex.add_argument("--force", action="store_true", help="replace an existing run folder")
+    re_ = sub.add_parser("render", help=f"regenerate docs/{RECORD_NAME} from docs/reproduction/")
+    re_.add_argument("--docs", default="docs", help="docs folder (default: docs)")
+    re_.add_argument(
+        "--check",
+        action="store_true",
+        help=f"only check that docs/{RECORD_NAME} is up to date (exit 1 if not)",
+    )
+    args = parser.parse_args(argv)
+    if args.cmd == "export":
+        try:
+            dest = export_run(
+                args.results,
+                args.name,
+                args.config,
+                args.command,
+                args.docs,
+                args.machine,
+                args.wall_time,
+                args.force,
+            )
+        except ExportError as err:
+            print(f"crosslip.reproduction export: {err}", file=sys.stderr)
+            return 2
+        print(f"exported {dest}; now run: python -m crosslip.reproduction render")
+        return 0
+    if args.check:
+        path = Path(args.docs) / RECORD_NAME
+        if not path.is_file() or path.read_text() != render(args.docs):
+            print(
+                f"{path} is not what `make record` renders from {args.docs}/reproduction/: "
+                "run `make record` and commit it",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    print(f"wrote {write_record(args.docs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

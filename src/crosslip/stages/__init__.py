@@ -1,0 +1,12 @@
+"""The workflow's stages as plain functions, one module per stage, so that a job imports
+only the code it runs (and :mod:`crosslip.tracking` reruns it only when that code changes).
+
+* :mod:`.data`: ``prepare_data`` (download or mirror, verify, store as ``.npz``);
+* :mod:`.training`: ``train_stage`` (a network by SGD, a kernel model by L-BFGS);
+* :mod:`.certification`: ``certify_stage`` (Theorem 2.1, per model kind);
+* :mod:`.attack`: ``attack_stage`` (Section 4's upper bounds and the refinement);
+* :mod:`.instances`: ``instances_stage`` (the per-instance results);
+* :mod:`.common`: the evaluation points and atomic Parquet files they share.
+
+This package's ``__init__`` imports none of them; :mod:`crosslip.pipeline` gathers them all.
+"""

@@ -1,0 +1,64 @@
+"""The certification stage: guarantees of Theorem 2.1 for the evaluation points."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ..certify import KINDS, certify, float32_agrees
+from ..checkpoints import load_model
+from ..device import check_device_memory, resolve_device
+from ..io import read_json
+from ..kernels import GaussianKernelModel
+from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS
+from .common import empty_frame, eval_points, write_parquet
+
+
+def certify_stage(
+    data: Path | str,
+    model: Path | str,
+    metrics: Path | str,
+    out: Path | str,
+    n_points: int,
+    rtol: float,
+    kinds: list[str] | tuple[str, ...] = KINDS,
+    device: str = "auto",
+    memory_gb: float | None = None,
+) -> pd.DataFrame:
+    """Guarantees of Theorem 2.1 for the eval points, as :func:`crosslip.certify.certify`
+    gives them for the model's kind. One-hidden-layer nets: local L2 (Proposition 2.3),
+    global L2, the tightest L2, L1 and Linf, and their box-constrained versions (``kinds``
+    selects them). Gaussian-kernel models: local L2 (Proposition 2.2, on ``device`` within
+    ``memory_gb`` GiB of it: config ``kernel.memory_gb``). Other networks
+    (ResNets): prediction and margin only (``local_bound = "none"``). Columns a model does
+    not have stay empty. ``float32_agrees``: whether the model cast to float32 predicts the
+    same class at the point; where it does not, every guarantee is 0 (a certificate covers
+    the float64 function only, docs/guarantees.md)."""
+    met = read_json(metrics)
+    idx, x, y, _ = eval_points(data, n_points, met)
+    if met["status"] != "ok":
+        df = empty_frame(CERTIFY_COLUMNS)
+    else:
+        dev = resolve_device(device)
+        net = load_model(model)
+        t0 = time.perf_counter()
+        if isinstance(net, GaussianKernelModel):
+            check_device_memory(dev, memory_gb)
+        cert = certify(net, x.to(dev), kinds=tuple(kinds), rtol=rtol, memory_gb=memory_gb)
+        secs = (time.perf_counter() - t0) / max(len(idx), 1)
+        columns = {k: v.numpy() for k, v in cert.columns.items()}
+        df = pd.DataFrame({"test_index": idx, "label": y, **columns})
+        df["local_bound"] = cert.local_bound
+        df["certify_seconds"] = secs
+        df = df.reindex(columns=CERTIFY_COLUMNS)
+        # a certificate covers the float64 function; where float32 decides otherwise: 0
+        agrees = float32_agrees(net, x.to(dev), cert.columns["pred"]).numpy()
+        df["float32_agrees"] = agrees
+        certified = [c for c in GUARANTEE_COLUMNS if c != "bound_class"]
+        df[certified] = df[certified].where(agrees[:, None] | df[certified].isna(), 0.0)
+        df.loc[~agrees, "bound_class"] = -1
+        df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
+    write_parquet(df, out)
+    return df

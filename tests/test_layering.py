@@ -1,0 +1,322 @@
+"""The package's structure: no import circle, no import against the layers, and the report
+and results schema load without torch.
+
+The import graph is read from the source with ``ast``: every ``import`` and ``from ...
+import`` anywhere in a module (also inside functions), relative ones resolved. Importing
+``a.b.c`` runs the packages ``a.b`` and ``a`` first, so such an import is also an edge to every
+package on the way that does not already contain the importing module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT
+
+SRC = ROOT / "src"
+PACKAGE = "crosslip"
+
+#: The package's layers, lowest first: a module may import its own layer and the layers
+#: below, never one above. A module is placed by its longest matching name prefix.
+LAYERS: list[tuple[str, ...]] = [
+    ("crosslip.errors",),  # the expected errors: imports nothing
+    (
+        "crosslip.norms",
+        "crosslip.families",
+        "crosslip.io",
+        "crosslip.device",
+        "crosslip.progress",
+    ),  # vocabulary, files, progress lines
+    ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
+    (
+        "crosslip.config",
+        "crosslip.selection",
+        "crosslip.tracking",
+        "crosslip.perfdoc",
+        "crosslip.runlock",
+        "crosslip.kernel_memory",
+        "crosslip.job_resources",
+    ),
+    ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
+    ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
+    ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files
+    ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
+    ("crosslip.reproduction",),  # the reproduction record, from the tables
+    ("crosslip.pipeline",),  # all stages in one namespace
+]
+
+#: Modules that must load without torch (the report's jobs draw tables and figures only).
+TORCH_FREE = [
+    "crosslip.report",
+    "crosslip.results_schema",
+    "crosslip.io",
+    "crosslip.errors",
+    "crosslip.norms",
+    "crosslip.families",
+    "crosslip.config",
+    "crosslip.selection",
+    "crosslip.tracking",
+    "crosslip.kernel_memory",
+    "crosslip.job_resources",
+]
+
+
+def module_names(src: Path, package: str) -> dict[str, Path]:
+    """``dotted name -> file`` for every module of ``package`` under ``src`` (a package's
+    ``__init__.py`` is the package's name)."""
+    out = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def import_graph(src: Path, package: str) -> dict[str, set[str]]:
+    """``module -> modules of the package it imports`` (see the module docstring)."""
+    modules = module_names(src, package)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        here = name if is_pkg else name.rpartition(".")[0]  # the package `.` refers to
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base_name = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    base_name = node.module or ""
+                for alias in node.names:  # `from pkg import submodule` imports the submodule
+                    sub = f"{base_name}.{alias.name}"
+                    targets.add(sub if sub in modules else base_name)
+        own = set(_ancestors(name))
+        for target in targets:
+            if target not in modules:
+                continue  # another distribution (torch, numpy, ...)
+            implied = [a for a in _ancestors(target) if a in modules and a not in own]
+            graph[name].update(t for t in [target, *implied] if t != name)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One closed path ``[a, b, ..., a]`` for each strongly connected component with more
+    than one module (Tarjan's algorithm), or a module that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph[v]:
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_closed_path(graph, comp) for comp in components]
+
+
+def _closed_path(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """A shortest path from ``comp[0]`` back to itself inside the component."""
+    start, members = comp[0], set(comp)
+    paths = {w: [start, w] for w in sorted(graph[start]) if w in members}
+    frontier = list(paths)
+    while start not in paths:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w in members and w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    return paths[start]
+
+
+def strongly_connected(graph: dict[str, set[str]], start: str) -> list[str]:
+    """The modules that ``start`` reaches and that reach ``start``."""
+
+    def reach(edges: dict[str, set[str]]) -> set[str]:
+        seen, todo = {start}, [start]
+        while todo:
+            for w in edges[todo.pop()]:
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    reverse: dict[str, set[str]] = {v: set() for v in graph}
+    for v, targets in graph.items():
+        for w in targets:
+            reverse[w].add(v)
+    return sorted(reach(graph) & reach(reverse))
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module`` (the package's ``__init__``, which only names the package,
+    is at the bottom), or None if it is in none."""
+    if module == PACKAGE:
+        return 0
+    best, level = -1, None
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, level = len(p), i
+    return level
+
+
+# --------------------------------------------------------------------------------------
+# The checker itself: it must find what it is meant to find.
+# --------------------------------------------------------------------------------------
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "pkg" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_checker_finds_a_circle_through_a_function_level_relative_import(tmp_path):
+    src = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from .b import g\n",
+            "b.py": "def g():\n    from . import a  # lazy\n    return a\n",
+            "c.py": "import pkg.a\n",
+        },
+    )
+    graph = import_graph(src, "pkg")
+    assert graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_checker_counts_the_packages_that_an_import_runs_first(tmp_path):
+    """``io`` importing ``data.fetch`` runs ``data/__init__``; when that imports ``io``, the
+    two import each other although no file names the other's module directly."""
+    src = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "io.py": "def run():\n    from .data.fetch import Err\n",
+            "data/__init__.py": "from ..io import run\nfrom .fetch import Err\n",
+            "data/fetch.py": "class Err(Exception):\n    pass\n",
+            "data/mnist.py": "from .fetch import Err\nfrom ..data import fetch\n",
+        },
+    )
+    graph = import_graph(src, "pkg")
+    assert graph["pkg.io"] == {"pkg.data", "pkg.data.fetch"}
+    assert graph["pkg.data.mnist"] == {"pkg.data.fetch"}  # its own package is no edge
+    assert find_cycles(graph) == [["pkg.data", "pkg.io", "pkg.data"]]
+
+
+def test_checker_finds_a_package_and_its_submodule_importing_each_other(tmp_path):
+    src = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "data/__init__.py": "class Dataset:\n    pass\n\nfrom . import mnist\n",
+            "data/mnist.py": "from . import Dataset\n",
+        },
+    )
+    assert find_cycles(import_graph(src, "pkg")) == [["pkg.data", "pkg.data.mnist", "pkg.data"]]
+
+
+def test_checker_passes_an_acyclic_package(tmp_path):
+    src = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "base.py": "import math\n",
+            "top.py": "from . import base\nfrom .base import math\nimport pkg.base as b\n",
+        },
+    )
+    graph = import_graph(src, "pkg")
+    assert graph == {"pkg": set(), "pkg.base": set(), "pkg.top": {"pkg.base"}}
+    assert find_cycles(graph) == []
+
+
+# --------------------------------------------------------------------------------------
+# The package
+# --------------------------------------------------------------------------------------
+
+
+def test_package_has_no_import_circle():
+    graph = import_graph(SRC, PACKAGE)
+    assert len(graph) > 30 and sum(map(len, graph.values())) > 60  # the whole package read
+    cycles = find_cycles(graph)
+    report = [
+        f"{' -> '.join(c)}  (the circle's modules: {strongly_connected(graph, c[0])})"
+        for c in cycles
+    ]
+    assert not cycles, "import circles:\n" + "\n".join(report)
+
+
+def test_every_module_imports_only_its_own_layer_or_below():
+    graph = import_graph(SRC, PACKAGE)
+    unplaced = sorted(m for m in graph if layer_of(m) is None)
+    assert not unplaced, f"place these modules in LAYERS of {Path(__file__).name}: {unplaced}"
+    upward = [
+        f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+        for m, targets in sorted(graph.items())
+        for t in sorted(targets)
+        if layer_of(t) > layer_of(m)
+    ]
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
+def test_stages_and_report_are_imported_by_no_library_module():
+    graph = import_graph(SRC, PACKAGE)
+    top = {"crosslip.pipeline", "crosslip.report"}
+    users = sorted(m for m, targets in graph.items() if targets & top)
+    assert users == []
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_module_loads_without_torch(module):
+    """In a fresh interpreter, importing the module leaves torch unloaded."""
+    code = (
+        f"import sys, {module}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'crosslip'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    torch_modules, crosslip_modules = proc.stdout.splitlines()
+    assert torch_modules == "[]", f"{module} loads torch via {crosslip_modules}"
+    assert module in crosslip_modules  # the module itself was imported
