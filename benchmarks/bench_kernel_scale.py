@@ -60,17 +60,39 @@ def run(args: argparse.Namespace) -> dict:
         gamma = gamma_from_data(sub, a=1.0, neighbours=40)
     out["gamma"], out["gamma_points"] = gamma, args.gamma_points or int(n)
     for N in args.centers:
-        cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, a=1.0, n_centers=N,
-                                max_iter=args.iterations)  # fmt: skip
-        res = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:1000], ds.y_test[:1000], 10,
-                           device=device, memory_gb=args.memory_gb, gamma=gamma)  # fmt: skip
+        cfg = KernelTrainConfig(
+            regularizer="kernel_cl", lam=1e-2, a=1.0, n_centers=N, max_iter=args.iterations
+        )
+        res = train_kernel(
+            cfg,
+            ds.x_train,
+            ds.y_train,
+            ds.x_test[:1000],
+            ds.y_test[:1000],
+            10,
+            device=device,
+            memory_gb=args.memory_gb,
+            gamma=gamma,
+        )
         m = res.metrics
         row = {"lbfgs_evaluations": len(m["curve"])}
-        row |= {k: m[k] for k in ("n_centers", "bandwidth_seconds", "penalty_matrix_seconds",
-                                 "setup_seconds", "setup_cpu_seconds", "lbfgs_iterations",
-                                 "seconds_per_lbfgs_iteration",
-                                 "cpu_seconds_per_lbfgs_iteration", "chunk_rows", "gram_passes",
-                                 "kernel_matrix_kept", "memory_peak_gib")}  # fmt: skip
+        row |= {
+            k: m[k]
+            for k in (
+                "n_centers",
+                "bandwidth_seconds",
+                "penalty_matrix_seconds",
+                "setup_seconds",
+                "setup_cpu_seconds",
+                "lbfgs_iterations",
+                "seconds_per_lbfgs_iteration",
+                "cpu_seconds_per_lbfgs_iteration",
+                "chunk_rows",
+                "gram_passes",
+                "kernel_matrix_kept",
+                "memory_peak_gib",
+            )
+        }
         row["cuda_peak_gib"] = m.get("cuda_peak_gib")
         plan = plan_for(res.model, args.memory_gb, device)
         row["certify_plan"] = {
@@ -102,18 +124,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--centers", type=int, nargs="+", default=[2000, 5000])
     parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--gamma-points", type=int, default=0,
-                        help="estimate gamma on this many training digits (0: all)")  # fmt: skip
+    parser.add_argument(
+        "--gamma-points",
+        type=int,
+        default=0,
+        help="estimate gamma on this many training digits (0: all)",
+    )
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: torch's default); 1 on a busy machine, "
-                        "where idle OpenMP threads spin and inflate the CPU time")  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0: torch's default); 1 on a busy machine, "
+        "where idle OpenMP threads spin and inflate the CPU time",
+    )
     parser.add_argument("--mirror", default=None, help="folder with the official MNIST files")
     parser.add_argument("--cache", default="results/downloads")
-    parser.add_argument("--streamed", action="store_true",
-                        help="also certify with the pair arrays recomputed per tile")  # fmt: skip
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="also certify with the pair arrays recomputed per tile",
+    )
     print(json.dumps(run(parser.parse_args())))
 
 

@@ -418,8 +418,9 @@ def test_streamed_tiles_equal_the_stored_arrays(cfg, block):
     x = points(7, cfg[0], cfg[3])
     pred = model(x).argmax(1)
     stored = KernelProp22Bound(model, x, pred, block=block)
-    streamed = KernelProp22Bound(model, x, pred, Prop22Shared(model, cache=False), block=block,
-                                 store_h=False)  # fmt: skip
+    streamed = KernelProp22Bound(
+        model, x, pred, Prop22Shared(model, cache=False), block=block, store_h=False
+    )
     assert streamed.H is None and not streamed.shared.cached
     for R in RADII:
         for idx in (torch.arange(7), torch.tensor([5, 1, 3])):
@@ -432,8 +433,9 @@ def test_streamed_tiles_equal_the_stored_arrays(cfg, block):
 def test_streamed_bound_is_sound(cfg):
     model = make_model(*cfg)
     x = points(3, cfg[0], cfg[3])
-    bound = KernelProp22Bound(model, x, model(x).argmax(1), Prop22Shared(model, cache=False),
-                              block=7, store_h=False)  # fmt: skip
+    bound = KernelProp22Bound(
+        model, x, model(x).argmax(1), Prop22Shared(model, cache=False), block=7, store_h=False
+    )
     assert max_ratio(model, x, bound, samples=300) <= 1.0 + 1e-9
 
 
@@ -458,8 +460,7 @@ def test_certify_within_a_tiny_budget_matches_the_reference(cfg):
     assert torch.all(got["guarantee_local"] <= ref["guarantee_local"] * (1 + 1e-12))
     whole = certify_kernel(model, x)  # the default budget caches everything
     assert plan_for(model).cache_pairs and plan_for(model).store_h
-    torch.testing.assert_close(got["guarantee_local"], whole["guarantee_local"], rtol=1e-10,
-                               atol=0)  # fmt: skip
+    torch.testing.assert_close(got["guarantee_local"], whole["guarantee_local"], rtol=1e-10, atol=0)
     with pytest.raises(KernelMemoryError, match="needs at least"):
         certify_kernel(model, x, memory_gb=0.5 * certify_minimum_bytes(n, d, k) / 2**30)
 

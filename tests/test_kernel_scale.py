@@ -109,8 +109,9 @@ def test_snakemake_stops_before_any_job_with_the_estimate(tmp_path):
     cfg["results"] = "results"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True, text=True, timeout=300
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "kernel models do not fit kernel.memory_gb" in out, out
@@ -169,14 +170,16 @@ def test_job_resources_follow_the_config():
     # networks: 4,000 MB; a GPU for every job unless the device is the CPU
     net = NetTrainSpec(epochs=200)
     auto = {**cpu, "device": "auto"}
-    assert job_resources(auto, net, "mnist", "train") == {"mem_mb": 4000, "gpu": 1,
-                                                          "runtime": 200}  # fmt: skip
+    assert job_resources(auto, net, "mnist", "train") == {"mem_mb": 4000, "gpu": 1, "runtime": 200}
     assert job_resources(auto, net, "mnist", "certify")["gpu"] == 1
     assert job_resources(auto, net, "mnist", "attack")["gpu"] == 1
     assert all(job_resources(cpu, net, "mnist", s)["gpu"] == 0 for s in ("train", "certify"))
     # a dataset of your own: its size is read by the job, so defaults (kernels: the budget)
-    assert job_resources(auto, net, "mydigits", "train") == {"mem_mb": 4000, "gpu": 1,
-                                                             "runtime": 120}  # fmt: skip
+    assert job_resources(auto, net, "mydigits", "train") == {
+        "mem_mb": 4000,
+        "gpu": 1,
+        "runtime": 120,
+    }
     own = job_resources(cpu, training_grid(cpu)[model], "mydigits", "train")
     assert own["gpu"] == 0 and own["mem_mb"] >= 16 * 1024
 
@@ -186,15 +189,19 @@ def test_dry_run_shows_the_resources_of_kernel_jobs(tmp_path):
         "datasets": ["mnist5k"],
         "device": "cpu",
         "train": {"grid": {}},
-        "kernel": {"n_centers": 3000, "memory_gb": 2,
-                   "grid": {"kernel_cl": {"a": [1.0], "lambda": [0.1]}}},
+        "kernel": {
+            "n_centers": 3000,
+            "memory_gb": 2,
+            "grid": {"kernel_cl": {"a": [1.0], "lambda": [0.1]}},
+        },
         "certify": {"n_points": 50, "kinds": ["local"]},
         "attack": {"n_points": 50, "norms": ["l2"]},
-    }  # fmt: skip
+    }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = {j["rule"]: fields(j["resources"]) for j in dry_run_jobs(proc.stdout)}
     spec = training_grid(validate(copy.deepcopy(cfg)))["kernel_cl-a1-lam0.1-seed0"]
@@ -221,8 +228,9 @@ def blobs(n, d, k, seed):
 @pytest.mark.parametrize("reg", ["kernel_logreg", "kernel_cl"])
 def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
     x, y = blobs(400, 20, 4, 0)
-    cfg = KernelTrainConfig(regularizer=reg, lam=1e-2, n_centers=150, neighbours=10,
-                            max_iter=30, tol=1e-12)  # fmt: skip
+    cfg = KernelTrainConfig(
+        regularizer=reg, lam=1e-2, n_centers=150, neighbours=10, max_iter=30, tol=1e-12
+    )
     # a budget that forces chunks and recomputation on both devices
     tiny = (train_minimum_bytes(400, 150, 20, 4, reg) + BYTES * 150 * 20) / GIB
     assert not plan_for(cfg, 400, 20, 4, tiny).keep_kernel
@@ -239,8 +247,9 @@ def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
         on_cpu = certify_kernel(cpu.model, xe, memory_gb=budget, device="cpu")
         on_gpu = certify_kernel(cpu.model, xe, memory_gb=budget, device="cuda")
         assert torch.equal(on_cpu["pred"], on_gpu["pred"])
-        torch.testing.assert_close(on_gpu["guarantee_local"], on_cpu["guarantee_local"],
-                                   rtol=1e-9, atol=0)  # fmt: skip
+        torch.testing.assert_close(
+            on_gpu["guarantee_local"], on_cpu["guarantee_local"], rtol=1e-9, atol=0
+        )
 
 
 @pytest.mark.cuda

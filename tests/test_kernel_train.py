@@ -152,9 +152,15 @@ def dense_lbfgs(cfg, x, y, num_classes):
         mat = cross_lipschitz_gram(model, xtr)
         pen = lambda c: cross_lipschitz_kernel(c, mat, n)  # noqa: E731
     coef = model.coef
-    opt = torch.optim.LBFGS([coef], lr=1.0, max_iter=cfg.max_iter, tolerance_grad=cfg.tol,
-                            tolerance_change=1e-15, history_size=20,
-                            line_search_fn="strong_wolfe")  # fmt: skip
+    opt = torch.optim.LBFGS(
+        [coef],
+        lr=1.0,
+        max_iter=cfg.max_iter,
+        tolerance_grad=cfg.tol,
+        tolerance_change=1e-15,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
     losses = []
 
     def closure():
@@ -194,8 +200,9 @@ def test_chunked_training_equals_the_dense_algorithm(reg):
     passes for the Gram matrix and a kernel matrix recomputed at every evaluation; the
     coefficients after 25 L-BFGS iterations equal those of the dense algorithm."""
     x, y = toy_data()
-    cfg = KernelTrainConfig(regularizer=reg, lam=1e-2, n_centers=40, neighbours=10,
-                            max_iter=25, tol=1e-12)  # fmt: skip
+    cfg = KernelTrainConfig(
+        regularizer=reg, lam=1e-2, n_centers=40, neighbours=10, max_iter=25, tol=1e-12
+    )
     coef, losses, gamma = dense_lbfgs(cfg, x, y, 3)
     need = train_minimum_bytes(70, 40, 6, 3, reg)
     tiny = (need + 3 * 8 * 40) / 2**30  # room for ~3 kernel rows beyond the minimum

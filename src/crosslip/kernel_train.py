@@ -216,8 +216,9 @@ def train_kernel(
     pick = torch.randperm(n, generator=gen)[:n_centers].sort().values.to(device)
     t0, c0 = time.perf_counter(), time.process_time()
     if gamma is None:
-        gamma = gamma_from_data(xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1),
-                                chunk=plan.knn_rows)  # fmt: skip
+        gamma = gamma_from_data(
+            xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1), chunk=plan.knn_rows
+        )
     bandwidth_seconds = time.perf_counter() - t0
     model = GaussianKernelModel(xtr[pick], num_classes, gamma).to(device)
     centers = model.centers
