@@ -1,8 +1,10 @@
 """Attack benchmark (issue 4): exact box-constrained projections and upper bounds.
 
 1. Projections: 10,000 x 784 rows for p = 1, 2, inf (build + one solve per row; the median
-   of 5 runs, as this shared 2-core machine is noisy), in float32
-   (as AutoAttack's FAB projections run) and float64; rows/s; the straightforward per-row
+   of ``--rounds`` runs, as this shared 2-core machine is noisy), in float32
+   (as AutoAttack's FAB projections run) and float64; rows/s; a sort-based baseline in the
+   style of FAB's projections (``sort_baseline.py``) timed alternately in the same process,
+   its time, the ratio and the largest relative difference of the norms; the per-row
    implementation (``project_box_reference``) side by side on a subset: speed-up and the
    largest relative difference of the norms.
 2. Upper bounds on full MNIST (mirror ``../shared/data/mnist``) for a trained 784-1024-10
@@ -32,6 +34,7 @@ from crosslip.device import describe_machine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_certify import ROOT, trained_net
+from sort_baseline import project_sorted
 
 NAMES = {1.0: "l1", 2.0: "l2", float("inf"): "linf"}
 
@@ -56,18 +59,30 @@ def solve_all(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
     return prob, prob.solve(frac * prob.capacity)[0]
 
 
-def projections(n: int, d: int, n_ref: int) -> dict:
-    out: dict = {"projection_rows": n, "projection_dim": d}
+def solve_sorted(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
+    """The same unit for the FAB-style sort-based baseline (:mod:`sort_baseline`)."""
+    cap = (v.abs() * torch.where(v > 0, x, 1 - x)).sum(1)
+    return project_sorted(x, v, frac * cap, p)
+
+
+def projections(n: int, d: int, n_ref: int, rounds: int) -> dict:
+    out: dict = {"projection_rows": n, "projection_dim": d, "projection_rounds": rounds}
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_float64")):
         x, v, frac = instances(n, d, dtype)
-        secs, diffs, speedup = {}, {}, {}
+        secs, diffs, speedup, base, base_diff = {}, {}, {}, {}, {}
         for p, name in NAMES.items():
             prob, delta = solve_all(x, v, frac, p)  # warm-up at full size; kept for checks
-            # median of 5 runs; each result is dropped at once (keeping them all would
-            # grow the heap and time page faults instead of the projection)
-            secs[name] = statistics.median(
-                timed(partial(solve_all, x, v, frac, p))[1] for _ in range(5)
-            )
+            other = solve_sorted(x, v, frac, p)
+            # median of the rounds, crosslip and the baseline alternating; each result is
+            # dropped at once (keeping them would grow the heap and time page faults)
+            ours, theirs = [], []
+            for _ in range(rounds):
+                ours.append(timed(partial(solve_all, x, v, frac, p))[1])
+                theirs.append(timed(partial(solve_sorted, x, v, frac, p))[1])
+            secs[name], base[name] = statistics.median(ours), statistics.median(theirs)
+            a = torch.linalg.vector_norm(delta.double(), ord=p, dim=1)
+            b = torch.linalg.vector_norm(other.double(), ord=p, dim=1)
+            base_diff[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
             c = -(frac * prob.capacity)[:n_ref]
             ref, rsecs = timed(partial(project_box_reference, x[:n_ref], v[:n_ref], c, p))
             speedup[name] = rsecs / n_ref * n / secs[name]
@@ -78,7 +93,29 @@ def projections(n: int, d: int, n_ref: int) -> dict:
         out[f"projection_rows_per_second{tag}"] = {k: n / s for k, s in secs.items()}
         out[f"projection_speedup_vs_reference{tag}"] = speedup
         out[f"projection_max_rel_diff{tag}"] = diffs
+        out[f"sort_baseline_seconds{tag}"] = base
+        out[f"projection_speedup_vs_sort_baseline{tag}"] = {k: base[k] / secs[k] for k in secs}
+        out[f"sort_baseline_max_rel_diff{tag}"] = base_diff
     return out
+
+
+def report_projections(res: dict) -> None:
+    print(f"machine: {res['machine']} (device {res['device']})")
+    for tag, label in (("", "float32"), ("_float64", "float64")):
+        for name in NAMES.values():
+            secs_p = res["projection_seconds" + tag][name]
+            rate = res["projection_rows_per_second" + tag][name]
+            speed = res["projection_speedup_vs_reference" + tag][name]
+            diff = res["projection_max_rel_diff" + tag][name]
+            base = res["sort_baseline_seconds" + tag][name]
+            ratio = res["projection_speedup_vs_sort_baseline" + tag][name]
+            bdiff = res["sort_baseline_max_rel_diff" + tag][name]
+            print(
+                f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
+                f"({rate:,.0f} rows/s); sort-based (FAB-style) baseline {base:.3f} s: "
+                f"x{ratio:.2f}; x{speed:.0f} vs per-row reference, max rel. diff {diff:.1e} "
+                f"(vs baseline {bdiff:.1e})"
+            )
 
 
 def main() -> None:
@@ -87,11 +124,17 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")
+    ap.add_argument("--projections-only", action="store_true", help="skip the MNIST upper bounds")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     dev = torch.device(args.device)
     res: dict = {"machine": describe_machine(dev), "device": str(dev)}
-    res.update(projections(10_000, 784, args.reference_rows))
+    res.update(projections(10_000, 784, args.reference_rows, args.rounds))
+    if args.projections_only:
+        report_projections(res)
+        print(json.dumps(res))
+        return
 
     out_dir = ROOT / "results" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -113,18 +156,7 @@ def main() -> None:
         share_refined_smaller=float((ref.norm[ok] < ub.norm[ok] * (1 - 1e-9)).double().mean()),
     )
 
-    print(f"machine: {res['machine']} (device {res['device']})")
-    for tag, label in (("", "float32"), ("_float64", "float64")):
-        for name in NAMES.values():
-            secs_p = res["projection_seconds" + tag][name]
-            rate = res["projection_rows_per_second" + tag][name]
-            speed = res["projection_speedup_vs_reference" + tag][name]
-            diff = res["projection_max_rel_diff" + tag][name]
-            print(
-                f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
-                f"({rate:,.0f} rows/s), x{speed:.0f} vs per-row reference, "
-                f"max rel. diff {diff:.1e}"
-            )
+    report_projections(res)
     print(
         f"L2 upper bounds, {len(x)} MNIST test points x 9 targets: {secs:.1f} s; success "
         f"{res['success_rate']:.1%}; mean {res['mean_upper_bound_paper']:.4f} (paper)"

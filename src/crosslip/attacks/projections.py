@@ -68,7 +68,9 @@ class BoxProblem:
         p = check_p(p)
         if ((x < lo) | (x > hi)).any():
             raise ValueError(f"points must lie in the box [{lo}, {hi}]")
-        room = (hi - x) + (v > 0) * (2 * x - lo - hi)  # x - lo where v > 0, else hi - x
+        # x - lo where v > 0, else hi - x: each computed directly, so that x - room lands
+        # exactly on lo (lo = 0) and x + room never rounds above hi (hi = 1)
+        room = torch.where(v > 0, x - lo, hi - x)
         keys, below, above = torch.empty_like(v), torch.empty_like(v), torch.empty_like(v)
         order = torch.empty(v.shape, dtype=torch.long, device=v.device) if p == 1 else None
         for i in range(0, v.shape[0], chunk):
@@ -119,7 +121,8 @@ class BoxProblem:
         else:
             below, above = pick(self.below), pick(self.above)
             s = (t - below.gather(1, kc).squeeze(1)) / above.gather(1, kc).squeeze(1)
-            s = torch.where(k >= d, big, s).clamp(0, big)  # done: 0; infeasible: to the box
+            s = torch.where(k >= d, big, s).clamp(0, big)  # infeasible: to the box
+            s = torch.where(done, 0.0, s)  # t <= 0: no step (0/0 where v = 0 and t = 0)
             if self.p == 2:  # -sign(v) min(s |v|, room), without sign or abs
                 delta = -torch.maximum(torch.minimum(s[:, None] * v, room), -room)
             else:
