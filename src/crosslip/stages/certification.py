@@ -39,7 +39,7 @@ def certify_stage(
         df = empty_frame(CERTIFY_COLUMNS)
     else:
         dev = resolve_device(device)
-        net = load_model(model)
+        net = load_model(model, torchscript=met["config"].get("format") == "torchscript")
         t0 = time.perf_counter()
         cert = certify(net, x.to(dev), kinds=tuple(kinds), rtol=rtol)
         secs = (time.perf_counter() - t0) / max(len(idx), 1)
