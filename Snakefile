@@ -30,8 +30,8 @@ guard_run(workflow, config["results"])
 
 wildcard_constraints:
     dataset="|".join(DATASETS),
-    family="mlp|resnet|kernel",
-    model="|".join(map(re.escape, sorted(GRID))),
+    family="mlp|resnet|kernel|external",
+    model=one_of([*GRID, *EXTERNAL]),
 
 
 include: "workflow/rules/data.smk"

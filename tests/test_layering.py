@@ -42,9 +42,19 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.kernel_memory",
         "crosslip.job_resources",
     ),
-    ("crosslip.models", "crosslip.resnet", "crosslip.results_schema"),  # classifiers, schema
+    (
+        "crosslip.models",
+        "crosslip.resnet",
+        "crosslip.torch_softplus",
+        "crosslip.results_schema",
+    ),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
-    ("crosslip.train", "crosslip.kernel_train", "crosslip.checkpoints"),  # training, files
+    (
+        "crosslip.train",
+        "crosslip.kernel_train",
+        "crosslip.checkpoints",
+        "crosslip.external",
+    ),  # training, model files
     ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
     ("crosslip.reproduction",),  # the reproduction record, from the tables
     ("crosslip.pipeline",),  # all stages in one namespace

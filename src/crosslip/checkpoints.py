@@ -4,7 +4,8 @@ A model file is a ``torch.save`` of a plain dict: ``format`` (a tag of :data:`FO
 ``hyper`` (the constructor arguments, JSON), ``meta`` (JSON) and ``state_dict`` (tensors).
 :func:`load_model` reads it with ``weights_only=True``, so a file cannot run code, and rebuilds
 the module from its tag: :class:`~crosslip.models.SoftplusNet`,
-:class:`~crosslip.kernels.GaussianKernelModel` or :class:`~crosslip.resnet.ResNet`.
+:class:`~crosslip.kernels.GaussianKernelModel`, :class:`~crosslip.resnet.ResNet` or
+:class:`~crosslip.torch_softplus.TorchSoftplusNet` (a network trained elsewhere).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .io import atomic_path
 from .kernels import GaussianKernelModel
 from .models import SoftplusNet
 from .resnet import ResNet
+from .torch_softplus import TorchSoftplusNet
 
 
 def _kernel_model(h: dict[str, Any]) -> GaussianKernelModel:
@@ -39,6 +41,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], nn.Module]] = {
     "crosslip.SoftplusNet/1": lambda h: SoftplusNet(**h),
     "crosslip.GaussianKernelModel/1": _kernel_model,
     "crosslip.ResNet/1": _resnet,
+    "crosslip.TorchSoftplusNet/1": lambda h: TorchSoftplusNet(**h),
 }
 
 
@@ -54,7 +57,7 @@ def _format_of(model: nn.Module) -> str:
 _TORCH_ADVICE = ("Weights only load failed", "Please file an issue", "Check the documentation")
 
 
-def _reason(exc: BaseException) -> str:
+def load_error_reason(exc: BaseException) -> str:
     """The reason in a torch loading error, in one line."""
     lines = [line.strip() for line in str(exc).splitlines()]
     kept = [line for line in lines if line and not line.startswith(_TORCH_ADVICE)]
@@ -74,22 +77,31 @@ def save_model(model: nn.Module, path: Path | str, meta: dict[str, Any] | None =
         torch.save(payload, tmp)
 
 
-def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> nn.Module:
+def load_model(
+    path: Path | str, map_location: str | torch.device = "cpu", torchscript: bool = False
+) -> nn.Module:
     """Load a model written by :func:`save_model` without unpickling arbitrary objects, in
-    eval mode and in the dtype it was saved in.
+    eval mode and in the dtype it was saved in. ``torchscript=True`` (an external model
+    given as TorchScript, :mod:`crosslip.external`): a TorchScript archive instead, by
+    ``torch.jit.load``.
 
     Raises :class:`~crosslip.errors.ModelFileError` naming ``path`` for a file that would
     run code, is damaged, or is not a crosslip model file."""
+    if torchscript:
+        try:
+            return torch.jit.load(str(path), map_location=map_location).eval()
+        except (RuntimeError, ValueError) as exc:
+            raise ModelFileError(f"{path}: not a loadable TorchScript archive ({exc})") from exc
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise ModelFileError(
             f"{path}: refused to load (not a plain weights file; it may contain code): "
-            f"{_reason(exc)}"
+            f"{load_error_reason(exc)}"
         ) from exc
     except (RuntimeError, EOFError, KeyError) as exc:  # truncated, empty or not a torch file
         raise ModelFileError(
-            f"{path}: not a readable model file ({type(exc).__name__}: {_reason(exc)}); "
+            f"{path}: not a readable model file ({type(exc).__name__}: {load_error_reason(exc)}); "
             "delete it and let the train job write it again"
         ) from exc
     if not isinstance(payload, dict) or payload.get("format") not in FORMATS:

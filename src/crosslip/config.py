@@ -31,7 +31,7 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 
 from .errors import ConfigError
-from .families import ARCHS, KERNEL_REGULARIZERS, NET_REGULARIZERS
+from .families import ARCHS, EXTERNAL, KERNEL_REGULARIZERS, NET_REGULARIZERS
 from .norms import NORMS
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
@@ -264,6 +264,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         )
     dataset_names(config)  # the checks beyond the schema
     training_grid(config)
+    external_models(config)
     from .kernel_memory import config_problems  # torch-free; imports nothing from here
 
     memory = config_problems(config)
@@ -320,6 +321,66 @@ def dataset_entry(config: dict[str, Any], name: str) -> dict[str, Any] | None:
         if isinstance(ds, dict) and ds["name"] == name:
             return copy.deepcopy(ds)
     raise KeyError(f"dataset {name!r} is not in the config's datasets")
+
+
+# --------------------------------------------------------------------------------------
+# models trained elsewhere
+# --------------------------------------------------------------------------------------
+#: File endings that imply an external model's format (crosslip.external uses the same).
+MODEL_SUFFIX_FORMATS = {".npz": "kernel_npz", ".pt": "state_dict", ".pth": "state_dict"}
+
+
+def external_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Name -> entry (a copy, with its ``format`` filled in) of the config's
+    ``external_models``, checked beyond the schema; raises :class:`ConfigError` naming the
+    key for a dataset the config does not list, a missing file, a name used twice (also up
+    to letter case) or by a trained model, and a format that the file ending does not
+    imply and the entry does not give."""
+    datasets = dataset_names(config)
+    trained = {m.casefold() for m in training_grid(config)} if _trains(config) else set()
+    out: dict[str, dict[str, Any]] = {}
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(config.get("external_models", [])):
+        key = f"config key external_models[{i}]"
+        name = entry["name"]
+        first = seen.setdefault(name.casefold(), i)
+        if first != i:
+            raise ConfigError(
+                f"{key}.name: {name!r} is already used by external_models[{first}]; give "
+                "every model its own name (names that differ only in letter case clash as "
+                "file names)"
+            )
+        if name.casefold() in trained:
+            raise ConfigError(
+                f"{key}.name: {name!r} is the id of a model this config trains; choose another"
+            )
+        if entry["dataset"] not in datasets:
+            raise ConfigError(
+                f"{key}.dataset: {entry['dataset']!r} is not one of the config's datasets "
+                f"({', '.join(datasets)}); add it to datasets or fix the name"
+            )
+        path = Path(entry["path"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"{key}.path: {entry['path']} not found (relative paths are taken from the "
+                f"working directory, {Path.cwd()})"
+            )
+        fmt = entry.get("format") or MODEL_SUFFIX_FORMATS.get(path.suffix.lower())
+        if fmt is None:
+            raise ConfigError(
+                f"{key}.format: missing, and the ending {path.suffix!r} of {entry['path']} "
+                "implies none (.npz kernel_npz, .pt and .pth state_dict); give format: "
+                "state_dict, kernel_npz or torchscript"
+            )
+        out[name] = {**copy.deepcopy(entry), "format": fmt}
+    return out
+
+
+def _trains(config: dict[str, Any]) -> bool:
+    return bool(
+        any(net_grid(config, s) for s in config["train"]["settings"])
+        or config["kernel"].get("grid")
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -474,10 +535,10 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
                 neighbours=kern["neighbours"],
                 max_iter=kern["max_iter"],
             )
-    if not grid:
+    if not grid and not config.get("external_models"):
         raise ConfigError(
             "the config trains no model: give train.grid (networks) or kernel.grid "
-            "(Gaussian-kernel models) at least one regularizer"
+            "(Gaussian-kernel models) at least one regularizer, or list external_models"
         )
     return grid
 
@@ -510,7 +571,8 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
     and family (a row per setting), the illustration, and the training curves per dataset
-    and family."""
+    and family; models trained elsewhere add one bounds figure (family ``external``) per
+    dataset they are listed with."""
     res = config["results"]
     fams = {fam for fam, _ in families(config)}
     tables = ["summary"]
@@ -521,6 +583,12 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
         f"{res}/figures/bounds_vs_error/{ds}-{fam}.{ext}"
         for ds in dataset_names(config)
         for fam in sorted(fams)
+        for ext in ("png", "pdf")
+    ]
+    external = sorted({e["dataset"] for e in config.get("external_models", [])})
+    targets += [
+        f"{res}/figures/bounds_vs_error/{ds}-{EXTERNAL}.{ext}"
+        for ds in external
         for ext in ("png", "pdf")
     ]
     targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]
@@ -563,6 +631,7 @@ def reference_markdown() -> str:
     grids = []
     for name in ("grid", "dropout_grid", "kernel_grid"):
         grids += _reference_rows(root["$defs"][name], root, f"<{name}>")
+    external = _reference_rows(root["$defs"]["external_model"], root, "external_models[]")
     lines = [
         "# Configuration reference",
         "",
@@ -588,6 +657,14 @@ def reference_markdown() -> str:
         "| key | accepts | default | meaning |",
         "|---|---|---|---|",
         *["| " + " | ".join(r) + " |" for r in grids],
+        "",
+        "## Models trained elsewhere",
+        "",
+        "Each entry of `external_models` ([your own models](your-own-models.md)):",
+        "",
+        "| key | accepts | default | meaning |",
+        "|---|---|---|---|",
+        *["| " + " | ".join(r) + " |" for r in external[1:]],
         "",
     ]
     return "\n".join(lines)

@@ -45,3 +45,8 @@ class UnknownDatasetError(CrosslipError, KeyError):
 
 class ModelFileError(CrosslipError, ValueError):
     """A file given as a model is not a crosslip weights file (or would run code)."""
+
+
+class UnsupportedModelError(CrosslipError, TypeError):
+    """A model whose layers crosslip has no guarantee for (the message lists the supported
+    shapes)."""

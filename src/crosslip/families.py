@@ -3,6 +3,7 @@
 Section 5 trains one-hidden-layer softplus networks (``mlp``) and ResNets (``resnet``) by
 SGD with one of :data:`NET_REGULARIZERS` (:mod:`crosslip.train`), and Gaussian-kernel models
 (``kernel``) by L-BFGS with one of :data:`KERNEL_REGULARIZERS` (:mod:`crosslip.kernel_train`).
+Models trained elsewhere (:mod:`crosslip.external`) form the family ``external``.
 These names are shared by training, the results (``family``, ``regularizer`` columns) and the
 report, so they live here, apart from any maths (no torch).
 """
@@ -17,13 +18,17 @@ NET_REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
 KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
 #: Network architectures (``arch`` of a training config).
 ARCHS = ("mlp", "resnet")
+#: The family (and ``regularizer``) of models trained elsewhere (config ``external_models``).
+EXTERNAL = "external"
 #: Values of the results' ``family`` column.
-FAMILIES = (*ARCHS, "kernel")
+FAMILIES = (*ARCHS, "kernel", EXTERNAL)
 
 
 def model_family(cfg: dict[str, Any]) -> str:
-    """``kernel`` (Gaussian-kernel model), ``mlp`` (one hidden layer) or ``resnet``, from
-    the training config stored in a model's metrics."""
+    """``kernel`` (Gaussian-kernel model), ``mlp`` (one hidden layer), ``resnet``, or
+    ``external`` (trained elsewhere), from the config stored in a model's metrics."""
+    if cfg.get("family") == EXTERNAL:
+        return EXTERNAL
     if cfg["regularizer"] in KERNEL_REGULARIZERS:
         return "kernel"
     return str(cfg.get("arch", "mlp"))

@@ -152,7 +152,8 @@ def kernel_attack_seconds(config: dict[str, Any], spec: Any, dataset: str) -> fl
 def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> dict[str, int]:
     """``{"mem_mb", "runtime", "gpu"}`` of the ``stage`` (``train``, ``certify`` or
     ``attack``) job of the model with training spec ``spec`` on ``dataset``, for a validated
-    ``config``."""
+    ``config``. ``spec`` None: a model trained elsewhere (config ``external_models``), whose
+    certify and attack jobs get the networks' resources."""
     on_gpu = int(config["device"] != "cpu")
     if dataset not in DATASET_SHAPES:  # a dataset of your own: its shape is read by the job
         if not _is_kernel(spec):
@@ -173,6 +174,8 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
         }
     if stage != "train":
         return {"mem_mb": NET_MEM_MB, "runtime": 60, "gpu": on_gpu}
+    if spec is None:  # a model trained elsewhere has no training job
+        return {"mem_mb": NET_MEM_MB, "runtime": 120, "gpu": on_gpu}
     if getattr(spec, "arch", "mlp") == "resnet":
         runtime = 24 * 60
     else:

@@ -10,6 +10,7 @@ from .stages.attack import attack_stage
 from .stages.certification import certify_stage
 from .stages.common import empty_frame, eval_indices, eval_points, write_parquet
 from .stages.data import prepare_data
+from .stages.external import import_model_stage
 from .stages.instances import instances_stage
 from .stages.training import train_stage
 
@@ -19,6 +20,7 @@ __all__ = [
     "empty_frame",
     "eval_indices",
     "eval_points",
+    "import_model_stage",
     "instances_stage",
     "prepare_data",
     "train_stage",

@@ -204,6 +204,7 @@ FAMILY_LABEL = {
     "mlp": "one hidden layer, softplus",
     "resnet": "ResNet",
     "kernel": "Gaussian kernel",
+    "external": "trained elsewhere",
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .families import model_family
+from .families import EXTERNAL, model_family
 from .norms import NORMS
 
 #: Schema of the per-instance results: one row per evaluated test point per model.
@@ -146,8 +146,25 @@ def model_keys(met: dict[str, Any], model_id: str) -> dict[str, Any]:
     """The identifying columns of a model (:data:`MODEL_KEYS`, in order) from its metrics:
     kernel models have no ``lr`` and networks no ``kernel_a`` (NaN); kernel models train in
     the plain setting. ``lam`` is the regularizer's grid value: lambda, or for dropout the
-    probability ``keep_hidden`` of keeping a hidden unit."""
+    probability ``keep_hidden`` of keeping a hidden unit. A model trained elsewhere
+    (family ``external``) has regularizer ``external``, no ``lr``, ``lam``, ``kernel_a``
+    (NaN), seed -1 and setting ``plain`` (evaluated on the full test images)."""
     cfg = met["config"]
+    if model_family(cfg) == EXTERNAL:
+        nan = float("nan")
+        return {
+            "dataset": met["dataset"],
+            "model_id": model_id,
+            "family": EXTERNAL,
+            "regularizer": EXTERNAL,
+            "lr": nan,
+            "lam": nan,
+            "kernel_a": nan,
+            "seed": -1,
+            "setting": "plain",
+            "status": met["status"],
+            "test_error": met["test_error"],
+        }
     return {
         "dataset": met["dataset"],
         "model_id": model_id,

@@ -30,7 +30,8 @@ checkpoint select_models:
 rule summary:
     input:
         instances=evaluated(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
-        metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
+        metrics=all_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json")
+        + external_models(f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json"),
     output:
         csv=report(
             f"{RESULTS}/tables/summary.csv",

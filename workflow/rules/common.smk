@@ -1,5 +1,6 @@
 # Config validation, the training grid and the targets come from the library
 # (crosslip.config, tested on its own); code tracking from crosslip.tracking.
+import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -20,6 +21,8 @@ RESULTS = config["results"]
 ENV = "../../environment.yml"
 DATASETS = crosslip_config.dataset_names(config)
 GRID = crosslip_config.training_grid(config)
+# models trained elsewhere: name -> config entry (crosslip.external)
+EXTERNAL = crosslip_config.external_models(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 
@@ -32,25 +35,42 @@ def code(script):
 
 
 def resources_of(wildcards, stage):
-    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources)."""
-    return job_resources(config, GRID[wildcards.model], wildcards.dataset, stage)
+    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources);
+    a model trained elsewhere (not in GRID) gets the networks' defaults."""
+    return job_resources(config, GRID.get(wildcards.model), wildcards.dataset, stage)
 
 
 def all_models(pattern):
     return expand(pattern, dataset=DATASETS, model=sorted(GRID), allow_missing=True)
 
 
+def one_of(names):
+    """A wildcard constraint matching exactly ``names`` (none: a regex that never matches,
+    since Snakemake reads an empty constraint as no constraint)."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+def external_models(pattern):
+    """``pattern`` filled in for every model trained elsewhere, on its own dataset."""
+    return [
+        pattern.format(dataset=e["dataset"], model=name)
+        for name, e in sorted(EXTERNAL.items())
+    ]
+
+
 def evaluated(pattern):
     """``pattern`` filled in for every evaluated (dataset, model): all trained models, or
     with certify.models: best only those that the select_models checkpoint chose after
-    training (the lowest test error per method)."""
+    training (the lowest test error per method); and every model trained elsewhere."""
 
     def paths(wildcards):
-        if config["certify"]["models"] == "all":
-            return all_models(pattern)
+        if config["certify"]["models"] == "all" or not GRID:
+            return all_models(pattern) + external_models(pattern)
         chosen = crosslip_selection.read_selected(
             checkpoints.select_models.get().output[0]
         )
-        return [pattern.format(dataset=ds, model=m) for ds, m in chosen]
+        return [
+            pattern.format(dataset=ds, model=m) for ds, m in chosen
+        ] + external_models(pattern)
 
     return paths

@@ -8,6 +8,8 @@ rule train:
         f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
+    wildcard_constraints:
+        model=one_of(GRID),
     conda:
         ENV
     threads: 2
@@ -27,3 +29,26 @@ rule train:
         memory_gb=config["kernel"]["memory_gb"],
     script:
         "../scripts/train.py"
+
+
+# A model trained elsewhere (config external_models) takes a training job's place: read
+# without running code from it, checked against its dataset, stored with its metrics
+# (crosslip.external). The file is an input: a changed file imports it again.
+rule import_model:
+    input:
+        data=lambda wc: f"{RESULTS}/data/{EXTERNAL[wc.model]['dataset']}.npz",
+        file=lambda wc: EXTERNAL[wc.model]["path"],
+    output:
+        model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
+        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+    log:
+        f"{RESULTS}/logs/import_model/{{dataset}}/{{model}}.log",
+    wildcard_constraints:
+        model=one_of(EXTERNAL),
+    conda:
+        ENV
+    params:
+        entry=lambda wc: EXTERNAL[wc.model],
+        code=code("import_model.py"),
+    script:
+        "../scripts/import_model.py"

@@ -8,8 +8,15 @@ The bounds that Theorem 2.1 can use depend on the model's kind:
 * :class:`~crosslip.models.SoftplusNet`: the kinds of :data:`.engine.KINDS` (local L2 of
   Proposition 2.3, global L2, tightest L2, L1, Linf, box-constrained;
   :func:`.engine.certify_softplus`); ``local_bound = "prop2.3"``.
-* any other ``nn.Module`` (the ResNets): prediction and margin only, as no sound bound is
-  implemented for it (the paper reports upper bounds only); ``local_bound = "none"``.
+* a plain ``nn.Sequential([nn.Flatten(),] nn.Linear, nn.Softplus, nn.Linear)`` built and
+  trained elsewhere: converted to a :class:`~crosslip.torch_softplus.TorchSoftplusNet`
+  (the same function, PyTorch's softplus threshold included) and certified like the
+  one-hidden-layer net, for the function it computes (:mod:`.engine`); any other
+  ``nn.Sequential`` is refused with :class:`~crosslip.errors.UnsupportedModelError`, which
+  lists the supported shapes.
+* any other ``nn.Module`` (the ResNets, TorchScript modules): prediction and margin only,
+  as no sound bound is implemented for it (the paper reports upper bounds only);
+  ``local_bound = "none"``.
 
 Another kind of model gets its bounds by registering a function with
 :func:`certify_model` (``@certify_model.register``), without touching the callers.
@@ -28,6 +35,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..kernels import GaussianKernelModel
 from ..models import SoftplusNet
+from ..torch_softplus import from_sequential
 from .engine import KINDS, certify_softplus
 from .kernel_bounds import certify_kernel
 from .search import margins
@@ -112,3 +120,10 @@ def _certify_softplus_net(
 ) -> Certification:
     columns = certify_softplus(model, x, rtol=rtol, kinds=kinds)
     return Certification(columns, "prop2.3" if "guarantee_local" in columns else None)
+
+
+@certify_model.register
+def _certify_sequential(
+    model: nn.Sequential, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
+) -> Certification:
+    return _certify_softplus_net(from_sequential(model).to(x.device), x, kinds, rtol)

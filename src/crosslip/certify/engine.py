@@ -17,6 +17,16 @@ Columns (all per point, shape (n,)); "guarantee" always means Theorem 2.1's radi
 Every reported value is ``alpha(R)`` of Theorem 2.1 at an evaluated R, for the real function
 of the float64 weights at the float64 point, with every rounding of its computation covered
 (:mod:`.rounding`; ``docs/guarantees.md`` says what this means for a float32 deployment).
+
+A :class:`~crosslip.torch_softplus.TorchSoftplusNet` (a network trained elsewhere with
+``nn.Softplus``, which is the identity above its threshold) is certified for the function it
+computes, ``g``: ``pred`` and ``margin`` are ``g``'s, and the margins that Theorem 2.1 uses
+are the exact softplus net's lower bounds at x minus ``NetTerms.threshold_gap[c, j]`` (a
+bound on ``|(g_c - g_j) - (f_c - f_j)|`` everywhere). If ``f_c(y) - f_j(y) >= m_j - L_j
+||y - x||`` with ``m_j = f_c(x) - f_j(x) - gap_cj``, then ``g_c(y) - g_j(y) >= f_c(y) -
+f_j(y) - gap_cj > 0`` for ``||y - x|| < m_j / L_j``: each radius holds for ``g``. The
+Lipschitz bounds are the exact net's (they bound ``f``, the only use the argument makes of
+them).
 A combined guarantee is the maximum of its own search and of the guarantees it is built
 from (each is valid for it), so it is never below any of them. A set of perturbations that
 is smaller (box) can only have a larger guarantee, and the unconstrained one is valid for
@@ -33,7 +43,14 @@ import torch
 from ..models import SoftplusNet
 from ..progress import Progress
 from .rounding import require_float64
-from .search import Certificate, certificate_columns, margins_lower, min_ratio, theorem21
+from .search import (
+    Certificate,
+    certificate_columns,
+    margins,
+    margins_lower,
+    min_ratio,
+    theorem21,
+)
 from .softplus_bounds import (
     IntervalBound,
     MinBound,
@@ -92,8 +109,14 @@ def _certify_batch(
     z = terms.preactivation(x)  # shared by the logits and every range
     pad = terms.pad(x, z)
     logits, err = terms.logits(x, z, pad)
-    pred = logits.argmax(1)
-    m_hat, m = margins_lower(logits, err, pred)
+    if terms.threshold is None:
+        pred = logits.argmax(1)
+        m_hat, m = margins_lower(logits, err, pred)
+    else:  # PyTorch's thresholded softplus: its class, exact net's margins minus the gap
+        user = net(x)
+        pred = user.argmax(1)
+        _, m = margins_lower(logits, err + terms.threshold_gap[pred], pred)
+        m_hat = margins(user, pred)
     van = terms.vanishing[pred]  # (n, K)
     res: dict[str, torch.Tensor] = {"pred": pred, "margin": m_hat.min(1).values}
     glob = global_bound(net, pred, x.dtype, spectral_norm=terms.spectral_norm)

@@ -119,6 +119,9 @@ class NetTerms:
             else bias.detach().to(dtype)
         )
         self.alpha = net.alpha
+        #: PyTorch's softplus threshold of a :class:`~crosslip.torch_softplus.TorchSoftplusNet`
+        #: (None for crosslip's exact softplus nets).
+        self.threshold: float | None = getattr(net, "threshold", None)
         self._row_norms: dict[float, torch.Tensor] = {}
         self._row_norms_up: dict[float, torch.Tensor] = {}
 
@@ -209,6 +212,39 @@ class NetTerms:
         live = (self.U != 0).any(1)  # (H,)
         differ = self.W[:, None, :] != self.W[None, :, :]  # (K, K, H)
         return ~(differ & live).any(-1)
+
+    @cached_property
+    def threshold_gap(self) -> torch.Tensor:
+        """(K, K): ``[c, j]`` is an upper bound on ``|(g_c - g_j)(y) - (f_c - f_j)(y)|`` for
+        every y, where ``f`` is the exact softplus net of the weights (what every bound here
+        is about) and ``g`` the same weights with PyTorch's thresholded softplus (the
+        function a :class:`~crosslip.torch_softplus.TorchSoftplusNet` computes); 0 for
+        crosslip's own nets (no threshold).
+
+        ``nn.Softplus(beta, threshold)`` returns ``z`` where ``beta z > threshold`` and the
+        exact softplus elsewhere, and ``softplus(z) - z = log1p(exp(-beta z)) / beta`` falls
+        with z, so ``0 <= sigma(z_r) - sigma_torch(z_r) <= eps = log1p(exp(-threshold)) /
+        beta`` for every unit and every y (whichever side of the switch it is). Hence
+        ``(g_c - g_j) - (f_c - f_j) = sum_r (w_cr - w_jr)(sigma_torch - sigma)(z_r)`` is at
+        most ``eps ||w_c - w_j||_1`` in absolute value; output biases cancel.
+
+        Rounding: ``exp``, ``log1p`` each within ``FN_REL`` relative (``log1p`` is concave
+        with ``log1p(0) = 0``, so a relative error of its argument passes through at most
+        unchanged) and the division within ``u``: ``eps (1 + 4 FN_REL) + 2^-1000`` is above
+        the real ``eps`` (the absolute term covers ``exp`` underflowing for huge
+        thresholds). The 1-norm of the computed differences (each within ``u``, summed
+        within ``gamma_H``) and the product are covered by ``1 + 2 gamma_{H+3}``. An
+        ``exp`` that overflows (threshold below about -709) gives ``inf``: no certificate.
+        """
+        k = self.W.shape[0]
+        if self.threshold is None:
+            return torch.zeros(k, k, dtype=self.W.dtype, device=self.W.device)
+        h = self.dims[0]
+        eps = math.log1p(math.exp(-self.threshold)) if self.threshold > -709 else math.inf
+        eps = eps / self.alpha * (1 + 4 * FN_REL) + UNDERFLOW
+        l1 = (self.W[:, None, :] - self.W[None, :, :]).abs().sum(-1)  # (K, K)
+        gap = l1 * (eps * (1 + 2 * gamma(h + 3)))
+        return gap.fill_diagonal_(0.0)
 
     @cached_property
     def underflow_floor(self) -> float:

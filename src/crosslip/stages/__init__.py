@@ -3,6 +3,8 @@ only the code it runs (and :mod:`crosslip.tracking` reruns it only when that cod
 
 * :mod:`.data`: ``prepare_data`` (download or mirror, verify, store as ``.npz``);
 * :mod:`.training`: ``train_stage`` (a network by SGD, a kernel model by L-BFGS);
+* :mod:`.external`: ``import_model_stage`` (a model trained elsewhere, checked and stored
+  in the training stage's place);
 * :mod:`.certification`: ``certify_stage`` (Theorem 2.1, per model kind);
 * :mod:`.attack`: ``attack_stage`` (Section 4's upper bounds and the refinement);
 * :mod:`.instances`: ``instances_stage`` (the per-instance results);

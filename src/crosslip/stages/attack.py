@@ -48,7 +48,7 @@ def attack_stage(
         df = empty_frame(ATTACK_COLUMNS)
     else:
         dev = resolve_device(device)
-        net = load_model(model)
+        net = load_model(model, torchscript=met["config"].get("format") == "torchscript")
         xd = x.to(dev)
         t0 = time.perf_counter()
         df = pd.DataFrame({"test_index": idx})

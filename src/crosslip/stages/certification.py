@@ -42,7 +42,7 @@ def certify_stage(
         df = empty_frame(CERTIFY_COLUMNS)
     else:
         dev = resolve_device(device)
-        net = load_model(model)
+        net = load_model(model, torchscript=met["config"].get("format") == "torchscript")
         t0 = time.perf_counter()
         if isinstance(net, GaussianKernelModel):
             check_device_memory(dev, memory_gb)
