@@ -501,6 +501,14 @@ def families(config: dict[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
+def gpus_per_job(config: dict[str, Any]) -> int:
+    """The ``gpu`` resource of the jobs that run on config ``device`` (train, certify,
+    attack): 0 for ``cpu``, else 1 (``auto`` runs on CUDA wherever the job finds one, so it
+    declares one). Snakemake counts it only where a limit is given (``--resources gpu=N``,
+    profiles/local-gpu); on SLURM it becomes ``sbatch --gpus=1`` (profiles/slurm)."""
+    return 0 if config["device"] == "cpu" else 1
+
+
 def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset

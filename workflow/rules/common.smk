@@ -19,6 +19,7 @@ RESULTS = config["results"]
 ENV = "../../environment.yml"
 DATASETS = crosslip_config.dataset_names(config)
 GRID = crosslip_config.training_grid(config)
+GPUS = crosslip_config.gpus_per_job(config)  # gpu resource of train, certify, attack
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 

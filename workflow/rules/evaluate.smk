@@ -15,6 +15,7 @@ rule certify:
     resources:
         mem_mb=4000,
         runtime=60,
+        gpu=GPUS,  # as train: 1 unless device is cpu
     params:
         n_points=config["certify"]["n_points"],
         rtol=config["certify"]["rtol"],
@@ -43,6 +44,7 @@ rule attack:
     resources:
         mem_mb=4000,
         runtime=60,
+        gpu=GPUS,  # as train: 1 unless device is cpu
     params:
         n_points=config["attack"]["n_points"],
         rtol=config["attack"]["rtol"],

@@ -14,10 +14,10 @@ rule train:
     resources:
         mem_mb=4000,
         runtime=120,
-        # One GPU per training job: counted by Snakemake only where a limit is given
-        # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
-        # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
-        gpu=1,
+        # One GPU per job unless config `device` is cpu (as certify and attack): counted by
+        # Snakemake only where a limit is given (--resources gpu=N, profiles/local-gpu),
+        # unlimited otherwise; on SLURM it becomes sbatch --gpus=1 (profiles/slurm).
+        gpu=GPUS,
     params:
         hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
         code=code("train.py"),
