@@ -10,12 +10,16 @@
    all 10,000 test points, all 9 targets, L2, the paper's procedure, then the refinement;
    mean upper bounds of both.
 
-Run: ``.venv/bin/python benchmarks/bench_attack.py``; the last line is one JSON object.
+``--device`` (``auto``: CUDA if torch sees one) runs the projections and upper bounds there
+(the per-row reference stays on the CPU); CUDA is synchronised before every clock reading.
+Run: ``.venv/bin/python benchmarks/bench_attack.py [--device auto]``; the last line is one
+JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -28,7 +32,7 @@ import torch
 
 from crosslip.attacks import BoxProblem, project_box_reference, refine_upper_bound, upper_bound
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine
+from crosslip.device import describe_machine, resolve_device, synchronize
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_certify import ROOT, trained_net
@@ -36,9 +40,12 @@ from bench_certify import ROOT, trained_net
 NAMES = {1.0: "l1", 2.0: "l2", float("inf"): "linf"}
 
 
-def timed(fn):
+def timed(fn, device: torch.device | str = "cpu"):
+    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
+    synchronize(device)
     t0 = time.perf_counter()
     out = fn()
+    synchronize(device)
     return out, time.perf_counter() - t0
 
 
@@ -56,22 +63,23 @@ def solve_all(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
     return prob, prob.solve(frac * prob.capacity)[0]
 
 
-def projections(n: int, d: int, n_ref: int) -> dict:
+def projections(n: int, d: int, n_ref: int, device: torch.device) -> dict:
     out: dict = {"projection_rows": n, "projection_dim": d}
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_float64")):
-        x, v, frac = instances(n, d, dtype)
+        x, v, frac = (t.to(device) for t in instances(n, d, dtype))
         secs, diffs, speedup = {}, {}, {}
         for p, name in NAMES.items():
             prob, delta = solve_all(x, v, frac, p)  # warm-up at full size; kept for checks
             # median of 5 runs; each result is dropped at once (keeping them all would
             # grow the heap and time page faults instead of the projection)
             secs[name] = statistics.median(
-                timed(partial(solve_all, x, v, frac, p))[1] for _ in range(5)
+                timed(partial(solve_all, x, v, frac, p), device)[1] for _ in range(5)
             )
-            c = -(frac * prob.capacity)[:n_ref]
-            ref, rsecs = timed(partial(project_box_reference, x[:n_ref], v[:n_ref], c, p))
+            c = -(frac * prob.capacity)[:n_ref].cpu()
+            xr, vr = x[:n_ref].cpu(), v[:n_ref].cpu()
+            ref, rsecs = timed(partial(project_box_reference, xr, vr, c, p))
             speedup[name] = rsecs / n_ref * n / secs[name]
-            a = torch.linalg.vector_norm(delta[:n_ref].double(), ord=p, dim=1)
+            a = torch.linalg.vector_norm(delta[:n_ref].cpu().double(), ord=p, dim=1)
             b = torch.linalg.vector_norm(ref.double(), ord=p, dim=1)
             diffs[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
         out[f"projection_seconds{tag}"] = secs
@@ -84,23 +92,25 @@ def projections(n: int, d: int, n_ref: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="torch device (auto: CUDA if torch sees one)")  # fmt: skip
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    dev = torch.device(args.device)
+    dev = resolve_device(args.device)
     res: dict = {"machine": describe_machine(dev), "device": str(dev)}
-    res.update(projections(10_000, 784, args.reference_rows))
+    res.update(projections(10_000, 784, args.reference_rows, dev))
 
     out_dir = ROOT / "results" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
     net, _ = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    net = copy.deepcopy(net).to(dev)
     x = torch.as_tensor(ds.x_test).to(dev)
     upper_bound(net, x[:64])  # warm-up
-    ub, secs = timed(lambda: upper_bound(net, x, p=2))
-    ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps))
+    ub, secs = timed(lambda: upper_bound(net, x, p=2), dev)
+    ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps), dev)
     ok = ub.success
     res.update(
         points=len(x),

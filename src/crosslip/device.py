@@ -38,3 +38,12 @@ def describe_machine(device: torch.device | str = "cpu") -> str:
     if dev.type == "cuda":
         text += f", {torch.cuda.get_device_name(dev)}"
     return text
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on ``device`` (CUDA runs asynchronously): call it before
+    reading a clock, so that a timing covers the computation, not its launch. A no-op on the
+    CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
