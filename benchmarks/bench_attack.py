@@ -12,12 +12,16 @@
    all 10,000 test points, all 9 targets, L2, the paper's procedure, then the refinement;
    mean upper bounds of both.
 
-Run: ``.venv/bin/python benchmarks/bench_attack.py``; the last line is one JSON object.
+``--device`` (``auto``: CUDA if torch sees one) runs the projections and upper bounds there
+(the per-row reference stays on the CPU); CUDA is synchronised before every clock reading.
+Run: ``.venv/bin/python benchmarks/bench_attack.py [--device auto]``; the last line is one
+JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -30,7 +34,7 @@ import torch
 
 from crosslip.attacks import BoxProblem, project_box_reference, refine_upper_bound, upper_bound
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine
+from crosslip.device import describe_machine, resolve_device, synchronize
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_certify import ROOT, trained_net
@@ -39,9 +43,12 @@ from sort_baseline import project_sorted
 NAMES = {1.0: "l1", 2.0: "l2", float("inf"): "linf"}
 
 
-def timed(fn):
+def timed(fn, device: torch.device | str = "cpu"):
+    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
+    synchronize(device)
     t0 = time.perf_counter()
     out = fn()
+    synchronize(device)
     return out, time.perf_counter() - t0
 
 
@@ -65,10 +72,10 @@ def solve_sorted(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float)
     return project_sorted(x, v, frac * cap, p)
 
 
-def projections(n: int, d: int, n_ref: int, rounds: int) -> dict:
+def projections(n: int, d: int, n_ref: int, rounds: int, device: torch.device) -> dict:
     out: dict = {"projection_rows": n, "projection_dim": d, "projection_rounds": rounds}
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_float64")):
-        x, v, frac = instances(n, d, dtype)
+        x, v, frac = (t.to(device) for t in instances(n, d, dtype))
         secs, diffs, speedup, base, base_diff = {}, {}, {}, {}, {}
         for p, name in NAMES.items():
             prob, delta = solve_all(x, v, frac, p)  # warm-up at full size; kept for checks
@@ -77,16 +84,17 @@ def projections(n: int, d: int, n_ref: int, rounds: int) -> dict:
             # dropped at once (keeping them would grow the heap and time page faults)
             ours, theirs = [], []
             for _ in range(rounds):
-                ours.append(timed(partial(solve_all, x, v, frac, p))[1])
-                theirs.append(timed(partial(solve_sorted, x, v, frac, p))[1])
+                ours.append(timed(partial(solve_all, x, v, frac, p), device)[1])
+                theirs.append(timed(partial(solve_sorted, x, v, frac, p), device)[1])
             secs[name], base[name] = statistics.median(ours), statistics.median(theirs)
             a = torch.linalg.vector_norm(delta.double(), ord=p, dim=1)
             b = torch.linalg.vector_norm(other.double(), ord=p, dim=1)
             base_diff[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
-            c = -(frac * prob.capacity)[:n_ref]
-            ref, rsecs = timed(partial(project_box_reference, x[:n_ref], v[:n_ref], c, p))
+            c = -(frac * prob.capacity)[:n_ref].cpu()
+            xr, vr = x[:n_ref].cpu(), v[:n_ref].cpu()
+            ref, rsecs = timed(partial(project_box_reference, xr, vr, c, p))
             speedup[name] = rsecs / n_ref * n / secs[name]
-            a = torch.linalg.vector_norm(delta[:n_ref].double(), ord=p, dim=1)
+            a = torch.linalg.vector_norm(delta[:n_ref].cpu().double(), ord=p, dim=1)
             b = torch.linalg.vector_norm(ref.double(), ord=p, dim=1)
             diffs[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
         out[f"projection_seconds{tag}"] = secs
@@ -121,16 +129,21 @@ def report_projections(res: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="torch device (auto: CUDA if torch sees one)",
+    )
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")
     ap.add_argument("--projections-only", action="store_true", help="skip the MNIST upper bounds")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    dev = torch.device(args.device)
+    dev = resolve_device(args.device)
     res: dict = {"machine": describe_machine(dev), "device": str(dev)}
-    res.update(projections(10_000, 784, args.reference_rows, args.rounds))
+    res.update(projections(10_000, 784, args.reference_rows, args.rounds, dev))
     if args.projections_only:
         report_projections(res)
         print(json.dumps(res))
@@ -140,10 +153,11 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
     net, _ = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    net = copy.deepcopy(net).to(dev)
     x = torch.as_tensor(ds.x_test).to(dev)
     upper_bound(net, x[:64])  # warm-up
-    ub, secs = timed(lambda: upper_bound(net, x, p=2))
-    ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps))
+    ub, secs = timed(lambda: upper_bound(net, x, p=2), dev)
+    ref, rsecs = timed(lambda: refine_upper_bound(net, x, ub, p=2, steps=args.refine_steps), dev)
     ok = ub.success
     res.update(
         points=len(x),

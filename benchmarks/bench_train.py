@@ -19,8 +19,11 @@ its backward and is cheaper when ``n K`` is well above ``H``; the bound takes th
 (``crosslip.regularizers.cross_lipschitz_flops``), at the rate the machine gave while the
 steps were timed (the products the bound counts take their turn in each round, and the
 fastest of each round counts). Kernel: time
-per L-BFGS iteration with 2,000 expansion points on MNIST.
-Run: ``.venv/bin/python benchmarks/bench_train.py``; the last line is one JSON object.
+per L-BFGS iteration with 2,000 expansion points on MNIST. ``--device`` (``auto``: CUDA if
+torch sees one) runs all of it on that device; CUDA is synchronised before every clock
+reading, so the times cover the computation.
+Run: ``.venv/bin/python benchmarks/bench_train.py [--device auto]``; the last line is one
+JSON object.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine
+from crosslip.device import describe_machine, resolve_device, synchronize
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
 from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
@@ -101,31 +104,40 @@ def step_seconds(
     The kinds take turns: in each round every kind runs one untimed step (its caches warm
     again after the other kinds ran) and then ``block`` timed steps in a row, as in
     training; then each product of ``GEMM_SHAPES`` runs ``block + 1`` times. The rate is the
-    median over the rounds of the round's fastest product."""
+    median over the rounds of the round's fastest product. Everything runs on ``x``'s
+    device."""
+    dev = x.device
     runs = {}
     for kind in KINDS:
         torch.manual_seed(0)
         keep = (0.5, 0.9) if kind == "dropout" else (1.0, 1.0)
-        net = SoftplusNet(x.shape[1], K, H, keep_hidden=keep[0], keep_input=keep[1]).train()
+        net = SoftplusNet(x.shape[1], K, H, keep_hidden=keep[0], keep_input=keep[1])
+        net = net.to(dev).train()
         runs[kind] = (net, torch.optim.SGD(net.parameters(), lr=0.01), _objective(kind))
-    mats = [(torch.randn(m, k), torch.randn(k, n)) for m, k, n in GEMM_SHAPES]
+    mats = [
+        (torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)) for m, k, n in GEMM_SHAPES
+    ]
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
     rates: list[float] = []
     for i in range(rounds + 1):
         for kind, (net, opt, objective) in runs.items():
             for j in range(block + 1):
+                synchronize(dev)
                 t0 = time.perf_counter()
                 loss = objective(net, x, y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                synchronize(dev)
                 if i > 0 and j > 0:
                     times[kind].append(time.perf_counter() - t0)
         best = 0.0
         for a, b in mats:
             for _ in range(block + 1):
+                synchronize(dev)
                 t0 = time.perf_counter()
                 a @ b
+                synchronize(dev)
                 best = max(best, 2 * a.numel() * b.shape[1] / (time.perf_counter() - t0))
         if i > 0:
             rates.append(best)
@@ -145,13 +157,20 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=4, help="timed steps per kind and round")
     ap.add_argument("--kernel-centers", type=int, default=2000)
     ap.add_argument("--kernel-iterations", type=int, default=20)
+    ap.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="torch device (auto: CUDA if torch sees one)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
+    dev = resolve_device(args.device)
     ds = load_dataset("mnist5k")
-    res: dict = {"machine": describe_machine()}
+    res: dict = {"machine": describe_machine(dev), "device": str(dev)}
     for batch, rounds in ((64, args.rounds), (1024, args.rounds_1024)):
-        x = torch.as_tensor(ds.x_train[:batch])
-        y = torch.as_tensor(ds.y_train[:batch])
+        x = torch.as_tensor(ds.x_train[:batch]).to(dev)
+        y = torch.as_tensor(ds.y_train[:batch]).to(dev)
         secs, rate = step_seconds(x, y, rounds, args.block)
         bound = cl_bound_flops(batch, x.shape[1]) / rate
         tag = "" if batch == 64 else f"_batch{batch}"
@@ -169,7 +188,7 @@ def main() -> None:
         n_centers=args.kernel_centers,
         max_iter=args.kernel_iterations,
     )
-    kern = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:10], ds.y_test[:10], 10)
+    kern = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:10], ds.y_test[:10], 10, device=dev)
     res["kernel_centers"] = kern.metrics["n_centers"]
     res["kernel_seconds"] = kern.metrics["seconds"]
     res["kernel_setup_seconds"] = kern.metrics["setup_seconds"]
@@ -177,7 +196,7 @@ def main() -> None:
     res["kernel_seconds_per_lbfgs_iteration"] = kern.metrics["seconds_per_lbfgs_iteration"]
     res["kernel_objective_evaluations"] = len(kern.metrics["curve"])
 
-    print(f"machine: {res['machine']}")
+    print(f"machine: {res['machine']} (device {res['device']})")
     for batch in (64, 1024):
         tag = "" if batch == 64 else f"_batch{batch}"
         secs = res[f"step_seconds{tag}"]

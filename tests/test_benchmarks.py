@@ -1,5 +1,7 @@
-"""The training benchmark of issue 5 still runs and prints what it promises (tiny sizes; the
-speed itself is measured by running the benchmark, never asserted here)."""
+"""The benchmarks still run and print what they promise, on the CPU (tiny sizes; the speed
+itself is measured by running the benchmark, never asserted here): the machine and the
+device named on the first line and in the JSON line that ends the output; every benchmark
+takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,41 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import ROOT
+
+BENCHES = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+
+
+def run_bench(name: str, *args: str) -> list[str]:
+    """The benchmark's output lines (it must succeed)."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines()
+
+
+def test_there_are_benchmarks():
+    assert len(BENCHES) >= 5, BENCHES
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_takes_a_device(name):
+    """``--device`` is one of auto, cpu, cuda in every benchmark: another value stops it
+    with argparse's message naming the choices."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), "--device", "gpu"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --device: invalid choice: 'gpu'" in proc.stderr, proc.stderr
+    assert "'auto', 'cpu', 'cuda'" in proc.stderr, proc.stderr
 
 
 def test_bench_train_runs_and_ends_with_one_json_line():
@@ -23,16 +59,13 @@ def test_bench_train_runs_and_ends_with_one_json_line():
         "50",
         "--kernel-iterations",
         "2",
+        "--device",
+        "cpu",
     ]
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout.splitlines()
-    assert out[0].startswith("machine: ")
+    out = run_bench("bench_train.py", *args)
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
     res = json.loads(out[-1])
+    assert res["device"] == "cpu"
     for tag in ("", "_batch1024"):
         secs = res[f"step_seconds{tag}"]
         assert set(secs) == {
@@ -54,3 +87,35 @@ def test_bench_train_runs_and_ends_with_one_json_line():
         assert res[f"gemm_gflops_float32{tag}"] > 0
     assert res["kernel_centers"] == 50 and res["kernel_seconds_per_lbfgs_iteration"] > 0
     assert any(line.startswith("kernel (50 centres") for line in out)
+
+
+def test_bench_pipeline_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench(
+        "bench_pipeline.py",
+        *("--points", "20", "--epochs", "1", "--reference-points", "3", "--device", "cpu"),
+    )
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["points"] == 20 and res["results_agree"] is True
+    for key in (
+        "train_epoch_none_s",
+        "train_epoch_cross_lipschitz_s",
+        "certify_batched_s",
+        "certify_per_point_s",
+        "attack_s",
+    ):
+        assert math.isfinite(res[key]) and res[key] > 0, key
+    speedup = res["certify_per_point_s"] / res["certify_batched_s"]
+    assert math.isclose(res["speedup_certify_vs_per_point"], speedup)
+
+
+def test_bench_kernel_bound_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench(
+        "bench_kernel_bound.py",
+        *("--centers", "60", "--points", "8", "--reference-points", "2", "--device", "cpu"),
+    )
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["kernel_centers"] == 60
+    assert res["kernel_points"] == 8 and res["kernel_reference_points"] == 2
+    assert res["kernel_agree"] is True and res["kernel_seconds"] > 0

@@ -1,20 +1,32 @@
-"""The stages on CUDA give what they give on the CPU (skipped without a GPU).
+"""The stages on CUDA give what they give on the CPU (skipped without a GPU): networks and
+Gaussian-kernel models, training, certification and attacks, and the benchmarks with
+``--device cuda``.
 
 Training on CUDA is not bitwise the CPU's (other kernels, other summation orders), so the
-check there is that a CUDA-trained model is a valid model that the CPU stages certify; the
-certification and attack stages of one model are compared value for value across devices.
+check there is that a CUDA-trained model is a valid model that the CPU stages certify, and
+that kernel training on both devices reaches the same test error; the certification and
+attack stages of one model are compared value for value across devices.
 """
 
 from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from crosslip.data import Dataset, save_prepared
+from crosslip.certify.kernel_bounds import certify_kernel
+from crosslip.checkpoints import load_model
+from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.io import read_json
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
+
+from .helpers import ROOT
 
 pytestmark = [
     pytest.mark.cuda,
@@ -64,3 +76,78 @@ def test_train_certify_and_attack_on_cuda_match_the_cpu(trained):
     np.testing.assert_allclose(a_cpu["upper_bound"][ok], a_gpu["upper_bound"][ok], rtol=1e-3)
     # soundness on either device: the upper bound is never below the guarantee
     assert (a_gpu["upper_bound"][ok] >= c_gpu["guarantee_l2"][ok] * (1 - 1e-9)).all()
+
+
+KERNEL = {"regularizer": "kernel_cl", "lam": 1e-2, "a": 1.0, "n_centers": 60, "max_iter": 30}
+
+
+def test_kernel_training_certification_and_attack_on_cuda_match_the_cpu(trained):
+    """A Kernel-CL model trained on either device reaches the same test error; the
+    Proposition 2.2 guarantees (the model itself moved to CUDA, and the certify stage with
+    device cuda) and the upper bounds of one model agree across devices."""
+    d = trained / "d.npz"
+    met = {}
+    for dev in ("cpu", "cuda"):
+        met[dev] = train_stage(
+            d, KERNEL, "k", trained / f"k-{dev}.pt", trained / f"k-{dev}.json", device=dev
+        )
+        assert met[dev]["status"] == "ok" and met[dev]["device"].startswith(dev)
+    assert abs(met["cpu"]["test_error"] - met["cuda"]["test_error"]) <= 0.05
+    model = load_model(trained / "k-cpu.pt")
+    x = torch.as_tensor(load_prepared(d).x_test[:30])
+    on_cpu = certify_kernel(model, x, rtol=1e-4)
+    on_gpu = certify_kernel(copy.deepcopy(model).to("cuda"), x.to("cuda"), rtol=1e-4)
+    assert torch.equal(on_cpu["pred"].cpu(), on_gpu["pred"].cpu())
+    torch.testing.assert_close(
+        on_gpu["guarantee_local"].cpu(), on_cpu["guarantee_local"], rtol=1e-6, atol=0
+    )
+    m, j = trained / "k-cpu.pt", trained / "k-cpu.json"
+    frames = {}
+    for dev in ("cpu", "cuda"):
+        cert = certify_stage(d, m, j, trained / f"kc-{dev}.parquet", 30, 1e-4, device=dev)
+        att = attack_stage(
+            d, m, j, trained / f"ka-{dev}.parquet", 30, 1e-4, 40, norms=["l2"], device=dev
+        )
+        frames[dev] = (cert, att)
+    (c_cpu, a_cpu), (c_gpu, a_gpu) = frames["cpu"], frames["cuda"]
+    pd.testing.assert_series_equal(
+        c_cpu["guarantee_local"], c_gpu["guarantee_local"], rtol=1e-6, check_names=False
+    )
+    ok = a_cpu["attack_success"] & a_gpu["attack_success"]
+    assert ok.mean() > 0.9
+    np.testing.assert_allclose(a_cpu["upper_bound"][ok], a_gpu["upper_bound"][ok], rtol=1e-3)
+    assert (a_gpu["upper_bound"][ok] >= c_gpu["guarantee_local"][ok] * (1 - 1e-9)).all()
+
+
+@pytest.mark.parametrize(
+    "bench, args",
+    [
+        (
+            "bench_train.py",
+            [
+                "--rounds",
+                "1",
+                "--rounds-1024",
+                "1",
+                "--block",
+                "1",
+                "--kernel-centers",
+                "50",
+                "--kernel-iterations",
+                "2",
+            ],
+        ),
+        ("bench_pipeline.py", ["--points", "20", "--epochs", "1", "--reference-points", "2"]),
+        ("bench_kernel_bound.py", ["--centers", "50", "--points", "10", "--reference-points", "2"]),
+    ],
+)
+def test_benchmarks_run_on_cuda(bench, args):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / bench), *args, "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines()
+    res = json.loads(out[-1])
+    assert res["device"].startswith("cuda") and "(device cuda" in out[0]

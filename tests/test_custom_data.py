@@ -701,12 +701,14 @@ def test_illustration_shows_class_names(tmp_path, monkeypatch):
             "test_error": [0.1],
             "model_id": ["m"],
             "regularizer": ["none"],
+            "lam": [0.0],
         }
     )
     x = np.full((1, H * W * 3), 0.5)
     examples = {
         ("signs", "m"): {
             "test_index": np.array([4]),
+            "label": np.array([2]),
             "x": x,
             "adv": x,
             "delta": x * 0,

@@ -347,6 +347,7 @@ PRESETS = {  # preset -> (train jobs of the paper's grid, evaluated models, figu
     "cifar10": (78, 78, 1),
     "gtsrb": (26, 26, 1),
     "mnist_kernel": (36, None, 1),  # certify.models: best, chosen by a checkpoint
+    "mnist_illustration": (62, None, 2),  # 26 networks + 36 kernel models; best per method
     "cifar10_resnet": (62, 62, 1),
 }
 
@@ -371,5 +372,8 @@ def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
         for rule in ("certify", "attack", "instances"):
             assert counts[rule] == n_evaluated, (rule, counts)
     assert counts["figure_bounds"] == n_figures and counts["summary"] == 1
-    assert counts.get("kernel_table", 0) == (preset == "mnist_kernel")
-    assert counts.get("table1", 0) == (preset in ("mnist", "cifar10", "gtsrb"))
+    assert counts.get("kernel_table", 0) == (preset in ("mnist_kernel", "mnist_illustration"))
+    assert counts.get("table1", 0) == (
+        preset in ("mnist", "cifar10", "gtsrb", "mnist_illustration")
+    )
+    assert counts["figure_adversarial"] == 1

@@ -1,6 +1,7 @@
 """Scaling out: the SLURM profile plans every preset without touching SLURM, asks a GPU for
-training only, takes site settings from the environment; the local GPU profile runs one
-training job at a time."""
+the jobs that run on the config's device (train, certify, attack; none with device: cpu),
+takes site settings from the environment; the local GPU profile runs one such job at a
+time."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ SLURM_COMMANDS = (
 )
 SUBMITTING = {"sbatch", "srun", "salloc", "scancel"}
 SITE_VARS = ("CROSSLIP_SLURM_PARTITION", "CROSSLIP_SLURM_GPU_PARTITION", "CROSSLIP_SLURM_ACCOUNT")
+#: The rules whose jobs run on config `device` and declare the gpu resource.
+GPU_RULES = {"train", "certify", "attack"}
 
 
 @pytest.fixture
@@ -72,7 +75,7 @@ def test_presets_exist():
 
 
 @pytest.mark.parametrize("preset", [None, *PRESETS], ids=["default", *(p.stem for p in PRESETS)])
-def test_slurm_dry_run_asks_a_gpu_for_every_job_on_the_device(tmp_path, fake_slurm, preset):
+def test_slurm_dry_run_asks_a_gpu_for_the_device_jobs_only(tmp_path, fake_slurm, preset):
     env, log = fake_slurm
     args = ["--profile", str(SLURM_PROFILE)]
     if preset is not None:
@@ -87,8 +90,7 @@ def test_slurm_dry_run_asks_a_gpu_for_every_job_on_the_device(tmp_path, fake_slu
         assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
     for job in jobs:
         res = job["resources"]
-        on_device = job["rule"] in ("train", "certify", "attack")  # device: auto
-        assert res.get("gpu", "0") == ("1" if on_device else "0"), job
+        assert res.get("gpu", "0") == ("1" if job["rule"] in GPU_RULES else "0"), job
         assert "gres" not in res and "slurm_extra" not in res, job
         assert "mem_mb" in res and "runtime" in res and "cpus_per_task" in res, job
         assert "slurm_partition" not in res and "slurm_account" not in res, job  # env unset
@@ -112,8 +114,7 @@ def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     assert jobs
     for job in jobs:
         res = job["resources"]
-        on_device = job["rule"] in ("train", "certify", "attack")  # they claim a GPU
-        assert res["slurm_partition"] == ("gpuq" if on_device else "cpuq"), job
+        assert res["slurm_partition"] == ("gpuq" if job["rule"] in GPU_RULES else "cpuq"), job
         assert res["slurm_account"] == "proj42", job
         # cpus_per_task follows the rule's threads (2 for train, certify, attack)
         assert res["cpus_per_task"] == job["threads"], job
@@ -126,11 +127,12 @@ def test_slurm_profile_names_existing_rules():
     profile = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
     assert profile["executor"] == "slurm" and profile["rerun-incomplete"] is True
     assert {"jobs", "latency-wait", "retries", "default-resources"} <= set(profile)
-    assert profile["set-resources"]["train"]["gpu"] == 1
     proc = subprocess.run([SNAKEMAKE, "--list-rules"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     rules = set(proc.stdout.split())
-    assert "train" in rules and set(profile["set-resources"]) <= rules
+    assert GPU_RULES <= rules and set(profile["set-resources"]) == GPU_RULES
+    # the rules' own gpu (from config device) applies: the profile does not override it
+    assert not any("gpu" in res for res in profile["set-resources"].values())
 
 
 def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
@@ -139,9 +141,18 @@ def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     assert "executor" not in profile  # local execution
     jobs, out = dry_run(tmp_path, "--profile", str(LOCAL_GPU_PROFILE), env=fake_slurm[0])
     assert f"Using profiles {LOCAL_GPU_PROFILE} and workflow specific profile" in out  # +default
-    # every job that runs on the device (device: auto) is counted against the limit
-    on_gpu = {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"}
-    assert on_gpu == {"train", "certify", "attack"}, jobs
+    assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == GPU_RULES
+
+
+@pytest.mark.parametrize("profile", [LOCAL_GPU_PROFILE, SLURM_PROFILE], ids=["local-gpu", "slurm"])
+def test_device_cpu_claims_no_gpu(tmp_path, fake_slurm, profile):
+    """With device: cpu no job declares a GPU: the profile's limit does not serialize them
+    and SLURM submits them without --gpus."""
+    jobs, _ = dry_run(
+        tmp_path, "--profile", str(profile), "--config", "device=cpu", env=fake_slurm[0]
+    )
+    assert GPU_RULES <= {job["rule"] for job in jobs}
+    assert all(job["resources"].get("gpu", "0") == "0" for job in jobs), jobs
 
 
 TOY = """

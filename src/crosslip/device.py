@@ -63,3 +63,12 @@ def check_device_memory(device: torch.device | str, memory_gb: float | None) -> 
         f"({total / 2**30:.1f} GiB); lower kernel.memory_gb (and kernel.n_centers with it) or "
         "run the job on a device that has the memory"
     )
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on ``device`` (CUDA runs asynchronously): call it before
+    reading a clock, so that a timing covers the computation, not its launch. A no-op on the
+    CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)

@@ -22,6 +22,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .io import atomic_path
 from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
+from .selection import method_of
 
 SUMMARY_COLUMNS = [
     *MODEL_KEYS,
@@ -289,11 +290,17 @@ ILLUSTRATION_ORDER = [
 
 def load_examples(paths: list[str]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
     """``(dataset, model_id) ->`` the arrays of ``examples/{dataset}/{model}.npz`` (models
-    without samples, e.g. diverged, are left out)."""
+    without samples, e.g. diverged, are left out). Raises ValueError for a file without the
+    true labels (written by an older version: rerun its attack job)."""
     out = {}
     for path in map(Path, paths):
         with np.load(path, allow_pickle=False) as z:
             if "x" in z.files:
+                if "label" not in z.files:
+                    raise ValueError(
+                        f"{path}: adversarial samples without the true labels (key 'label'); "
+                        "delete the file and rerun the workflow to attack the model again"
+                    )
                 out[(path.parent.name, path.stem)] = {k: z[k] for k in z.files}
     return out
 
@@ -316,53 +323,151 @@ def _class_name(example: dict[str, np.ndarray], label: int | np.integer) -> str:
     return name.replace("$", r"\$")
 
 
+#: Column titles of the illustration: the methods of the kernel table and of Table 1.
+METHOD_LABEL = {**REG_LABEL, "kernel_noreg": "K No Reg."}
+#: Columns of figures/adversarial_samples.csv: one row per test point shown and model.
+ILLUSTRATION_COLUMNS = [
+    "dataset",
+    "test_index",
+    "label",
+    "method",
+    "model_id",
+    "pred",
+    "adv_class",
+    "attack_success",
+    "norm_l2",
+]
+
+
+def illustration_models(
+    summary: pd.DataFrame, examples: dict[str, dict[str, np.ndarray]], dataset: str
+) -> list[tuple[str, str]]:
+    """The illustration's columns, ``(method, model_id)``: per method
+    (:func:`crosslip.selection.method_of`: the regularizer, Kernel-LogReg with lambda = 0
+    apart), the plain-setting model of ``dataset`` with the lowest test error (ties broken
+    by the id) among those with samples in ``examples`` (model id -> arrays), kernel methods
+    first as in the paper (K-LogReg, K-CL, then the networks)."""
+    ok = summary[
+        (summary["status"] == "ok")
+        & (summary["dataset"] == dataset)
+        & (summary["setting"] == "plain")  # the paper's figure: plain setting
+        & summary["model_id"].isin(list(examples))
+    ].sort_values(["test_error", "model_id"])
+    methods = [
+        method_of({"regularizer": r, "lam": 0.0 if pd.isna(lam) else lam})
+        for r, lam in zip(ok["regularizer"], ok["lam"], strict=True)
+    ]
+    ok = ok.assign(method=methods)
+    order = ILLUSTRATION_ORDER + sorted(set(methods) - set(ILLUSTRATION_ORDER))
+    chosen = []
+    for method in order:
+        rows = ok[ok["method"] == method]
+        if len(rows):
+            chosen.append((method, str(rows.iloc[0]["model_id"])))
+    return chosen
+
+
+def common_correct_points(
+    examples: dict[str, dict[str, np.ndarray]], model_ids: list[str], n: int
+) -> list[int]:
+    """Positions (into the stored candidates) of the first ``n`` test points that every
+    model of ``model_ids`` classifies correctly (``pred == label``), in the order of the
+    eval points. The models' candidates are the same test points (the first eval points);
+    a model with fewer candidates limits the choice to its own. Raises ValueError where two
+    models' candidates are different test points."""
+    if not model_ids or n <= 0:
+        return []
+    m = min(len(examples[mid]["test_index"]) for mid in model_ids)
+    first = examples[model_ids[0]]["test_index"][:m]
+    for mid in model_ids[1:]:
+        if not np.array_equal(examples[mid]["test_index"][:m], first):
+            raise ValueError(
+                f"the adversarial samples of {model_ids[0]} and {mid} are for different test "
+                "points; all models of the illustration must be attacked on the same eval "
+                "points (one attack.n_points for the whole run)"
+            )
+    correct = np.ones(m, dtype=bool)
+    for mid in model_ids:
+        ex = examples[mid]
+        correct &= np.asarray(ex["pred"][:m]) == np.asarray(ex["label"][:m])
+    return [int(i) for i in np.flatnonzero(correct)[:n]]
+
+
+def illustration_record(
+    dataset: str,
+    examples: dict[str, dict[str, np.ndarray]],
+    chosen: list[tuple[str, str]],
+    points: list[int],
+) -> pd.DataFrame:
+    """One row per test point shown and model: what the figure draws
+    (:data:`ILLUSTRATION_COLUMNS`)."""
+    rows = []
+    for i in points:
+        for method, model_id in chosen:
+            ex = examples[model_id]
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "test_index": int(ex["test_index"][i]),
+                    "label": int(ex["label"][i]),
+                    "method": method,
+                    "model_id": model_id,
+                    "pred": int(ex["pred"][i]),
+                    "adv_class": int(ex["adv_class"][i]),
+                    "attack_success": bool(ex["success"][i]),
+                    "norm_l2": float(ex["norm"][i]) if ex["success"][i] else float("nan"),
+                }
+            )
+    return pd.DataFrame(rows, columns=ILLUSTRATION_COLUMNS)
+
+
 def plot_adversarial_samples(
     summary: pd.DataFrame,
     examples: dict[tuple[str, str], dict],
     png: Path | str,
     pdf: Path | str,
-) -> None:
-    """The paper's illustration of adversarial samples (Section 5): for each kept test point,
-    the original and, per regularizer (its model with the lowest test error), the L2
-    adversarial sample of Section 4 with its predicted class and ``||delta||_2`` (top row)
-    and the perturbation (bottom row), for the first dataset (alphabetically) that has
-    samples. Classes are shown by the names stored with the samples (``class_names``, e.g.
-    the folder names of a folder dataset), else by number. ``examples``: from
-    :func:`load_examples`."""
+    n_points: int = 2,
+    csv: Path | str | None = None,
+) -> pd.DataFrame:
+    """The paper's illustration of adversarial samples (Section 5), for the first dataset
+    (alphabetically) that has samples: one column per method, its plain-setting model with
+    the lowest test error (:func:`illustration_models`: Gaussian-kernel models and networks
+    side by side when the run trained both), and ``n_points`` test points that every model
+    shown classifies correctly (:func:`common_correct_points`). Per point, the original and,
+    per model, the L2 adversarial sample of Section 4 with its predicted class and
+    ``||delta||_2`` (top row) and the perturbation (bottom row). Classes are shown by the
+    names stored with the samples (``class_names``, e.g. the folder names of a folder
+    dataset), else by number. ``examples``: from :func:`load_examples`. Returns (and writes
+    to ``csv``, when given) the record of what is shown (:func:`illustration_record`)."""
     datasets = sorted({ds for ds, _ in examples})
-    ds = datasets[0] if datasets else None
+    ds = datasets[0] if datasets else ""
     examples = {m: ex for (d, m), ex in examples.items() if d == ds}
-    ok = summary[(summary["status"] == "ok") & (summary["dataset"] == ds)]
-    ok = ok[ok["setting"] == "plain"]  # the paper's figure: plain setting
-    ok = ok.sort_values(["test_error", "model_id"])
-    chosen = []
-    for reg in ILLUSTRATION_ORDER + sorted(set(ok["regularizer"]) - set(ILLUSTRATION_ORDER)):
-        rows = ok[(ok["regularizer"] == reg) & ok["model_id"].isin(list(examples))]
-        if len(rows):
-            chosen.append((reg, rows.iloc[0]["model_id"]))
-    n_pts = max([len(examples[m]["test_index"]) for _, m in chosen], default=0)
+    chosen = illustration_models(summary, examples, ds)
+    points = common_correct_points(examples, [m for _, m in chosen], n_points)
+    record = illustration_record(ds, examples, chosen, points)
     cols = 1 + len(chosen)
-    fig, axes = plt.subplots(
-        2 * max(n_pts, 1), cols, figsize=(1.9 * cols, 4.0 * max(n_pts, 1)), squeeze=False
-    )
+    rows = max(len(points), 1)
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(1.9 * cols, 4.0 * rows), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
-    for i in range(n_pts):
-        top, bottom = axes[2 * i], axes[2 * i + 1]
+    for row, i in enumerate(points):
+        top, bottom = axes[2 * row], axes[2 * row + 1]
         first = examples[chosen[0][1]]
         shape = tuple(int(s) for s in first["shape"])
         top[0].imshow(_image(first["x"][i], shape), cmap="gray", vmin=0, vmax=1)
-        top[0].set_title(f"original\ntest #{int(first['test_index'][i])}", fontsize=8)
-        for c, (reg, model_id) in enumerate(chosen, start=1):
-            ex = examples[model_id]
-            if i >= len(ex["test_index"]):
-                continue
+        top[0].set_title(
+            f"original, test #{int(first['test_index'][i])}\n"
+            f"class {_class_name(first, first['label'][i])}",
+            fontsize=8,
+        )
+        for c, (method, model_id) in enumerate(chosen, start=1):
+            ex, name = examples[model_id], METHOD_LABEL.get(method, method)
             if not ex["success"][i]:
-                top[c].set_title(f"{reg}\nno sample found", fontsize=8)
+                top[c].set_title(f"{name}\nno sample found", fontsize=8)
                 continue
             top[c].imshow(_image(ex["adv"][i], shape), cmap="gray", vmin=0, vmax=1)
             top[c].set_title(
-                f"{reg}\npred {_class_name(ex, ex['pred'][i])} -> "
+                f"{name}\npred {_class_name(ex, ex['pred'][i])} -> "
                 f"{_class_name(ex, ex['adv_class'][i])}"
                 f"\n$\\|\\delta\\|_2$ = {float(ex['norm'][i]):.2f}",
                 fontsize=8,
@@ -374,7 +479,21 @@ def plot_adversarial_samples(
             bottom[c].set_title("perturbation", fontsize=8)
     if not chosen:
         axes[0, 0].text(0.5, 0.5, "no model with samples", ha="center", va="center")
+    elif not points:
+        axes[0, 0].text(
+            0.02,
+            0.5,
+            "no stored test point is classified\ncorrectly by every model "
+            "(raise attack.example_candidates)",
+            ha="left",
+            va="center",
+            fontsize=8,
+        )
     _save(fig, png, pdf)
+    if csv is not None:
+        with atomic_path(csv) as tmp:
+            record.to_csv(tmp, index=False)
+    return record
 
 
 def training_curves(metrics: list[dict], dataset: str, family: str) -> list[dict]:

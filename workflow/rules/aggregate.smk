@@ -121,11 +121,13 @@ rule figure_adversarial:
             category="Figures",
         ),
         pdf=f"{RESULTS}/figures/adversarial_samples.pdf",
+        csv=f"{RESULTS}/figures/adversarial_samples.csv",
     log:
         f"{RESULTS}/logs/figure_adversarial.log",
     conda:
         ENV
     params:
+        n_points=config["attack"]["n_examples"],
         code=code("figure_adversarial.py"),
     script:
         "../scripts/figure_adversarial.py"

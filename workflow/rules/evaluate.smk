@@ -54,7 +54,7 @@ rule attack:
         max_steps=config["attack"]["max_steps"],
         norms=config["attack"]["norms"],
         refine_steps=config["attack"]["refine_steps"],
-        n_examples=config["attack"]["n_examples"],
+        n_examples=config["attack"]["example_candidates"],
         device=config["device"],
         code=code("attack.py"),
     script:

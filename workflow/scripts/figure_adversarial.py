@@ -1,4 +1,4 @@
-"""The illustration of adversarial samples (Section 5)."""
+"""The illustration of adversarial samples (Section 5), and the record of what it shows."""
 
 from crosslip.io import run_script
 from crosslip.report import load_examples, plot_adversarial_samples, read_summary
@@ -10,6 +10,8 @@ def main() -> None:
         load_examples(snakemake.input.examples),
         snakemake.output.png,
         snakemake.output.pdf,
+        n_points=snakemake.params.n_points,
+        csv=snakemake.output.csv,
     )
 
 

@@ -38,11 +38,12 @@ def attack_stage(
     null (``attack_success`` says which, for the L2 paper procedure).
 
     ``examples_out`` (``.npz``) receives the L2 adversarial samples of the paper's procedure
-    for the first ``n_examples`` eval points, for the illustration figure: ``test_index``,
-    ``x``, ``delta``, ``adv`` (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success``,
-    the image ``shape`` and the dataset's ``class_names``; empty arrays for a diverged model."""
+    for the first ``n_examples`` eval points (``m`` of them), the candidates of the
+    illustration figure: ``test_index``, ``label`` (the true class), ``x``, ``delta``, ``adv``
+    (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success`` (each (m,)), the image
+    ``shape`` and the dataset's ``class_names``; no samples for a diverged model."""
     met = read_json(metrics)
-    idx, x, _, shape = eval_points(data, n_points, met)
+    idx, x, y, shape = eval_points(data, n_points, met)
     examples: dict[str, np.ndarray] = {}
     if met["status"] != "ok":
         df = empty_frame(ATTACK_COLUMNS)
@@ -69,9 +70,10 @@ def attack_stage(
                 m = min(n_examples, len(idx))
                 examples = {
                     "test_index": idx[:m],
+                    "label": np.asarray(y[:m], dtype=np.int64),
                     "x": x[:m].numpy(),
-                    "delta": ub.delta[:m].numpy(),
-                    "adv": (x[:m].double() + ub.delta[:m]).numpy(),
+                    "delta": ub.delta[:m].cpu().numpy(),
+                    "adv": (x[:m].double() + ub.delta[:m].cpu()).numpy(),
                     "pred": ub.pred[:m].numpy(),
                     "adv_class": ub.adv_class[:m].numpy(),
                     "norm": ub.norm[:m].numpy(),
