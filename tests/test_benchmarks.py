@@ -1,5 +1,5 @@
-"""The training benchmark of issue 5 still runs and prints what it promises (tiny sizes; the
-speed itself is measured by running the benchmark, never asserted here)."""
+"""The training benchmark (benchmarks/bench_train.py) still runs and prints what it promises
+(tiny sizes; the speed itself is measured by running the benchmark, never asserted here)."""
 
 from __future__ import annotations
 

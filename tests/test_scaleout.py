@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT, SNAKEMAKE, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
+from .helpers import ROOT, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
 
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
@@ -71,6 +71,7 @@ def test_presets_exist():
         assert isinstance(yaml.safe_load(preset.read_text()), dict), preset
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", [None, *PRESETS], ids=["default", *(p.stem for p in PRESETS)])
 def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset):
     env, log = fake_slurm
@@ -99,6 +100,7 @@ def test_slurm_dry_run_asks_a_gpu_for_training_only(tmp_path, fake_slurm, preset
     assert not (tmp_path / "work" / "results").exists()
 
 
+@pytest.mark.slow
 def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     env, log = fake_slurm
     env = {
@@ -119,18 +121,22 @@ def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     assert not called(log) & SUBMITTING
 
 
+@pytest.mark.slow
 def test_slurm_profile_names_existing_rules():
     """set-resources keys are rule names; a renamed rule would silently lose its GPU."""
     profile = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
     assert profile["executor"] == "slurm" and profile["rerun-incomplete"] is True
     assert {"jobs", "latency-wait", "retries", "default-resources"} <= set(profile)
     assert profile["set-resources"]["train"]["gpu"] == 1
-    proc = subprocess.run([SNAKEMAKE, "--list-rules"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        snakemake_cmd(ROOT, "--list-rules"), cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     rules = set(proc.stdout.split())
     assert "train" in rules and set(profile["set-resources"]) <= rules
 
 
+@pytest.mark.slow
 def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     profile = yaml.safe_load((LOCAL_GPU_PROFILE / "config.yaml").read_text())
     assert profile["resources"] == {"gpu": 1} and profile["cores"] == "all"
