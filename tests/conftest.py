@@ -1,4 +1,6 @@
-"""Fixtures shared by the data tests: a local HTTP server and a closed port."""
+"""Shared fixtures (a local HTTP server and a closed port for the data tests; the finished
+workflow runs that the workflow tests inspect, each made once per test session) and the
+tiers: a test that runs Snakemake is marked ``slow`` (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,30 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from . import helpers
+
+#: Session fixtures that run a workflow: a test that uses one is marked ``slow`` here.
+WORKFLOW_FIXTURES = frozenset({"load_run", "tiny_run", "one_model_run"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test that uses a workflow fixture, before ``-m`` selects (a test
+    that starts Snakemake in another way and is not marked fails: helpers.require_slow)."""
+    for item in items:
+        if WORKFLOW_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Let helpers.require_slow see which test runs (its fixtures' set-up included)."""
+    helpers.RUNNING["item"] = item
+    try:
+        return (yield)
+    finally:
+        helpers.RUNNING["item"] = None
 
 
 @dataclass
@@ -100,3 +126,23 @@ def load_run(tmp_path_factory):
     from .workflow_helpers import run_load
 
     return run_load(tmp_path_factory.mktemp("load"))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The work folder of a finished run of workflow_helpers.TINY_RUN (run once per test
+    session), which the pipeline tests inspect. A test that changes a run copies it first
+    (``shutil.copytree(tiny_run, ..., symlinks=True)``)."""
+    from .workflow_helpers import run_tiny
+
+    return run_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def one_model_run(tmp_path_factory) -> Path:
+    """The work folder of a finished run of workflow_helpers.ONE_MODEL (run once per test
+    session). Inspect it as it is; a test that changes a run copies it first
+    (``shutil.copytree(one_model_run, ..., symlinks=True)``)."""
+    from .workflow_helpers import run_one_model
+
+    return run_one_model(tmp_path_factory.mktemp("one_model") / "work")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from crosslip.models import SoftplusNet
@@ -14,12 +15,31 @@ from crosslip.models import SoftplusNet
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
+#: The test that runs now (tests/conftest.py sets it): read by :func:`require_slow`.
+RUNNING: dict[str, pytest.Item | None] = {"item": None}
+
+
+def require_slow(what: str = "runs Snakemake") -> None:
+    """Fail the running test unless it is marked ``slow``: a test that runs Snakemake
+    belongs to the full tier, never to ``make test-fast``. Every way the tests start
+    Snakemake goes through :func:`snakemake_cmd`, which calls this, so the fast tier cannot
+    silently come to run workflows."""
+    item = RUNNING["item"]
+    if item is not None and item.get_closest_marker("slow") is None:
+        pytest.fail(
+            f"{item.nodeid} {what} but is not marked slow: add @pytest.mark.slow "
+            "(make test-fast leaves such tests out; docs/testing.md)",
+            pytrace=False,
+        )
+
 
 def snakemake_cmd(
     workdir: Path, *args: str, configfile: Path | None = None, snakefile: Path | None = None
 ) -> list[str]:
     """``snakemake -s <snakefile> --directory <workdir> [--configfile <configfile>] <args>``;
-    the snakefile is the repository's unless given."""
+    the snakefile is the repository's unless given. Only for tests marked ``slow``
+    (:func:`require_slow`)."""
+    require_slow()
     cmd = [SNAKEMAKE, "-s", str(snakefile or ROOT / "Snakefile"), "--directory", str(workdir)]
     return cmd + (["--configfile", str(configfile)] if configfile else []) + list(args)
 

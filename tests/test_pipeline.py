@@ -15,32 +15,11 @@ import yaml
 from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
-from .helpers import ROOT, SNAKEMAKE, dry_run_counts, snakemake_cmd
+from .helpers import ROOT, dry_run_counts, snakemake_cmd
+from .workflow_helpers import TINY_RUN
+from .workflow_helpers import snakemake as snakemake_in
 
-TINY = {
-    "datasets": ["mnist5k"],
-    "model": {"hidden": 16},
-    "train": {
-        "epochs": 1,
-        "settings": ["plain", "augment", "adversarial"],
-        "grid": {
-            "none": {"lr": [0.2], "lambda": [0.0]},
-            "weight_decay": {"lr": [0.2], "lambda": [1.0e-4]},
-            "dropout": {"lr": [0.2], "keep_hidden": [0.5]},
-            "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
-        },
-    },
-    "kernel": {
-        "n_centers": 60,
-        "max_iter": 20,
-        "grid": {
-            "kernel_logreg": {"a": [1.0], "lambda": [0.0, 1.0e-4]},
-            "kernel_cl": {"a": [1.0], "lambda": [0.1]},
-        },
-    },
-    "certify": {"n_points": 15},
-    "attack": {"n_points": 15},
-}
+TINY = TINY_RUN  # the shared tiny run's config (conftest ``tiny_run``)
 
 
 def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subprocess.CompletedProcess:
@@ -52,14 +31,7 @@ def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subproce
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("tiny")
-    proc = snakemake(work, "--cores", "2", config=TINY)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return work
-
-
+@pytest.mark.slow
 def test_default_config_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n")
     assert proc.returncode == 0, proc.stderr
@@ -80,12 +52,14 @@ def test_default_config_dry_run(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_lint_is_clean():
-    proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(snakemake_cmd(ROOT, "--lint"), cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_config_is_rejected_before_any_job(tmp_path):
     grid = {"dropout": {"lr": [0.1], "keep_hidden": [1.5]}}
     drop = {**TINY, "train": {**TINY["train"], "grid": grid}}
@@ -227,10 +201,11 @@ def test_tiny_run_logs_progress_and_draws_training_curves(tiny_run):
         assert fig.read_bytes()[:4] == (b"%PDF" if fig.suffix == ".pdf" else b"\x89PNG")
 
 
-def test_html_report_shows_tables_and_figures(tiny_run):
-    proc = snakemake(tiny_run, "--report", "report.html", config=TINY)
+def test_html_report_shows_tables_and_figures(tiny_run, tmp_path):
+    report = tmp_path / "report.html"  # not in the shared run's folder
+    proc = snakemake_in(tiny_run, "--report", str(report))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    html = (tiny_run / "report.html").read_text()
+    html = report.read_text()
     for caption in (
         "Table 1 of the paper",
         "The kernel table of Section 5",
@@ -266,11 +241,12 @@ def test_readme_query_runs_on_the_results(tiny_run, monkeypatch):
 
 
 def test_second_run_has_nothing_to_do(tiny_run):
-    proc = snakemake(tiny_run, "-n", config=TINY)
+    proc = snakemake_in(tiny_run, "-n")  # its own config file
     assert proc.returncode == 0, proc.stderr
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_resnet_config_runs_end_to_end(tmp_path):
     """model.arch = resnet (ResNet-8 here): trained with Cross-Lipschitz (double
     backpropagation), attacked; guarantees stay empty (no local bound for deep nets)."""
@@ -290,6 +266,7 @@ def test_resnet_config_runs_end_to_end(tmp_path):
     assert (summary["test_error"] < 0.5).all()
 
 
+@pytest.mark.slow
 def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
     """Every ResNet regularizer in the plain and augment settings (colour augmentation) on
     CIFAR-10 data read from an archive in the official format (tiny: 15 train / 3 test
@@ -357,6 +334,7 @@ def test_every_preset_is_listed():
     assert found == sorted(PRESETS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
     proc = snakemake(

@@ -1,13 +1,15 @@
 """Rerun only what changed: after a finished tiny run, each change plans exactly the jobs
 that depend on it, by Snakemake's rerun triggers (missing output, params, set of inputs,
-content of a library file listed as input), and nothing else.
+code digests of crosslip.tracking), and nothing else.
 
-The workflow (Snakefile, workflow/, src/, ...) is copied next to the run, because library
-files are inputs by absolute path (``lib()`` in common.smk) and test (c) edits them: the real
-repository is never touched. One finished run is made per module; every scenario restores it
-to the same absolute paths from a snapshot (mtimes preserved), so scenarios are independent.
-The jobs still import ``crosslip`` from the installed package, not from the copy; the copy's
-files only drive Snakemake's planning."""
+The workflow (Snakefile, workflow/, src/, ...) is copied next to the run, because some tests
+edit library files, whose digests the copy's Snakefile reads: the real repository is never
+touched. The finished run is the session's shared one-model run (conftest
+``one_model_run``), copied once per module beside the workflow copy (a finished run that
+moves has nothing to do); every scenario restores it to the same absolute paths from a
+snapshot (mtimes preserved), so scenarios are independent. The jobs still import
+``crosslip`` from the installed package, not from the copy; the copy's files only drive
+Snakemake's planning."""
 
 from __future__ import annotations
 
@@ -20,27 +22,16 @@ import pytest
 import yaml
 
 from .helpers import ROOT, dry_run_counts, dry_run_jobs, snakemake_cmd
+from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID
 
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "environment.yml", "workflow", "src", "config")
 PER_MODEL = ("train", "certify", "attack", "instances")
 
-TINY = {
-    "datasets": ["mnist5k"],
-    "model": {"hidden": 16},
-    "train": {
-        "epochs": 1,
-        "grid": {
-            "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
-        },
-    },
-    "kernel": {"grid": {}},
-    "certify": {"n_points": 10},
-    "attack": {"n_points": 10, "refine_steps": 0},
-}
-OLD_MODEL = "cross_lipschitz-lr0.2-lam0.001-seed0"
+TINY = ONE_MODEL
+OLD_MODEL = ONE_MODEL_ID
 NEW_MODEL = "cross_lipschitz-lr0.2-lam0.01-seed0"  # test (a) adds lambda 1e-2 to the grid
 
-pytestmark = pytest.mark.slow  # one tiny end-to-end run, then one more model
+pytestmark = pytest.mark.slow  # a copy of the shared tiny run, then one more model
 
 
 @dataclass
@@ -94,7 +85,7 @@ def of_rule(jobs, rule: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tmp_path_factory, one_model_run):
     base = tmp_path_factory.mktemp("rerun")
     live, snapshot = base / "live", base / "snapshot"
     for name in WORKFLOW_FILES:
@@ -105,8 +96,7 @@ def finished(tmp_path_factory):
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
     run = Run(live / "repo", live / "work")
-    run.work.mkdir()
-    run.snakemake("--cores", "2")
+    shutil.copytree(one_model_run, run.work, symlinks=True)  # mtimes kept
     assert "Nothing to be done" in run.snakemake("-n").stdout
     shutil.copytree(live, snapshot, symlinks=True)
     return run, snapshot, full_dag(run)

@@ -34,9 +34,17 @@ from snakemake.cli import parse_args
 from crosslip import runlock
 from crosslip.runlock import RunLockBusy, acquire, probe_stale, snakemake_lock_files
 
-from .helpers import ROOT, snakemake_cmd
+from .helpers import ROOT, require_slow, snakemake_cmd
 from .test_interruptions import kill_group, marked_incomplete, mtimes, unfinished, wait_for_job
-from .workflow_helpers import SECONDS, THREADS, finished_rules, offline_env, planned_jobs
+from .workflow_helpers import (
+    ONE_MODEL,
+    ONE_MODEL_ID,
+    SECONDS,
+    THREADS,
+    finished_rules,
+    offline_env,
+    planned_jobs,
+)
 
 # --------------------------------------------------------------------------------------
 # 1. the run lock, with real processes
@@ -243,15 +251,8 @@ def test_the_lock_is_taken_by_the_commands_that_write_only(argv, takes):
 # --------------------------------------------------------------------------------------
 
 #: The tiny config of tests/test_rerun.py, one model: 5 jobs of a few seconds each.
-TINY = {
-    "datasets": ["mnist5k"],
-    "model": {"hidden": 16},
-    "train": {"epochs": 2, "grid": {"cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]}}},
-    "kernel": {"grid": {}},
-    "certify": {"n_points": 10},
-    "attack": {"n_points": 10, "refine_steps": 0},
-}
-MODEL = "cross_lipschitz-lr0.2-lam0.001-seed0"
+TINY = ONE_MODEL
+MODEL = ONE_MODEL_ID
 TARGETS = [f"results/instances/mnist5k/{MODEL}.parquet"]
 VENV = Path(sys.executable).parent.parent
 
@@ -261,6 +262,7 @@ def command(work: Path, variant: str) -> list[str]:
     argument after it; one thread per job keeps the floating-point results reproducible)."""
     config = work / "config.yaml"
     if variant == "make run":  # the Makefile's run target; -o: never reinstall the package
+        require_slow("runs make run")
         args = ["--configfile", str(config), "--directory", str(work), *TARGETS, *THREADS]
         stamp = VENV / ".crosslip-installed"
         return [
@@ -312,14 +314,11 @@ def instances(work: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> pd.DataFrame:
-    """The uninterrupted run's per-instance table."""
-    work = tmp_path_factory.mktemp("reference") / "work"
-    setup(work)
-    proc = run(command(work, "plain"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert not snakemake_lock_files(work)
-    return instances(work)
+def reference(one_model_run) -> pd.DataFrame:
+    """The uninterrupted run's per-instance table: the shared run of TINY (conftest), made
+    with the plain command's options (--cores 2, one thread per job), which left no lock."""
+    assert not snakemake_lock_files(one_model_run)
+    return instances(one_model_run)
 
 
 @pytest.mark.slow

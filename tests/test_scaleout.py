@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT, SNAKEMAKE, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
+from .helpers import ROOT, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
 
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
@@ -74,6 +74,7 @@ def test_presets_exist():
         assert isinstance(yaml.safe_load(preset.read_text()), dict), preset
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", [None, *PRESETS], ids=["default", *(p.stem for p in PRESETS)])
 def test_slurm_dry_run_asks_a_gpu_for_the_device_jobs_only(tmp_path, fake_slurm, preset):
     env, log = fake_slurm
@@ -102,6 +103,7 @@ def test_slurm_dry_run_asks_a_gpu_for_the_device_jobs_only(tmp_path, fake_slurm,
     assert not (tmp_path / "work" / "results").exists()
 
 
+@pytest.mark.slow
 def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     env, log = fake_slurm
     env = {
@@ -122,12 +124,15 @@ def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     assert not called(log) & SUBMITTING
 
 
+@pytest.mark.slow
 def test_slurm_profile_names_existing_rules():
     """set-resources keys are rule names; a renamed rule would silently lose its GPU."""
     profile = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
     assert profile["executor"] == "slurm" and profile["rerun-incomplete"] is True
     assert {"jobs", "latency-wait", "retries", "default-resources"} <= set(profile)
-    proc = subprocess.run([SNAKEMAKE, "--list-rules"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        snakemake_cmd(ROOT, "--list-rules"), cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     rules = set(proc.stdout.split())
     assert GPU_RULES <= rules and set(profile["set-resources"]) == GPU_RULES
@@ -135,6 +140,7 @@ def test_slurm_profile_names_existing_rules():
     assert not any("gpu" in res for res in profile["set-resources"].values())
 
 
+@pytest.mark.slow
 def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     profile = yaml.safe_load((LOCAL_GPU_PROFILE / "config.yaml").read_text())
     assert profile["resources"] == {"gpu": 1} and profile["cores"] == "all"
@@ -144,6 +150,7 @@ def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == GPU_RULES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", [LOCAL_GPU_PROFILE, SLURM_PROFILE], ids=["local-gpu", "slurm"])
 def test_device_cpu_claims_no_gpu(tmp_path, fake_slurm, profile):
     """With device: cpu no job declares a GPU: the profile's limit does not serialize them

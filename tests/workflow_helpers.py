@@ -121,6 +121,32 @@ SWEEP = {
     "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 0, "n_examples": 1},
 }
 DIVERGED = "weight_decay-lr1000-lam1-seed0"
+#: The pipeline tests' tiny run (conftest ``tiny_run``): 4 net regularizers x 3 settings and
+#: 3 kernel models, 15 certified and attacked points each.
+TINY_RUN = {
+    "datasets": ["mnist5k"],
+    "model": {"hidden": 16},
+    "train": {
+        "epochs": 1,
+        "settings": ["plain", "augment", "adversarial"],
+        "grid": {
+            "none": {"lr": [0.2], "lambda": [0.0]},
+            "weight_decay": {"lr": [0.2], "lambda": [1.0e-4]},
+            "dropout": {"lr": [0.2], "keep_hidden": [0.5]},
+            "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]},
+        },
+    },
+    "kernel": {
+        "n_centers": 60,
+        "max_iter": 20,
+        "grid": {
+            "kernel_logreg": {"a": [1.0], "lambda": [0.0, 1.0e-4]},
+            "kernel_cl": {"a": [1.0], "lambda": [0.1]},
+        },
+    },
+    "certify": {"n_points": 15},
+    "attack": {"n_points": 15},
+}
 #: One thread per job: two jobs run at once on the 2 cores (and every run of a model uses
 #: the same number of threads, so that its floating-point results are reproducible). Last
 #: on a command line: --set-threads takes every argument after it.
@@ -200,3 +226,36 @@ def run_load(work: Path) -> tuple:
         watcher,
         seconds,
     )
+
+
+#: One cross-Lipschitz model, 5 jobs of a few seconds each and the tables: the run that the
+#: rerun tests change and the resume tests interrupt (tests/test_rerun.py, test_resume.py).
+ONE_MODEL = {
+    "datasets": ["mnist5k"],
+    "model": {"hidden": 16},
+    "train": {"epochs": 2, "grid": {"cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]}}},
+    "kernel": {"grid": {}},
+    "certify": {"n_points": 10},
+    "attack": {"n_points": 10, "refine_steps": 0},
+}
+ONE_MODEL_ID = "cross_lipschitz-lr0.2-lam0.001-seed0"
+
+
+def run_one_model(work: Path) -> Path:
+    """ONE_MODEL run to the end in ``work`` (``--cores 2``, one thread per job: THREADS);
+    afterwards no lock file is left and nothing is to be done."""
+    from crosslip.runlock import snakemake_lock_files
+
+    proc = snakemake(work, "--cores", "2", *THREADS, config=ONE_MODEL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not snakemake_lock_files(work)
+    again = snakemake(work, "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    return work
+
+
+def run_tiny(work: Path) -> Path:
+    """TINY_RUN run to the end in ``work`` (``--cores 2``)."""
+    proc = snakemake(work, "--cores", "2", config=TINY_RUN, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work
