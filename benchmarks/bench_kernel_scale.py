@@ -132,7 +132,12 @@ def main() -> None:
     )
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
-    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="torch device (auto: CUDA if torch sees one)",
+    )
     parser.add_argument(
         "--threads",
         type=int,

@@ -80,7 +80,15 @@ def test_other_networks_get_prediction_and_margin_only_and_stay_unchanged():
 
 
 def test_model_in_train_mode_is_certified_in_eval_mode_and_left_in_train_mode():
-    net = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.9), nn.Linear(8, 2)).train()
+    class WithDropout(nn.Module):  # any module (an nn.Sequential of this shape is refused)
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.9), nn.Linear(8, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layers(x)
+
+    net = WithDropout().train()
     x = torch.rand(50, 3)
     first, second = certify(net, x), certify(net, x)
     assert net.training

@@ -238,7 +238,13 @@ def test_certify_script_reports_a_damaged_model_file_in_one_line(tmp_path):
             "metrics": str(tmp_path / "metrics.json"),
         },
         output={"table": str(out)},
-        params={"n_points": 5, "rtol": 1e-3, "kinds": ["local"], "device": "cpu"},
+        params={
+            "n_points": 5,
+            "rtol": 1e-3,
+            "kinds": ["local"],
+            "device": "cpu",
+            "memory_gb": 16,
+        },
         threads=1,
     )
     assert proc.returncode == 1

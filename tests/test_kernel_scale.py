@@ -104,6 +104,7 @@ def test_certification_fits_wherever_training_does():
     assert certify_minimum_bytes(60000, 784, 10) < 0.05 * BYTES * 60000**2
 
 
+@pytest.mark.slow
 def test_snakemake_stops_before_any_job_with_the_estimate(tmp_path):
     cfg = preset(memory_gb=16)
     cfg["results"] = "results"
@@ -184,6 +185,7 @@ def test_job_resources_follow_the_config():
     assert own["gpu"] == 0 and own["mem_mb"] >= 16 * 1024
 
 
+@pytest.mark.slow
 def test_dry_run_shows_the_resources_of_kernel_jobs(tmp_path):
     cfg = {
         "datasets": ["mnist5k"],
