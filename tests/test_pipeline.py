@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from crosslip.config import default
 from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
@@ -127,7 +128,10 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
             tiny_run / "results" / "examples" / "mnist5k" / f"{f.stem}.npz", allow_pickle=False
         ) as ex:
             side = 24 if f.stem.endswith("augment") else 28  # augment: center crops
-            assert ex["x"].shape == (2, side * side) and list(ex["shape"]) == [side, side, 1]
+            # the illustration's candidates: the first attack.example_candidates (20) points
+            candidates = min(default("attack.example_candidates"), 15)
+            assert ex["x"].shape == (candidates, side * side)
+            assert list(ex["shape"]) == [side, side, 1]
             assert np.allclose(ex["adv"], ex["x"] + ex["delta"], atol=1e-6)
         assert (df["correct"] == (df["pred"] == df["label"])).all()
     everything = pd.read_parquet(tiny_run / "results" / "instances")
