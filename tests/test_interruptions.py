@@ -232,6 +232,13 @@ def plan_now(work: Path) -> set[tuple[str, str]]:
     return planned_jobs(proc.stdout)
 
 
+def _interruptible() -> None:
+    """In the child before Snakemake starts: Ctrl-C's default action, as in a terminal. A
+    test session started in the background by a non-interactive shell (``cmd &``) inherits
+    SIGINT ignored, and Python then never installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(work: Path) -> subprocess.Popen:
     """The run command, in its own process group (as a terminal or a batch system would)."""
     return subprocess.Popen(
@@ -241,6 +248,7 @@ def start(work: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_interruptible,
     )
 
 
