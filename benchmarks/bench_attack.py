@@ -34,7 +34,7 @@ import torch
 
 from crosslip.attacks import BoxProblem, project_box_reference, refine_upper_bound, upper_bound
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine, resolve_device, synchronize
+from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_certify import ROOT, trained_net
@@ -129,12 +129,7 @@ def report_projections(res: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    ap.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(ap)
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")

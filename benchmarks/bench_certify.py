@@ -34,7 +34,7 @@ from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine, resolve_device, synchronize
+from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 from crosslip.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,12 +61,7 @@ def timed(fn, device: torch.device | str = "cpu"):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    ap.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(ap)
     ap.add_argument("--reference-points", type=int, default=20)
     ap.add_argument("--all-kinds-points", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")

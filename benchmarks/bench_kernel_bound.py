@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from crosslip.certify.kernel_bounds import certify_kernel, certify_kernel_reference
-from crosslip.device import describe_machine, resolve_device, synchronize
+from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 from crosslip.kernels import GaussianKernelModel, gamma_from_data
 
 T = TypeVar("T")
@@ -150,12 +150,7 @@ def run(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(ap)
     ap.add_argument("--centers", type=int, default=2000, help="expansion points")
     ap.add_argument("--points", type=int, default=500, help="certified points")
     ap.add_argument("--reference-points", type=int, default=5)

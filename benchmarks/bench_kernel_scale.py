@@ -27,7 +27,7 @@ import torch
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
 from crosslip.config import default
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine, resolve_device
+from crosslip.device import add_device_argument, describe_machine, resolve_device
 from crosslip.kernel_memory import GIB, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.kernels import gamma_from_data
@@ -132,12 +132,7 @@ def main() -> None:
     )
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(parser)
     parser.add_argument(
         "--threads",
         type=int,

@@ -22,7 +22,7 @@ import torch
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine, resolve_device, synchronize
+from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 from crosslip.pipeline import eval_indices
 from crosslip.train import TrainConfig, train
 
@@ -40,12 +40,7 @@ def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(ap)
     ap.add_argument("--points", type=int, default=200, help="evaluation points")
     ap.add_argument("--epochs", type=int, default=5, help="epochs of the certified network")
     ap.add_argument(

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from crosslip.data import load_dataset
-from crosslip.device import describe_machine, resolve_device, synchronize
+from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
 from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
@@ -157,12 +157,7 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=4, help="timed steps per kind and round")
     ap.add_argument("--kernel-centers", type=int, default=2000)
     ap.add_argument("--kernel-iterations", type=int, default=20)
-    ap.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device (auto: CUDA if torch sees one)",
-    )
+    add_device_argument(ap)
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     dev = resolve_device(args.device)

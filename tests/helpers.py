@@ -112,3 +112,15 @@ def dry_run_counts(stdout: str) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+#: The smallest arguments of each benchmark that still exercise all of it: the CPU smoke
+#: tests (tests/test_benchmarks.py) and the CUDA runs (tests/test_cuda.py) use these.
+TINY_BENCH_ARGS: dict[str, list[str]] = {
+    "bench_train.py": [
+        *("--rounds", "1", "--rounds-1024", "1", "--block", "1"),
+        *("--kernel-centers", "50", "--kernel-iterations", "2"),
+    ],
+    "bench_pipeline.py": ["--points", "20", "--epochs", "1", "--reference-points", "3"],
+    "bench_kernel_bound.py": ["--centers", "60", "--points", "8", "--reference-points", "2"],
+}

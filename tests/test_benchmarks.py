@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, TINY_BENCH_ARGS
 
 BENCHES = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
@@ -48,20 +48,7 @@ def test_every_benchmark_takes_a_device(name):
 
 
 def test_bench_train_runs_and_ends_with_one_json_line():
-    args = [
-        "--rounds",
-        "1",
-        "--rounds-1024",
-        "1",
-        "--block",
-        "1",
-        "--kernel-centers",
-        "50",
-        "--kernel-iterations",
-        "2",
-        "--device",
-        "cpu",
-    ]
+    args = [*TINY_BENCH_ARGS["bench_train.py"], "--device", "cpu"]
     out = run_bench("bench_train.py", *args)
     assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
     res = json.loads(out[-1])
@@ -92,7 +79,8 @@ def test_bench_train_runs_and_ends_with_one_json_line():
 def test_bench_pipeline_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_pipeline.py",
-        *("--points", "20", "--epochs", "1", "--reference-points", "3", "--device", "cpu"),
+        *TINY_BENCH_ARGS["bench_pipeline.py"],
+        *("--device", "cpu"),
     )
     assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
     res = json.loads(out[-1])
@@ -112,7 +100,8 @@ def test_bench_pipeline_runs_on_the_cpu_and_ends_with_one_json_line():
 def test_bench_kernel_bound_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_kernel_bound.py",
-        *("--centers", "60", "--points", "8", "--reference-points", "2", "--device", "cpu"),
+        *TINY_BENCH_ARGS["bench_kernel_bound.py"],
+        *("--device", "cpu"),
     )
     assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
     res = json.loads(out[-1])

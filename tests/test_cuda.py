@@ -26,7 +26,7 @@ from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.io import read_json
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
 
-from .helpers import ROOT
+from .helpers import ROOT, TINY_BENCH_ARGS
 
 pytestmark = [
     pytest.mark.cuda,
@@ -119,29 +119,9 @@ def test_kernel_training_certification_and_attack_on_cuda_match_the_cpu(trained)
     assert (a_gpu["upper_bound"][ok] >= c_gpu["guarantee_local"][ok] * (1 - 1e-9)).all()
 
 
-@pytest.mark.parametrize(
-    "bench, args",
-    [
-        (
-            "bench_train.py",
-            [
-                "--rounds",
-                "1",
-                "--rounds-1024",
-                "1",
-                "--block",
-                "1",
-                "--kernel-centers",
-                "50",
-                "--kernel-iterations",
-                "2",
-            ],
-        ),
-        ("bench_pipeline.py", ["--points", "20", "--epochs", "1", "--reference-points", "2"]),
-        ("bench_kernel_bound.py", ["--centers", "50", "--points", "10", "--reference-points", "2"]),
-    ],
-)
-def test_benchmarks_run_on_cuda(bench, args):
+@pytest.mark.parametrize("bench", sorted(TINY_BENCH_ARGS))
+def test_benchmarks_run_on_cuda(bench):
+    args = TINY_BENCH_ARGS[bench]
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / bench), *args, "--device", "cuda"],
         capture_output=True,

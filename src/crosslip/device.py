@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 from pathlib import Path
@@ -19,6 +20,21 @@ def resolve_device(name: str = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} requested but CUDA is not available; use 'auto'")
     return dev
+
+
+#: The values of config ``device`` and of every benchmark's ``--device``.
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """``--device {auto,cpu,cuda}`` (default ``auto``: CUDA if torch sees one), as every
+    benchmark in ``benchmarks/`` takes it; resolve it with :func:`resolve_device`."""
+    parser.add_argument(
+        "--device",
+        choices=DEVICE_CHOICES,
+        default="auto",
+        help="torch device (auto: CUDA if torch sees one)",
+    )
 
 
 def describe_machine(device: torch.device | str = "cpu") -> str:
