@@ -1,12 +1,14 @@
 """Attack benchmark (issue 4): exact box-constrained projections and upper bounds.
 
-1. Projections: 10,000 x 784 rows for p = 1, 2, inf (build + one solve per row; the median
-   of ``--rounds`` runs, as this shared 2-core machine is noisy), in float32
-   (as AutoAttack's FAB projections run) and float64; rows/s; a sort-based baseline in the
-   style of FAB's projections (``sort_baseline.py``) timed alternately in the same process,
-   its time, the ratio and the largest relative difference of the norms; the per-row
-   implementation (``project_box_reference``) side by side on a subset: speed-up and the
-   largest relative difference of the norms.
+1. Projections: 10,000 x 784 rows for p = 1, 2, inf, one right-hand side per row
+   (``project_box``: no full sort for p = 2 and inf; the median of ``--rounds`` runs, as
+   this shared 2-core machine is noisy), in float32 (as AutoAttack's FAB projections run)
+   and float64; rows/s; a sort-based baseline in the style of FAB's projections
+   (``sort_baseline.py``) and crosslip's sorted solver (``BoxProblem``: build + one solve,
+   what the upper-bound search reuses for many right-hand sides) timed alternately in the
+   same process, their times, the ratio and the largest relative difference of the norms;
+   the per-row implementation (``project_box_reference``) side by side on a subset:
+   speed-up and the largest relative difference of the norms.
 2. Upper bounds on full MNIST (mirror ``../shared/data/mnist``) for a trained 784-1024-10
    network (cached by ``bench_certify.py`` under ``results/bench/``, trained if missing):
    all 10,000 test points, all 9 targets, L2, the paper's procedure, then the refinement;
@@ -32,7 +34,13 @@ from pathlib import Path
 
 import torch
 
-from crosslip.attacks import BoxProblem, project_box_reference, refine_upper_bound, upper_bound
+from crosslip.attacks import (
+    BoxProblem,
+    project_box,
+    project_box_reference,
+    refine_upper_bound,
+    upper_bound,
+)
 from crosslip.data import load_dataset
 from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
 
@@ -60,37 +68,50 @@ def instances(n: int, d: int, dtype: torch.dtype, seed: int = 0):
     return x, v, frac
 
 
-def solve_all(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
-    """Build and solve every row once (the timed unit): decrease ``frac`` of capacity."""
-    prob = BoxProblem.build(x, v, p)
-    return prob, prob.solve(frac * prob.capacity)[0]
+def capacity(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The largest decrease of ``<v, delta>`` in the box [0, 1] (n,)."""
+    return (v.abs() * torch.where(v > 0, x, 1 - x)).sum(1)
 
 
-def solve_sorted(x: torch.Tensor, v: torch.Tensor, frac: torch.Tensor, p: float):
+def solve_all(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, p: float) -> torch.Tensor:
+    """Solve every row once (the timed unit) for the decrease ``t``."""
+    return project_box(x, v, -t, p)[0]
+
+
+def solve_boxproblem(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, p: float):
+    """The same unit for crosslip's sorted solver: build (sort) and one solve."""
+    return BoxProblem.build(x, v, p).solve(t)[0]
+
+
+def solve_sorted(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, p: float):
     """The same unit for the FAB-style sort-based baseline (:mod:`sort_baseline`)."""
-    cap = (v.abs() * torch.where(v > 0, x, 1 - x)).sum(1)
-    return project_sorted(x, v, frac * cap, p)
+    return project_sorted(x, v, t, p)
 
 
 def projections(n: int, d: int, n_ref: int, rounds: int, device: torch.device) -> dict:
     out: dict = {"projection_rows": n, "projection_dim": d, "projection_rounds": rounds}
     for dtype, tag in ((torch.float32, ""), (torch.float64, "_float64")):
         x, v, frac = (t.to(device) for t in instances(n, d, dtype))
-        secs, diffs, speedup, base, base_diff = {}, {}, {}, {}, {}
+        t = frac * capacity(x, v)
+        secs, diffs, speedup, base, base_diff, boxp, boxp_diff = ({} for _ in range(7))
         for p, name in NAMES.items():
-            prob, delta = solve_all(x, v, frac, p)  # warm-up at full size; kept for checks
-            other = solve_sorted(x, v, frac, p)
-            # median of the rounds, crosslip and the baseline alternating; each result is
+            delta = solve_all(x, v, t, p)  # warm-up at full size; kept for checks
+            other = solve_sorted(x, v, t, p)
+            sorted_own = solve_boxproblem(x, v, t, p)
+            # median of the rounds, crosslip and the baselines alternating; each result is
             # dropped at once (keeping them would grow the heap and time page faults)
-            ours, theirs = [], []
+            ours, theirs, own = [], [], []
             for _ in range(rounds):
-                ours.append(timed(partial(solve_all, x, v, frac, p), device)[1])
-                theirs.append(timed(partial(solve_sorted, x, v, frac, p), device)[1])
+                ours.append(timed(partial(solve_all, x, v, t, p), device)[1])
+                theirs.append(timed(partial(solve_sorted, x, v, t, p), device)[1])
+                own.append(timed(partial(solve_boxproblem, x, v, t, p), device)[1])
             secs[name], base[name] = statistics.median(ours), statistics.median(theirs)
+            boxp[name] = statistics.median(own)
             a = torch.linalg.vector_norm(delta.double(), ord=p, dim=1)
-            b = torch.linalg.vector_norm(other.double(), ord=p, dim=1)
-            base_diff[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
-            c = -(frac * prob.capacity)[:n_ref].cpu()
+            for z, out_diff in ((other, base_diff), (sorted_own, boxp_diff)):
+                b = torch.linalg.vector_norm(z.double(), ord=p, dim=1)
+                out_diff[name] = float(((a - b).abs() / b.clamp_min(1e-30)).max())
+            c = -t[:n_ref].cpu()
             xr, vr = x[:n_ref].cpu(), v[:n_ref].cpu()
             ref, rsecs = timed(partial(project_box_reference, xr, vr, c, p))
             speedup[name] = rsecs / n_ref * n / secs[name]
@@ -104,6 +125,8 @@ def projections(n: int, d: int, n_ref: int, rounds: int, device: torch.device) -
         out[f"sort_baseline_seconds{tag}"] = base
         out[f"projection_speedup_vs_sort_baseline{tag}"] = {k: base[k] / secs[k] for k in secs}
         out[f"sort_baseline_max_rel_diff{tag}"] = base_diff
+        out[f"sorted_solver_seconds{tag}"] = boxp
+        out[f"sorted_solver_max_rel_diff{tag}"] = boxp_diff
     return out
 
 
@@ -118,10 +141,12 @@ def report_projections(res: dict) -> None:
             base = res["sort_baseline_seconds" + tag][name]
             ratio = res["projection_speedup_vs_sort_baseline" + tag][name]
             bdiff = res["sort_baseline_max_rel_diff" + tag][name]
+            own = res["sorted_solver_seconds" + tag][name]
             print(
                 f"projection {name:>4}, 10000 x 784, {label}: {secs_p:.3f} s "
                 f"({rate:,.0f} rows/s); sort-based (FAB-style) baseline {base:.3f} s: "
-                f"x{ratio:.2f}; x{speed:.0f} vs per-row reference, max rel. diff {diff:.1e} "
+                f"x{ratio:.2f}; sorted BoxProblem {own:.3f} s: x{own / secs_p:.2f}; "
+                f"x{speed:.0f} vs per-row reference, max rel. diff {diff:.1e} "
                 f"(vs baseline {bdiff:.1e})"
             )
 

@@ -1,7 +1,9 @@
 """Box-constrained projections (Section 4) on degenerate rows: ties, zeros in v, points on
 the faces of the box, infeasible right-hand sides, single-coordinate rows, other boxes, and
-float32 against float64. Each row is checked against an LP (p = 1, inf), the per-row
-reference (every p) and the problem's own conditions (box, half-space, feasibility flag)."""
+float32 against float64. Each row is solved by the sorted solver (:class:`BoxProblem`) and
+by the single-right-hand-side one (:func:`project_box`), and checked against an LP (p = 1,
+inf), the per-row reference (every p) and the problem's own conditions (box, half-space,
+feasibility flag)."""
 
 from __future__ import annotations
 
@@ -10,32 +12,43 @@ import math
 import pytest
 import torch
 
-from crosslip.attacks import BoxProblem, project_box_reference
+from crosslip.attacks import BoxProblem, project_box, project_box_reference
 
 from .test_attacks import lp_optimum
 
 NORMS = [1.0, 2.0, math.inf]
 
 
-def check_rows(x, v, c, p, lo=0.0, hi=1.0):
-    """Solve every row and check it; returns ``(delta, scale, feasible)``."""
-    prob = BoxProblem.build(x, v, p, lo, hi)
-    delta, scale, feasible = prob.solve(-c)
-    assert not torch.isnan(delta).any() and not torch.isnan(scale).any()
+def check_solution(x, v, c, lo, hi, delta, feasible, capacity):
+    """The problem's own conditions on a solution ``delta`` (n, d) with flags ``feasible``:
+    in the box, ``v_i = 0`` never moves, the half-space where feasible, no step where
+    ``c >= 0``, and the box point with the largest decrease where infeasible."""
+    assert not torch.isnan(delta).any()
     slack = 0.0 if (lo, hi) == (0.0, 1.0) else 1e-15 * (hi - lo)  # x - (x - lo) may round
     assert torch.all(x + delta >= lo - slack) and torch.all(x + delta <= hi + slack)
     assert torch.all(delta[v == 0] == 0)  # a coordinate with v_i = 0 never moves
     inner = (v * delta).sum(1)
     tol = 1e-9 * (1 + c.abs() + (v.abs() * (hi - lo)).sum(1))
     assert torch.all(inner[feasible] <= c[feasible] + tol[feasible])
-    assert torch.all(delta[c >= 0] == 0) and torch.all(scale[c >= 0] == 0)
-    # infeasible rows: flagged, scale inf, and the box point with the largest decrease
-    assert torch.equal(feasible, -c <= prob.capacity * (1 + 1e-12))
-    assert torch.all(torch.isinf(scale[~feasible]))
-    assert torch.allclose(inner[~feasible], -prob.capacity[~feasible], rtol=1e-12, atol=0)
+    assert torch.all(delta[c >= 0] == 0)
+    assert torch.equal(feasible, -c <= capacity * (1 + 1e-12))
+    assert torch.allclose(inner[~feasible], -capacity[~feasible], rtol=1e-12, atol=0)
+
+
+def check_rows(x, v, c, p, lo=0.0, hi=1.0):
+    """Solve every row with :class:`BoxProblem` and with :func:`project_box` (no sort for
+    p = 2, inf) and check both; returns BoxProblem's ``(delta, scale, feasible)``."""
+    prob = BoxProblem.build(x, v, p, lo, hi)
+    delta, scale, feasible = prob.solve(-c)
+    assert not torch.isnan(scale).any()
+    check_solution(x, v, c, lo, hi, delta, feasible, prob.capacity)
+    assert torch.all(scale[c >= 0] == 0) and torch.all(torch.isinf(scale[~feasible]))
+    one, one_feasible = project_box(x, v, c, p, lo, hi)
+    check_solution(x, v, c, lo, hi, one, one_feasible, prob.capacity)
     ref = project_box_reference(x, v, c, p, lo, hi)
-    norms = [torch.linalg.vector_norm(z, ord=p, dim=1) for z in (delta, ref)]
+    norms = [torch.linalg.vector_norm(z, ord=p, dim=1) for z in (delta, ref, one)]
     assert torch.allclose(norms[0][feasible], norms[1][feasible], rtol=1e-9, atol=1e-12)
+    assert torch.allclose(norms[2][feasible], norms[1][feasible], rtol=1e-9, atol=1e-12)
     if lo == 0.0 and hi == 1.0 and p != 2:
         for i in range(len(x)):
             res = lp_optimum(x[i].numpy(), v[i].numpy(), float(c[i]), p)
@@ -168,3 +181,9 @@ def test_float32_rows_stay_in_the_box_and_agree_with_float64(p):
     assert torch.allclose(n32, n64, rtol=1e-4, atol=1e-6)
     decrease = -(v * d32.double()).sum(1)
     assert torch.allclose(decrease, t, rtol=1e-4, atol=1e-5)
+    one32, one_f32 = project_box(x.float(), v.float(), -t.float(), p)
+    assert one32.dtype == torch.float32 and torch.equal(one_f32, f64)
+    assert torch.all(xf + one32 >= 0) and torch.all(xf + one32 <= 1)
+    n_one = torch.linalg.vector_norm(one32.double(), ord=p, dim=1)
+    assert torch.allclose(n_one, n64, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(-(v * one32.double()).sum(1), t, rtol=1e-4, atol=1e-5)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ import pandas as pd
 import pytest
 import torch
 
+from crosslip.attacks import BoxProblem, project_box
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.checkpoints import load_model
 from crosslip.data import Dataset, load_prepared, save_prepared
@@ -117,6 +119,30 @@ def test_kernel_training_certification_and_attack_on_cuda_match_the_cpu(trained)
     assert ok.mean() > 0.9
     np.testing.assert_allclose(a_cpu["upper_bound"][ok], a_gpu["upper_bound"][ok], rtol=1e-3)
     assert (a_gpu["upper_bound"][ok] >= c_gpu["guarantee_local"][ok] * (1 - 1e-9)).all()
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
+def test_projections_on_cuda_match_the_cpu(p):
+    """Both projection solvers (sort-free and sorted) give the CPU's optimum on CUDA, in
+    float64, and stay in the box in float32."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(500, 784, generator=g, dtype=torch.float64)
+    x[torch.rand(500, 784, generator=g) < 0.2] = 0.0
+    v = torch.randn(500, 784, generator=g, dtype=torch.float64)
+    v[torch.rand(500, 784, generator=g) < 0.2] = 0.0
+    t = torch.rand(500, generator=g, dtype=torch.float64) * 1.1
+    t = t * BoxProblem.build(x, v, p).capacity
+    cpu, f_cpu = project_box(x, v, -t, p)
+    gpu, f_gpu = project_box(x.cuda(), v.cuda(), -t.cuda(), p)
+    sorted_gpu, _, _ = BoxProblem.build(x.cuda(), v.cuda(), p).solve(t.cuda())
+    assert torch.equal(f_cpu, f_gpu.cpu())
+    n_cpu = torch.linalg.vector_norm(cpu, ord=p, dim=1)
+    for z in (gpu, sorted_gpu):
+        n = torch.linalg.vector_norm(z.cpu(), ord=p, dim=1)
+        torch.testing.assert_close(n, n_cpu, rtol=1e-9, atol=1e-12)
+    g32, _ = project_box(x.float().cuda(), v.float().cuda(), -t.float().cuda(), p)
+    xg = x.float().cuda() + g32
+    assert bool((xg >= 0).all()) and bool((xg <= 1).all())
 
 
 @pytest.mark.parametrize("bench", sorted(TINY_BENCH_ARGS))

@@ -1,12 +1,16 @@
 """Adversarial samples and upper bounds (Section 4).
 
 * :mod:`.projections`: exact, batched box-constrained minimal-norm steps onto a half-space
-  for p = 1, 2, inf (Algorithm 1 and its L1/Linf counterparts), with a per-row reference.
+  for p = 1, 2, inf (Algorithm 1 and its L1/Linf counterparts), sorted once for many
+  right-hand sides per row, with a per-row reference.
+* :mod:`.single_rhs`: the same optimum for one right-hand side per row without a full sort
+  (:func:`project_box`).
 * :mod:`.upper_bounds`: the paper's search for the decision boundary, minimum over targets,
   and a refinement by re-linearization; every sample is verified.
 """
 
-from .projections import BoxProblem, project_box, project_box_reference
+from .projections import BoxProblem, project_box_reference
+from .single_rhs import project_box
 from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
 
 __all__ = [

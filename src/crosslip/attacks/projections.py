@@ -25,6 +25,12 @@ every breakpoint, and each query ``t`` is one ``searchsorted`` (O(log d)) plus a
 p = 1 sorts by ``|v|`` and searches the cumulative capacities. A row with ``t`` above its
 total capacity is infeasible: it is flagged, and gets the box point with the largest decrease.
 Everything is batched over rows, in the dtype of the inputs, on their device.
+
+:class:`BoxProblem` pays for the sort once and then answers many ``t`` per row cheaply: the
+upper-bound search (:mod:`crosslip.attacks.upper_bounds`) solves every row for a doubling
+and then a bisection of ``t``. For one ``t`` per row, :func:`project_box` skips the sort
+(:mod:`crosslip.attacks.single_rhs`: Newton's method on the decrease function for p = 2 and
+inf, a sampled bracket and a small ``topk`` for p = 1), with the same optimum.
 """
 
 from __future__ import annotations
@@ -35,6 +41,22 @@ from dataclasses import dataclass
 import torch
 
 from ..norms import check_p
+
+
+def check_box(x: torch.Tensor, lo: float, hi: float) -> None:
+    """Raise ``ValueError`` unless every entry of ``x`` lies in ``[lo, hi]``."""
+    if x.numel() == 0:
+        return
+    smallest, largest = torch.aminmax(x)
+    if not (lo <= float(smallest) and float(largest) <= hi):  # NaN fails too
+        raise ValueError(f"points must lie in the box [{lo}, {hi}]")
+
+
+def room_of(x: torch.Tensor, v: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """``room`` (n, d): ``x - lo`` where ``v > 0``, else ``hi - x``, each computed directly
+    so that ``x - room`` lands exactly on ``lo`` (lo = 0) and ``x + room`` never rounds
+    above ``hi`` (hi = 1)."""
+    return torch.where(v > 0, x - lo, hi - x)
 
 
 @dataclass
@@ -66,11 +88,8 @@ class BoxProblem:
         """Sort the breakpoints of every row (in chunks of ``chunk`` rows, so that the
         temporaries stay in cache)."""
         p = check_p(p)
-        if ((x < lo) | (x > hi)).any():
-            raise ValueError(f"points must lie in the box [{lo}, {hi}]")
-        # x - lo where v > 0, else hi - x: each computed directly, so that x - room lands
-        # exactly on lo (lo = 0) and x + room never rounds above hi (hi = 1)
-        room = torch.where(v > 0, x - lo, hi - x)
+        check_box(x, lo, hi)
+        room = room_of(x, v, lo, hi)
         keys, below, above = torch.empty_like(v), torch.empty_like(v), torch.empty_like(v)
         order = torch.empty(v.shape, dtype=torch.long, device=v.device) if p == 1 else None
         for i in range(0, v.shape[0], chunk):
@@ -153,26 +172,15 @@ def _build_breaks(v, room, p, keys, below, above) -> None:
     w = w.gather(1, idx)
     infinite = torch.isinf(b)
     contrib = (w * b).masked_fill_(infinite, 0.0)
-    incl = contrib.cumsum(1)
-    torch.sub(incl, contrib, out=below)
-    wsum = w.cumsum(1)
-    torch.sub(wsum[:, -1:] + w, wsum, out=above)
+    # exclusive and reverse cumulative sums directly, not as differences of cumulative sums:
+    # with heavy-tailed weights, total - sum_{i<k} w_i cancels to 0 (or below) for the last
+    # breakpoints, and a feasible row near its capacity got s = 0
+    below[:, 0] = 0.0
+    torch.cumsum(contrib[:, :-1], 1, out=below[:, 1:])
+    torch.cumsum(w.flip(1), 1, out=above)
+    above.copy_(above.flip(1))
     torch.addcmul(below, b, above, out=keys)
     keys.masked_fill_(infinite, torch.inf)
-
-
-def project_box(
-    x: torch.Tensor,
-    v: torch.Tensor,
-    c: torch.Tensor,
-    p: float = 2,
-    lo: float = 0.0,
-    hi: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact solution of (opt:p-box) with right-hand side ``c`` (``<v, delta> <= c``) for
-    every row: ``(delta (n, d), feasible (n,))``. ``c >= 0`` gives ``delta = 0``."""
-    delta, _, feasible = BoxProblem.build(x, v, p, lo, hi).solve(-c)
-    return delta, feasible
 
 
 def project_box_reference(
