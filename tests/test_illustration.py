@@ -20,6 +20,7 @@ from crosslip.report import (
 )
 
 from .helpers import ROOT, snakemake_cmd
+from .workflow_helpers import THREADS
 
 PNG, PDF = b"\x89PNG", b"%PDF"
 
@@ -164,7 +165,8 @@ ILLUSTRATION = {
 def test_one_config_draws_kernel_and_network_columns_on_common_correct_points(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(ILLUSTRATION))
     target = "results/figures/adversarial_samples.png"
-    cmd = snakemake_cmd(tmp_path, "--cores", "2", target, configfile=tmp_path / "config.yaml")
+    cfg = tmp_path / "config.yaml"
+    cmd = snakemake_cmd(tmp_path, "--cores", "2", target, *THREADS, configfile=cfg)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     figures = tmp_path / "results" / "figures"

@@ -17,7 +17,7 @@ from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import ROOT, dry_run_counts, snakemake_cmd
-from .workflow_helpers import TINY_RUN
+from .workflow_helpers import THREADS, TINY_RUN
 from .workflow_helpers import snakemake as snakemake_in
 
 TINY = TINY_RUN  # the shared tiny run's config (conftest ``tiny_run``)
@@ -317,7 +317,7 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
         "certify": {"n_points": 3, "kinds": ["local"]},
         "attack": {"n_points": 3, "norms": ["l2"], "refine_steps": 1},
     }
-    proc = snakemake(tmp_path, "--cores", "2", config=cfg)
+    proc = snakemake(tmp_path, "--cores", "2", *THREADS, config=cfg)  # 2 jobs at once
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert prepared.read_bytes() == before  # the prepared archive was used as it is
     df = pd.read_parquet(tmp_path / "results" / "instances")
