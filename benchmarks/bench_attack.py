@@ -1,7 +1,7 @@
 """Attack benchmark (issue 4): exact box-constrained projections and upper bounds.
 
 1. Projections: 10,000 x 784 rows for p = 1, 2, inf, one right-hand side per row
-   (``project_box``: no full sort for p = 2 and inf; the median of ``--rounds`` runs, as
+   (``project_box``: no full sort of the rows; the median of ``--rounds`` runs, as
    this shared 2-core machine is noisy), in float32 (as AutoAttack's FAB projections run)
    and float64; rows/s; a sort-based baseline in the style of FAB's projections
    (``sort_baseline.py``) and crosslip's sorted solver (``BoxProblem``: build + one solve,

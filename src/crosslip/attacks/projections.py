@@ -52,11 +52,10 @@ def check_box(x: torch.Tensor, lo: float, hi: float) -> None:
         raise ValueError(f"points must lie in the box [{lo}, {hi}]")
 
 
-def room_of(x: torch.Tensor, v: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """``room`` (n, d): ``x - lo`` where ``v > 0``, else ``hi - x``, each computed directly
-    so that ``x - room`` lands exactly on ``lo`` (lo = 0) and ``x + room`` never rounds
-    above ``hi`` (hi = 1)."""
-    return torch.where(v > 0, x - lo, hi - x)
+def feasible_rows(t: torch.Tensor, capacity: torch.Tensor) -> torch.Tensor:
+    """Rows (n,) whose decrease ``t`` the box allows: ``t <= capacity``, up to a relative
+    1e-12 for the rounding of the capacity's sum (both solvers use this rule)."""
+    return t <= capacity * (1 + 1e-12)
 
 
 @dataclass
@@ -89,7 +88,9 @@ class BoxProblem:
         temporaries stay in cache)."""
         p = check_p(p)
         check_box(x, lo, hi)
-        room = room_of(x, v, lo, hi)
+        # x - lo where v > 0, else hi - x: each computed directly, so that x - room lands
+        # exactly on lo (lo = 0) and x + room never rounds above hi (hi = 1)
+        room = torch.where(v > 0, x - lo, hi - x)
         keys, below, above = torch.empty_like(v), torch.empty_like(v), torch.empty_like(v)
         order = torch.empty(v.shape, dtype=torch.long, device=v.device) if p == 1 else None
         for i in range(0, v.shape[0], chunk):
@@ -119,7 +120,7 @@ class BoxProblem:
         d = keys.shape[1]
         big = torch.finfo(keys.dtype).max
         k = torch.searchsorted(keys, t[:, None]).squeeze(1)  # first break reaching t
-        feasible = t <= pick(self.capacity) * (1 + 1e-12)
+        feasible = feasible_rows(t, pick(self.capacity))
         done = t <= 0
         kc = k.clamp(max=d - 1)[:, None]
         room, v = pick(self.room), pick(self.v)

@@ -47,7 +47,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..norms import check_p
-from .projections import BoxProblem, check_box
+from .projections import BoxProblem, check_box, feasible_rows
 
 MAX_NEWTON_STEPS = 40
 COMPACT_BELOW = 0.5  # shrink the working set once fewer than this share of rows still move
@@ -120,7 +120,7 @@ def _newton(
     n = A.shape[0]
     big = torch.finfo(A.dtype).max
     sums = A.sum(2)  # (n, 2): sum w, capacity
-    feasible = t <= sums[:, 1] * (1 + 1e-12)
+    feasible = feasible_rows(t, sums[:, 1])
     # phi(s) <= s sum w: t / sum w is below s*. Rows with t <= 0 start (and stay) at 0,
     # infeasible rows at big (everything saturated: slope 0); neither moves
     cur = torch.where(t > 0, (t / sums[:, 0]).clamp_(max=big), 0.0)
@@ -167,7 +167,7 @@ def _knapsack(
     cap = torch.mul(v, e_lo, out=A[:, 0])
     torch.maximum(cap, torch.mul(v, e_hi), out=cap)  # |v| room
     A[:, 1].fill_(1.0)
-    feasible = t <= cap.sum(1) * (1 + 1e-12)
+    feasible = feasible_rows(t, cap.sum(1))
     live = (t > 0) & feasible
     absv = torch.abs(v)
     tau = torch.full((n,), torch.inf, dtype=dt, device=dev)  # t <= 0: nothing moves
@@ -204,10 +204,10 @@ def _threshold(absv: torch.Tensor, A: torch.Tensor, t: torch.Tensor) -> torch.Te
 
     Without a full sort: a strided sample of every row, sorted, estimates where ``tau``
     lies; exact ``G`` at sample values around the estimate brackets it,
-    ``lo <= tau < hi``; brackets holding more than ``TOPK_CANDIDATES`` values are split once
-    more at evenly spaced values; a ``topk`` of the few ``|v_i|`` left in the bracket, by
-    decreasing ``|v|`` with cumulative capacities from ``G(hi)``, finds ``tau`` exactly (the
-    first reaching ``t``; the last candidate if rounding falls short).
+    ``lo <= tau < hi``; brackets holding more than ``TOPK_CANDIDATES`` values are split at
+    evenly spaced values (up to ``SPLIT_ROUNDS`` times); a ``topk`` of the ``|v_i|`` left in
+    the bracket, by decreasing ``|v|`` with cumulative capacities from ``G(hi)``, finds
+    ``tau`` exactly (the first reaching ``t``; the last candidate if rounding falls short).
     """
     m, d = absv.shape
     dt, dev = absv.dtype, absv.device
@@ -282,7 +282,7 @@ def _at_pivots(absv: torch.Tensor, A: torch.Tensor, pivots: torch.Tensor) -> tor
     mask = torch.empty(min(m, PIVOT_CHUNK), pivots.shape[1], d, dtype=A.dtype, device=A.device)
     for i in range(0, m, PIVOT_CHUNK):
         sl = slice(i, i + PIVOT_CHUNK)
-        mk = mask[: len(absv[sl])]
+        mk = mask[: min(PIVOT_CHUNK, m - i)]
         torch.ge(absv[sl, None, :], pivots[sl, :, None], out=mk)
         torch.bmm(A[sl], mk.transpose(1, 2), out=out[sl])
     return out
