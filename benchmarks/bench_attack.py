@@ -1,4 +1,4 @@
-"""Attack benchmark (issue 4): exact box-constrained projections and upper bounds.
+"""Attack benchmark: exact box-constrained projections and upper bounds.
 
 1. Projections: 10,000 x 784 rows for p = 1, 2, inf, one right-hand side per row
    (``project_box``: no full sort of the rows; the median of ``--rounds`` runs, as

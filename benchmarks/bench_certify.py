@@ -1,4 +1,4 @@
-"""Certification benchmark (issue 3): full MNIST, a trained 784-1024-10 softplus network.
+"""Certification benchmark: full MNIST, a trained 784-1024-10 softplus network.
 
 1. L2 guarantees of Theorem 2.1 + Proposition 2.3 for all 10,000 test points, R searched to
    a relative precision of 1e-3: wall time and points per second.

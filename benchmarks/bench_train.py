@@ -1,4 +1,4 @@
-"""Training benchmark (issue 5): the cost of one SGD step per regularizer, side by side.
+"""Training benchmark: the cost of one SGD step per regularizer, side by side.
 
 784-1024-10 softplus network, float32, batches of real MNIST digits (mnist5k): one step
 (forward, loss, backward, update) for plain SGD, weight decay, dropout and Cross-Lipschitz in
@@ -42,7 +42,7 @@ from crosslip.device import add_device_argument, describe_machine, resolve_devic
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
 from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
-from crosslip.train import TrainConfig, objective_terms
+from crosslip.train import GradientDescent, TrainConfig, objective_terms
 
 H, K = 1024, 10
 LAM = 1e-3
@@ -113,7 +113,7 @@ def step_seconds(
         keep = (0.5, 0.9) if kind == "dropout" else (1.0, 1.0)
         net = SoftplusNet(x.shape[1], K, H, keep_hidden=keep[0], keep_input=keep[1])
         net = net.to(dev).train()
-        runs[kind] = (net, torch.optim.SGD(net.parameters(), lr=0.01), _objective(kind))
+        runs[kind] = (net, GradientDescent(net.parameters(), lr=0.01), _objective(kind))
     mats = [
         (torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)) for m, k, n in GEMM_SHAPES
     ]
@@ -125,7 +125,7 @@ def step_seconds(
                 synchronize(dev)
                 t0 = time.perf_counter()
                 loss = objective(net, x, y)
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad()
                 loss.backward()
                 opt.step()
                 synchronize(dev)

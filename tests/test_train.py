@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
 
+import crosslip.train
 from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
-from crosslip.train import TrainConfig, adversarial_batch, lr_decay_updates, train
+from crosslip.train import (
+    GradientDescent,
+    TrainConfig,
+    adversarial_batch,
+    lr_decay_updates,
+    train,
+)
 
 
 @pytest.fixture(scope="module")
@@ -142,26 +151,80 @@ def test_authors_initialisation_and_no_biases():
     assert default.U.std().item() / net.U.std().item() > 15
 
 
-def test_learning_rate_decays_at_fractions_of_the_updates():
+def test_learning_rate_decays_at_fractions_of_the_updates(monkeypatch):
     assert lr_decay_updates([0.72, 0.88], 1000) == {720, 880}
     ds = load_dataset("mnist5k")
     cfg = TrainConfig(
         lr=0.3, epochs=2, hidden=16, batch_size=1000, lr_decay=0.1, lr_decay_at=[0.5, 0.75]
     )
     seen = []
-    real_step = torch.optim.SGD.step
+    real_step = GradientDescent.step
 
-    def spy(self, *args, **kwargs):
-        seen.append(self.param_groups[0]["lr"])
-        return real_step(self, *args, **kwargs)
+    def spy(self):
+        seen.append(self.lr)
+        return real_step(self)
 
-    torch.optim.SGD.step = spy
-    try:
-        train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
-    finally:
-        torch.optim.SGD.step = real_step
+    monkeypatch.setattr(GradientDescent, "step", spy)
+    train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
     # 4,000 points in batches of 1,000: 8 updates; decay after updates 4 and 6
     assert seen == pytest.approx([0.3] * 4 + [0.03] * 2 + [0.003] * 2)
+
+
+class TorchSGD:
+    """torch.optim.SGD behind GradientDescent's interface (the learning rate as ``lr``)."""
+
+    def __init__(self, params, lr):
+        self.opt = torch.optim.SGD(params, lr=lr)
+
+    lr = property(
+        lambda self: self.opt.param_groups[0]["lr"],
+        lambda self, v: self.opt.param_groups[0].__setitem__("lr", v),
+    )
+
+    def zero_grad(self):
+        self.opt.zero_grad(set_to_none=True)
+
+    def step(self):
+        self.opt.step()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"regularizer": "cross_lipschitz", "lam": 1e-3, "lr_decay_at": [0.5, 0.75]},
+        {"regularizer": "dropout", "keep_hidden": 0.5, "bias": True},
+        {"arch": "resnet", "resnet_blocks": 1, "regularizer": "weight_decay", "lam": 1e-3},
+    ],
+    ids=["cl-decay", "dropout-bias", "resnet"],
+)
+def test_gradient_descent_equals_torch_sgd_bit_for_bit(mnist5k, monkeypatch, changes):
+    """The whole training with GradientDescent gives exactly the model that torch.optim.SGD
+    gives (every parameter, bit for bit), learning-rate decay included."""
+    cfg = TrainConfig(epochs=2, hidden=16, batch_size=100, lr=0.2, seed=1, **changes)
+    x, y = mnist5k.x_train[:400], mnist5k.y_train[:400]
+    shape = (28, 28, 1)
+    if cfg.arch == "resnet":
+        x, shape = x.reshape(-1, 28, 28)[:, ::2, ::2].reshape(len(x), -1).copy(), (14, 14, 1)
+    ours = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
+    monkeypatch.setattr(crosslip.train, "GradientDescent", TorchSGD)
+    theirs = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+
+
+def test_training_does_not_import_torch_dynamo():
+    """Training stays clear of torch._dynamo (torch.optim imports it: about 1.1 s of every
+    training job's start-up); checked in a fresh interpreter."""
+    code = (
+        "import sys, numpy as np\n"
+        "from crosslip.train import TrainConfig, train\n"
+        "x = np.random.default_rng(0).random((64, 4), dtype=np.float32)\n"
+        "y = (x[:, 0] > 0.5).astype(np.int64)\n"
+        "train(TrainConfig(epochs=1, hidden=4), x, y, x, y, 2)\n"
+        "assert 'torch._dynamo' not in sys.modules, 'training imported torch._dynamo'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
 
 
 def test_augment_setting_trains_on_crops_and_tests_on_center_crops():
