@@ -91,30 +91,40 @@ def sample_set(x, r, count, p, box, gen):
     return y.clamp(0, 1) if box else y
 
 
-def ascend(net, x, pred, r, p, box, j, steps=60, restarts=3, seed=0):
-    """Projected gradient ascent of ``||grad f_c - grad f_j||_q`` over the set; the best value
-    per point, shape (n,)."""
+def ascend(net, x, pred, radii, p, box, steps=60, restarts=3, seed=0):
+    """Projected gradient ascent of ``||grad f_c - grad f_j||_q`` over the set ``B_p(x, R)``
+    (in the box if ``box``), for every radius R of ``radii`` and every class j at once (one
+    batch row per (R, point, j); each row takes the same steps as if alone); the best value
+    per row, shape (len(radii), n, K)."""
     q = DUAL[p]
+    n, d = x.shape
+    k = net.W.shape[0]
+    shape = (len(radii), n, k)
+    xs = x[None, :, None, :].expand(*shape, d).reshape(-1, d)
+    cs = pred[None, :, None].expand(shape).reshape(-1)
+    js = torch.arange(k)[None, None, :].expand(shape).reshape(-1)
+    rs = torch.tensor(radii, dtype=x.dtype)[:, None, None].expand(shape).reshape(-1)
+    rows = torch.arange(len(xs))
     gen = torch.Generator().manual_seed(seed)
-    best = torch.zeros(len(x), dtype=torch.float64)
+    best = torch.zeros(len(xs), dtype=torch.float64)
     for _ in range(restarts):
         delta = project(
-            torch.randn(x.shape, generator=gen, dtype=x.dtype) * r[:, None], x, r, p, box
+            torch.randn(xs.shape, generator=gen, dtype=x.dtype) * rs[:, None], xs, rs, p, box
         )
         for _ in range(steps):
             delta.requires_grad_(True)
-            g = class_gradients(net, x + delta)
-            obj = torch.linalg.vector_norm(g[torch.arange(len(x)), pred] - g[:, j], ord=q, dim=-1)
+            g = class_gradients(net, xs + delta)
+            obj = torch.linalg.vector_norm(g[rows, cs] - g[rows, js], ord=q, dim=-1)
             (step,) = torch.autograd.grad(obj.sum(), delta)
             with torch.no_grad():
                 if math.isinf(p):
                     step = step.sign()
                 else:
                     step = step / step.norm(dim=1, keepdim=True).clamp_min(1e-300)
-                delta = project(delta + 0.2 * r[:, None] * step, x, r, p, box)
+                delta = project(delta + 0.2 * rs[:, None] * step, xs, rs, p, box)
         with torch.no_grad():
-            best = torch.maximum(best, grad_diff(net, x + delta, pred, q)[:, j])
-    return best
+            best = torch.maximum(best, grad_diff(net, xs + delta, cs, q)[rows, js])
+    return best.reshape(shape)
 
 
 def bounds_for(net, x, pred, p, box, scale=1.0):
@@ -135,20 +145,17 @@ def worst_ratio(net, x, pred, p, box, scale=1.0, seed=0, ascent=True):
     """Largest ``actual / bound`` over sampled and ascended points, radii and bounds."""
     gen = torch.Generator().manual_seed(seed)
     idx = torch.arange(len(x))
-    k = net.W.shape[0]
+    n, d = x.shape
+    positive = [radius for radius in RADII if radius > 0]
+    ascended = ascend(net, x, pred, positive, p, box, seed=seed) if ascent else None
     worst = 0.0
     for radius in RADII:
-        r = torch.full((len(x),), radius, dtype=torch.float64)
-        ys = sample_set(x, r, 90, p, box, gen)
-        actual = torch.stack(
-            [
-                grad_diff(net, ys[i], pred[i].repeat(ys.shape[1]), DUAL[p]).max(0).values
-                for i in range(len(x))
-            ]
-        )
-        if ascent and radius > 0:
-            asc = torch.stack([ascend(net, x, pred, r, p, box, j, seed=seed) for j in range(k)], 1)
-            actual = torch.maximum(actual, asc)
+        r = torch.full((n,), radius, dtype=torch.float64)
+        ys = sample_set(x, r, 90, p, box, gen)  # (n, 90, d)
+        diffs = grad_diff(net, ys.reshape(-1, d), pred.repeat_interleave(ys.shape[1]), DUAL[p])
+        actual = diffs.reshape(n, ys.shape[1], -1).max(1).values
+        if ascended is not None and radius > 0:
+            actual = torch.maximum(actual, ascended[positive.index(radius)])
         for _, fn in bounds_for(net, x, pred, p, box, scale):
             lip = fn(idx, r)
             other = torch.ones_like(lip, dtype=torch.bool)
