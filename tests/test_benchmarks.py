@@ -1,17 +1,20 @@
 """The benchmarks still run and print what they promise, on the CPU (tiny sizes; the speed
 itself is measured by running the benchmark, never asserted here): the machine and the
 device named on the first line and in the JSON line that ends the output; every benchmark
-takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA)."""
+takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA). The whole runs
+are ``slow`` (the full tier: docs/testing.md); the ``--device`` checks are quick."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import runpy
-import subprocess
 import sys
 
 import pytest
+import torch
 
 from .helpers import ROOT, TINY_BENCH_ARGS
 
@@ -19,14 +22,22 @@ BENCHES = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
 
 def run_bench(name: str, *args: str) -> list[str]:
-    """The benchmark's output lines (it must succeed)."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout.splitlines()
+    """The benchmark's output lines: the script runs as ``__main__`` in this process (it must
+    succeed), which saves a Python and torch start-up per benchmark. What a benchmark may
+    change in the process (torch's thread count, the global random state, sys.path) is
+    restored afterwards."""
+    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+    argv, path = sys.argv, list(sys.path)
+    out = io.StringIO()
+    sys.argv = [name, *args]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(ROOT / "benchmarks" / name), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+    return out.getvalue().splitlines()
 
 
 def test_there_are_benchmarks():
@@ -48,6 +59,7 @@ def test_every_benchmark_takes_a_device(name, monkeypatch, capsys):
     assert "'auto', 'cpu', 'cuda'" in err, err
 
 
+@pytest.mark.slow  # a whole benchmark run: the full tier
 def test_bench_train_runs_and_ends_with_one_json_line():
     args = [*TINY_BENCH_ARGS["bench_train.py"], "--device", "cpu"]
     out = run_bench("bench_train.py", *args)
@@ -77,6 +89,7 @@ def test_bench_train_runs_and_ends_with_one_json_line():
     assert any(line.startswith("kernel (50 centres") for line in out)
 
 
+@pytest.mark.slow  # a whole benchmark run: the full tier
 def test_bench_pipeline_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_pipeline.py",
@@ -98,6 +111,7 @@ def test_bench_pipeline_runs_on_the_cpu_and_ends_with_one_json_line():
     assert math.isclose(res["speedup_certify_vs_per_point"], speedup)
 
 
+@pytest.mark.slow  # a whole benchmark run: the full tier
 def test_bench_kernel_bound_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_kernel_bound.py",
