@@ -123,3 +123,21 @@ def test_bench_kernel_bound_runs_on_the_cpu_and_ends_with_one_json_line():
     assert res["device"] == "cpu" and res["kernel_centers"] == 60
     assert res["kernel_points"] == 8 and res["kernel_reference_points"] == 2
     assert res["kernel_agree"] is True and res["kernel_seconds"] > 0
+
+
+@pytest.mark.slow  # two pytest runs
+def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line():
+    """The test-suite benchmark on one small test file, against the committed HEAD's copy of
+    it: both runs pass and are timed, and the JSON line carries the ratios."""
+    out = run_bench(
+        "suite_times.py",
+        *("--tiers", "fast", "--baseline", "HEAD", "--select", "tests/test_rounding.py"),
+    )
+    assert out[0].startswith("machine: ")
+    res = json.loads(out[-1])
+    fast = res["tiers"]["fast"]
+    assert res["baseline"] == "HEAD" and fast["passed"] > 10
+    assert fast["baseline_passed"] == fast["passed"]
+    assert math.isclose(fast["ratio_to_baseline"], fast["seconds"] / fast["baseline_seconds"])
+    assert math.isclose(fast["ratio_to_target"], fast["seconds"] / 90.0)
+    assert all(s["test"].startswith("tests/test_rounding.py::") for s in fast["slowest"])

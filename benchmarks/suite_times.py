@@ -1,0 +1,129 @@
+"""Test-suite times: the tiers of ``make test-fast`` and ``make test``, side by side with a
+baseline commit.
+
+Each tier is one pytest run of this checkout (fast: ``-m "not slow"``; full: every test, as
+``.ci/run`` runs it). With ``--baseline REF`` the same tiers run on REF's files as well
+(``git archive`` into a temporary folder that has ``shared/`` beside it, REF's ``src`` first
+on ``PYTHONPATH``, so one environment runs both), alternating candidate and baseline for
+``--rounds`` rounds. Prints per tier the median wall time, the tests passed and skipped, the
+ratio to the baseline and to the target of the architecture issue (``make test`` at most
+6 min, ``make test-fast`` at most 90 s on the project's 2-core machine), and the slowest tests
+of the candidate's last run; the last line is one JSON object. A tier that fails stops the
+benchmark: the time of a failing suite means nothing.
+Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baseline REF]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from crosslip.device import describe_machine
+
+ROOT = Path(__file__).resolve().parents[1]
+TIERS = {"fast": ["-m", "not slow"], "full": []}
+TARGET_SECONDS = {"fast": 90.0, "full": 360.0}
+SUMMARY = re.compile(r"(\d+ (?:passed|skipped|deselected|warnings?)\b.*) in ([\d.]+)s")
+DURATION = re.compile(r"^([\d.]+)s (call|setup|teardown) +(\S+)$")
+
+
+def run_tier(checkout: Path, tier: str, select: list[str], env: dict[str, str]) -> dict:
+    """One pytest run of ``tier`` in ``checkout``: wall seconds, counts, slowest tests."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [*cmd, *TIERS[tier], *select], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stdout.write(proc.stdout[-5000:] + proc.stderr[-2000:])
+        raise SystemExit(f"the {tier} tier failed in {checkout} (pytest exit {proc.returncode})")
+    lines = proc.stdout.splitlines()
+    found = [m for m in map(SUMMARY.search, lines) if m]
+    if not found:
+        raise SystemExit(f"no pytest summary line in the {tier} tier's output")
+    counts = {
+        word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|deselected)", found[-1][1])
+    }
+    slowest = [
+        {"seconds": float(m[1]), "when": m[2], "test": m[3]}
+        for m in map(DURATION.match, lines)
+        if m
+    ]
+    return {"seconds": seconds, "pytest_seconds": float(found[-1][2]), **counts, "slowest": slowest}
+
+
+def baseline_checkout(ref: str, into: Path) -> Path:
+    """REF's tracked files in ``into/checkout``, with ``into/shared`` pointing to the shared
+    folder beside this checkout (the offline MNIST mirror the tests read)."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", ref], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    checkout = into / "checkout"
+    checkout.mkdir()
+    archive_path = into / "ref.tar"
+    archive_path.write_bytes(archive)
+    with tarfile.open(archive_path) as tar:
+        tar.extractall(checkout, filter="data")
+    (into / "shared").symlink_to(ROOT.parent / "shared")
+    return checkout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiers", nargs="+", choices=sorted(TIERS), default=["fast", "full"])
+    ap.add_argument("--baseline", metavar="REF", help="git commit or branch to time as well")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each tier and checkout")
+    ap.add_argument(
+        "--select", nargs="*", default=[], help="pytest arguments that pick tests (smoke runs)"
+    )
+    args = ap.parse_args()
+    print(f"machine: {describe_machine('cpu')}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result: dict = {"machine": describe_machine("cpu"), "baseline": args.baseline, "tiers": {}}
+    with tempfile.TemporaryDirectory(prefix="suite-baseline-") as tmp:
+        base = baseline_checkout(args.baseline, Path(tmp)) if args.baseline else None
+        base_env = {**env, "PYTHONPATH": str(base / "src")} if base else None
+        for tier in args.tiers:
+            ours, theirs = [], []
+            for _ in range(args.rounds):
+                ours.append(run_tier(ROOT, tier, args.select, env))
+                if base is not None:
+                    theirs.append(run_tier(base, tier, args.select, base_env))
+            secs = statistics.median(r["seconds"] for r in ours)
+            entry = {
+                "seconds": secs,
+                "passed": ours[-1].get("passed", 0),
+                "skipped": ours[-1].get("skipped", 0),
+                "target_seconds": TARGET_SECONDS[tier],
+                "ratio_to_target": secs / TARGET_SECONDS[tier],
+                "slowest": ours[-1]["slowest"][:10],
+            }
+            line = f"{tier}: {secs:.1f} s, {entry['passed']} passed, {entry['skipped']} skipped"
+            line += f"; x{entry['ratio_to_target']:.2f} the target {TARGET_SECONDS[tier]:.0f} s"
+            if theirs:
+                base_secs = statistics.median(r["seconds"] for r in theirs)
+                entry |= {
+                    "baseline_seconds": base_secs,
+                    "baseline_passed": theirs[-1].get("passed", 0),
+                    "ratio_to_baseline": secs / base_secs,
+                }
+                line += f"; baseline {base_secs:.1f} s (x{secs / base_secs:.2f})"
+            print(line)
+            for slow in entry["slowest"]:
+                print(f"  {slow['seconds']:7.2f} s  {slow['when']:8s} {slow['test']}")
+            result["tiers"][tier] = entry
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
