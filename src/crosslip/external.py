@@ -38,6 +38,7 @@ from torch import nn
 from .checkpoints import load_error_reason
 from .config import MODEL_SUFFIX_FORMATS
 from .errors import ModelFileError
+from .io import read_npz_array
 from .kernels import GaussianKernelModel
 from .torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet, from_state_dict
 
@@ -139,17 +140,13 @@ def load_kernel_npz(path: Path | str) -> GaussianKernelModel:
                     f"{path}: missing arrays {missing} (has {sorted(z.files)}); a kernel model "
                     "holds centers (n, d), coef (K, n) and gamma (a scalar)"
                 )
-            arrays = {k: z[k] for k in ("centers", "coef", "gamma")}
+            arrays = {
+                k: read_npz_array(z, k, path, ModelFileError, "Save numeric arrays only")
+                for k in ("centers", "coef", "gamma")
+            }
     except ModelFileError:
         raise
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise ModelFileError(
-                f"{path}: holds Python objects (a pickle); refused: unpickling can run code. "
-                "Save numeric arrays only"
-            ) from exc
-        raise ModelFileError(f"{path}: not a readable .npz ({exc})") from exc
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise ModelFileError(f"{path}: not a readable .npz ({exc})") from exc
     centers, coef, gamma = arrays["centers"], arrays["coef"], arrays["gamma"]
     for name, a in arrays.items():

@@ -1,4 +1,5 @@
-"""File helpers: atomic writes, JSON, logging for workflow scripts."""
+"""File helpers: atomic writes, JSON, arrays of .npz files read without unpickling, logging
+for workflow scripts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import re
 import sys
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -198,3 +201,24 @@ def recent_failed_logs(folder: str | Path, since: float) -> list[tuple[str, str,
             rule, _, rest = rel.partition("/")
             found.append((rule, rest, [str(log)]))
     return found
+
+
+def read_npz_array(npz: Any, key: str, path: Path | str, error: type[CrosslipError], advice: str):
+    """``npz[key]`` of a file opened with ``np.load(path, allow_pickle=False)``, as a numpy
+    array. An array of Python objects (a pickle: unpickling can run code) or a damaged member
+    raises ``error`` naming the file and the array; ``advice`` says what to save instead.
+    The one rule for datasets (``crosslip.data.custom``) and models (``crosslip.external``)
+    of one's own."""
+    try:
+        return npz[key]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise error(
+                f"{path}: array {key} holds Python objects (a pickle); refused: unpickling can "
+                f"run code. {advice}"
+            ) from exc
+        raise error(f"{path}: array {key} cannot be read ({exc})") from exc
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise error(
+            f"{path}: array {key} cannot be read ({exc}); the file is damaged or truncated"
+        ) from exc

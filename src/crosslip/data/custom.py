@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from ..io import read_npz_array
 from .dataset import Dataset, to_unit_float
 from .fetch import ChecksumError, DataFormatError, content_digest
 from .idx import IdxFormatError, read_idx
@@ -66,6 +67,8 @@ SPLITS = ("train", "test")
 #: The file name prefix of each split in MNIST's naming.
 IDX_PREFIX = {"train": "train", "test": "t10k"}
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+#: What to save instead of an array of Python objects.
+NPZ_ADVICE = "Save numeric arrays (uint8 or float images, integer labels)"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
@@ -294,7 +297,9 @@ def read_npz(path: Path) -> tuple[Split, Split, tuple[str, ...] | None]:
                 f"split); a .npz dataset holds {', '.join(NPZ_ARRAYS)}"
             )
         arrays = {
-            k: _npz_array(npz, k, path) for k in (*NPZ_ARRAYS, "class_names") if k in npz.files
+            k: read_npz_array(npz, k, path, CustomDataError, NPZ_ADVICE)
+            for k in (*NPZ_ARRAYS, "class_names")
+            if k in npz.files
         }
     names = None
     if "class_names" in arrays:
@@ -309,22 +314,6 @@ def read_npz(path: Path) -> tuple[Split, Split, tuple[str, ...] | None]:
         for s in SPLITS
     )
     return train, test, names
-
-
-def _npz_array(npz: Any, key: str, path: Path) -> np.ndarray:
-    try:
-        return npz[key]
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise CustomDataError(
-                f"{path}: array {key} holds Python objects (a pickle); refused: unpickling can "
-                "run code. Save numeric arrays (uint8 or float images, integer labels)"
-            ) from exc
-        raise CustomDataError(f"{path}: array {key} cannot be read ({exc})") from exc
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise CustomDataError(
-            f"{path}: array {key} cannot be read ({exc}); the file is damaged or truncated"
-        ) from exc
 
 
 # --------------------------------------------------------------------------------------
