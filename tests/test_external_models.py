@@ -251,6 +251,23 @@ def test_duplicate_names_and_unknown_endings_are_refused(tmp_path):
     validate(config(tmp_path, [entry(odd, "x", format="state_dict")]))
 
 
+def test_softplus_settings_on_a_kernel_or_torchscript_model_are_refused(tmp_path):
+    """beta and threshold configure a state dict's nn.Softplus; stated on a model without
+    one they would silently do nothing."""
+    paths = write_models(tmp_path)
+    for path, fmt, given in (
+        (paths["kernel"], {}, {"beta": 10.0}),
+        (paths["script"], {"format": "torchscript"}, {"threshold": 30.0}),
+        (paths["script"], {"format": "torchscript"}, {"beta": 2.0, "threshold": 30.0}),
+    ):
+        models = [entry(paths["state"], "ok", beta=10.0), entry(path, "other", **fmt, **given)]
+        first = sorted(given)[0]
+        with pytest.raises(ConfigError, match=rf"external_models\[1\]\.{first}: .* has none to"):
+            validate(config(tmp_path, models))
+    cfg = validate(config(tmp_path, [entry(paths["kernel"], "k"), entry(paths["state"], "n")]))
+    assert [m.get("beta") for m in cfg["external_models"]] == [1.0, 1.0]  # defaults: no error
+
+
 # --------------------------------------------------------------------------------------
 # the stages
 # --------------------------------------------------------------------------------------

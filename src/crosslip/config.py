@@ -244,6 +244,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     followed by the consistency checks that a schema cannot express (:func:`training_grid`).
     """
     schema = load_schema()
+    # the keys each external model states itself, before the schema's defaults fill them in
+    given = [set(e) if isinstance(e, dict) else set() for e in config.get("external_models") or []]
     base = Draft202012Validator
     set_properties = base.VALIDATORS["properties"]
 
@@ -264,7 +266,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         )
     dataset_names(config)  # the checks beyond the schema
     training_grid(config)
-    external_models(config)
+    softplus_keys_of_state_dicts_only(external_models(config), given)
     from .kernel_memory import config_problems  # torch-free; imports nothing from here
 
     memory = config_problems(config)
@@ -374,6 +376,24 @@ def external_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
             )
         out[name] = {**copy.deepcopy(entry), "format": fmt}
     return out
+
+
+def softplus_keys_of_state_dicts_only(
+    entries: dict[str, dict[str, Any]], given: list[set[str]]
+) -> None:
+    """``beta`` and ``threshold`` describe a state dict's ``nn.Softplus``; on a kernel or
+    TorchScript model they would configure nothing, so stating them there is an error (the
+    schema fills in their defaults for every entry: ``given`` holds the keys each entry of
+    ``external_models`` stated itself, in order)."""
+    for i, (entry, keys) in enumerate(zip(entries.values(), given, strict=True)):
+        stated = sorted(keys & {"beta", "threshold"})
+        if stated and entry["format"] != "state_dict":
+            raise ConfigError(
+                f"config key external_models[{i}].{stated[0]}: {' and '.join(stated)} "
+                f"describe a state dict's nn.Softplus; the {entry['format']} model "
+                f"{entry['name']!r} has none to configure. Remove {' and '.join(stated)} "
+                "from this entry"
+            )
 
 
 def _trains(config: dict[str, Any]) -> bool:
