@@ -73,6 +73,8 @@ TORCH_FREE = [
     "crosslip.tracking",
     "crosslip.kernel_memory",
     "crosslip.job_resources",
+    "crosslip.stages.parquet",
+    "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from .stages.attack import attack_stage
 from .stages.certification import certify_stage
-from .stages.common import empty_frame, eval_indices, eval_points, write_parquet
+from .stages.common import eval_indices, eval_points
 from .stages.data import prepare_data
 from .stages.external import import_model_stage
 from .stages.instances import instances_stage
+from .stages.parquet import empty_frame, write_parquet
 from .stages.training import train_stage
 
 __all__ = [

@@ -8,7 +8,8 @@ only the code it runs (and :mod:`crosslip.tracking` reruns it only when that cod
 * :mod:`.certification`: ``certify_stage`` (Theorem 2.1, per model kind);
 * :mod:`.attack`: ``attack_stage`` (Section 4's upper bounds and the refinement);
 * :mod:`.instances`: ``instances_stage`` (the per-instance results);
-* :mod:`.common`: the evaluation points and atomic Parquet files they share.
+* :mod:`.common`: the evaluation points that certification and attack share;
+* :mod:`.parquet`: atomic Parquet files, without torch (the instances job imports only it).
 
 This package's ``__init__`` imports none of them; :mod:`crosslip.pipeline` gathers them all.
 """

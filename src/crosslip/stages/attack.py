@@ -15,7 +15,8 @@ from ..device import resolve_device
 from ..io import atomic_path, read_json
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, upper_bound_column
-from .common import empty_frame, eval_points, write_parquet
+from .common import eval_points
+from .parquet import empty_frame, write_parquet
 
 
 def attack_stage(

@@ -13,7 +13,8 @@ from ..device import check_device_memory, resolve_device
 from ..io import read_json
 from ..kernels import GaussianKernelModel
 from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS
-from .common import empty_frame, eval_points, write_parquet
+from .common import eval_points
+from .parquet import empty_frame, write_parquet
 
 
 def certify_stage(

@@ -1,4 +1,5 @@
-"""What the stages share: the evaluation points and atomic Parquet files."""
+"""What the model stages share: the evaluation points as the model sees them (the Parquet
+helpers are in :mod:`.parquet`, without torch)."""
 
 from __future__ import annotations
 
@@ -6,22 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from ..augment import center_crop
 from ..data import load_prepared
-from ..io import atomic_path
-from ..results_schema import INSTANCE_SCHEMA
-
-
-def write_parquet(df: pd.DataFrame, path: Path | str, schema: pa.Schema | None = None) -> None:
-    """Write ``df`` to Parquet atomically (optionally cast to ``schema``)."""
-    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
 
 
 def eval_indices(n_test: int, n_points: int, seed: int = 0) -> np.ndarray:
@@ -29,13 +18,6 @@ def eval_indices(n_test: int, n_points: int, seed: int = 0) -> np.ndarray:
     if n_points >= n_test:
         return np.arange(n_test)
     return np.sort(np.random.default_rng(seed).choice(n_test, size=n_points, replace=False))
-
-
-def empty_frame(columns: list[str]) -> pd.DataFrame:
-    """No rows, the columns typed as in INSTANCE_SCHEMA (for a model that diverged)."""
-    return pd.DataFrame(
-        {c: pd.Series(dtype=INSTANCE_SCHEMA.field(c).type.to_pandas_dtype()) for c in columns}
-    )
 
 
 def eval_points(

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..io import read_json
 from ..results_schema import INSTANCE_SCHEMA, model_keys
-from .common import write_parquet
+from .parquet import write_parquet
 
 
 def instances_stage(
