@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,13 +56,14 @@ class GradientDescent:
     decay in the optimizer: the paper's and the authors' optimizer), with a learning rate
     that the schedule changes (``lr``).
 
-    The same update as ``torch.optim.SGD(params, lr)``, bit for bit, through the same
-    ``torch._foreach_add_`` kernel (tests/test_train.py compares them). It is not
+    The same update as ``torch.optim.SGD(params, lr)``, bit for bit: ``p + (-lr) * g`` per
+    element, as ``add_(g, alpha=-lr)`` (SGD's path on the CPU) and ``_foreach_add_`` (its
+    path on CUDA) compute it; tests/test_train.py compares whole trainings. It is not
     ``torch.optim.SGD`` because constructing any ``torch.optim`` optimizer imports
     ``torch._dynamo`` (PyTorch 2.x), which costs every training job about 1.1 s of start-up
     on a 2-core CPU, more than a small job's training."""
 
-    def __init__(self, params, lr: float):
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float):
         self.params = [p for p in params if p.requires_grad]
         self.lr = lr
 
