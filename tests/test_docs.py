@@ -52,3 +52,21 @@ def test_performance_page_is_generated_from_the_records():
     from crosslip.perfdoc import render
 
     assert (DOCS / "performance.md").read_text() == render()
+
+
+def test_nested_results_become_one_row_per_figure():
+    from crosslip.perfdoc import rows
+
+    result = {
+        "machine": "m",
+        "tiers": {"fast": {"seconds": 80.123456, "slowest": [{"seconds": 2.5, "test": "t::a"}]}},
+        "empty": {},
+        "sizes": [1, 2],
+    }
+    assert rows("", result) == [
+        ("machine", "m"),
+        ("tiers.fast.seconds", "80.12"),
+        ("tiers.fast.slowest[0]", "seconds 2.5, test t::a"),
+        ("empty", "`{}`"),
+        ("sizes", "`[1, 2]`"),
+    ]

@@ -90,6 +90,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def rows(key: str, value: Any) -> list[tuple[str, str]]:
+    """The ``(figure, value)`` rows of one JSON value: a nested object by dotted keys
+    (``tiers.fast.seconds``), a list of objects one row per item (``slowest[0]``: its fields
+    in one cell), anything else as it is."""
+    if isinstance(value, dict) and value:
+        return [row for k, v in value.items() for row in rows(f"{key}.{k}" if key else k, v)]
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [
+            (f"{key}[{i}]", ", ".join(f"{k} {_fmt(v)}" for k, v in item.items()))
+            for i, item in enumerate(value)
+        ]
+    return [(key, _fmt(value))]
+
+
 def render(records: Path = RECORDS) -> str:
     """The page, from every ``*.json`` record in ``records`` (sorted by name)."""
     lines = [
@@ -115,7 +129,7 @@ def render(records: Path = RECORDS) -> str:
         if rec.get("note"):
             lines.append(f"- note: {rec['note']}")
         lines += ["", "| figure | value |", "|---|---|"]
-        lines += [f"| `{k}` | {_fmt(v)} |" for k, v in rec["result"].items()]
+        lines += [f"| `{k}` | {v} |" for k, v in rows("", rec["result"])]
     return "\n".join(lines) + "\n"
 
 
