@@ -205,7 +205,8 @@ def run_child(setup: str, terminal: bool, tmp_path) -> tuple[str, str]:
         if not data:
             break
         chunks.append(data)
-    out = proc.stdout.read().decode()
+    with proc.stdout:
+        out = proc.stdout.read().decode()
     assert proc.wait(timeout=120) == 0, b"".join(chunks).decode(errors="replace")
     os.close(leader)
     return out, b"".join(chunks).decode(errors="replace")
