@@ -213,6 +213,40 @@ def test_gradient_descent_equals_torch_sgd_bit_for_bit(mnist5k, monkeypatch, cha
         assert torch.equal(ours[name], theirs[name]), name
 
 
+CUDA = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.cuda,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    ],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_a_gradient_descent_step_equals_torch_sgds_on_each_device(device):
+    """One step on the same parameters and gradients, float32 and float64, a parameter
+    without gradient left alone: bit for bit torch.optim.SGD's step (its CPU path is add_,
+    its CUDA path _foreach_add_)."""
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        shapes = [(7, 5), (5,), (3, 7), (4,)]
+        init = [torch.randn(s, generator=g, dtype=dtype) for s in shapes]
+        grads = [
+            torch.randn(s, generator=g, dtype=dtype) * 10 ** (i - 2) for i, s in enumerate(shapes)
+        ]
+        runs = []
+        for make in (GradientDescent, lambda ps, lr: torch.optim.SGD(ps, lr=lr)):
+            params = [torch.nn.Parameter(t.clone().to(device)) for t in init]
+            for p, gr in zip(params[:-1], grads, strict=False):  # the last one: no gradient
+                p.grad = gr.to(device)
+            make(params, 0.37).step()
+            runs.append([p.detach().cpu() for p in params])
+        ours, theirs = runs
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(ours[-1], init[-1]) and not torch.equal(ours[0], init[0])
+
+
 def test_training_does_not_import_torch_dynamo():
     """Training stays clear of torch._dynamo (torch.optim imports it: about 1.1 s of every
     training job's start-up); checked in a fresh interpreter."""
