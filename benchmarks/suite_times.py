@@ -16,6 +16,7 @@ Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baselin
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -69,10 +70,7 @@ def baseline_checkout(ref: str, into: Path) -> Path:
         ["git", "archive", "--format=tar", ref], cwd=ROOT, capture_output=True, check=True
     ).stdout
     checkout = into / "checkout"
-    checkout.mkdir()
-    archive_path = into / "ref.tar"
-    archive_path.write_bytes(archive)
-    with tarfile.open(archive_path) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(checkout, filter="data")
     (into / "shared").symlink_to(ROOT.parent / "shared")
     return checkout
@@ -87,9 +85,10 @@ def main() -> None:
         "--select", nargs="*", default=[], help="pytest arguments that pick tests (smoke runs)"
     )
     args = ap.parse_args()
-    print(f"machine: {describe_machine('cpu')}")
+    machine = describe_machine("cpu")
+    print(f"machine: {machine}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result: dict = {"machine": describe_machine("cpu"), "baseline": args.baseline, "tiers": {}}
+    result: dict = {"machine": machine, "baseline": args.baseline, "tiers": {}}
     with tempfile.TemporaryDirectory(prefix="suite-baseline-") as tmp:
         base = baseline_checkout(args.baseline, Path(tmp)) if args.baseline else None
         base_env = {**env, "PYTHONPATH": str(base / "src")} if base else None

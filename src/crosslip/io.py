@@ -14,9 +14,12 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import CrosslipError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @contextlib.contextmanager
@@ -203,7 +206,9 @@ def recent_failed_logs(folder: str | Path, since: float) -> list[tuple[str, str,
     return found
 
 
-def read_npz_array(npz: Any, key: str, path: Path | str, error: type[CrosslipError], advice: str):
+def read_npz_array(
+    npz: Any, key: str, path: Path | str, error: type[CrosslipError], advice: str
+) -> np.ndarray:
     """``npz[key]`` of a file opened with ``np.load(path, allow_pickle=False)``, as a numpy
     array. An array of Python objects (a pickle: unpickling can run code) or a damaged member
     raises ``error`` naming the file and the array; ``advice`` says what to save instead.

@@ -1,6 +1,6 @@
 """The stages' Parquet files, without torch: atomic writes cast to a schema, and the empty
-frame of a model that diverged. The instances job imports only this (and pandas), so it
-does not pay torch's start-up."""
+frame of a model that diverged. The instances job takes these from here rather than from
+:mod:`.common` (which needs torch), so it does not pay torch's start-up."""
 
 from __future__ import annotations
 
