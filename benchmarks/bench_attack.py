@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -42,7 +41,13 @@ from crosslip.attacks import (
     upper_bound,
 )
 from crosslip.data import load_dataset
-from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_certify import ROOT, trained_net
@@ -155,12 +160,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
     add_device_argument(ap)
+    add_threads_argument(ap)
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")
     ap.add_argument("--projections-only", action="store_true", help="skip the MNIST upper bounds")
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
     res: dict = {"machine": describe_machine(dev), "device": str(dev)}
     res.update(projections(10_000, 784, args.reference_rows, args.rounds, dev))

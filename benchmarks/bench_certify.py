@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,13 @@ from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
-from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
 from crosslip.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,11 +67,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
     add_device_argument(ap)
+    add_threads_argument(ap)
     ap.add_argument("--reference-points", type=int, default=20)
     ap.add_argument("--all-kinds-points", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
     out_dir = ROOT / "results" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,13 @@ import numpy as np
 import torch
 
 from crosslip.certify.kernel_bounds import certify_kernel, certify_kernel_reference
-from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
 from crosslip.kernels import GaussianKernelModel, gamma_from_data
 
 T = TypeVar("T")
@@ -109,7 +115,6 @@ def run(
 ) -> dict:
     """Build the model, certify on ``device``, compare with the per-point reference on the
     CPU; return the figures."""
-    torch.set_num_threads(os.cpu_count() or 1)
     centers, y_c, x, y, source = load_data(n_centers, n_points, d, K, seed)
     gamma, gamma_s = timed(lambda: gamma_from_data(centers, a=1.0, neighbours=40))
     model = GaussianKernelModel(centers, K, gamma)
@@ -151,10 +156,12 @@ def run(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_device_argument(ap)
+    add_threads_argument(ap)
     ap.add_argument("--centers", type=int, default=2000, help="expansion points")
     ap.add_argument("--points", type=int, default=500, help="certified points")
     ap.add_argument("--reference-points", type=int, default=5)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     res = run(
         n_centers=args.centers,
         n_points=args.points,

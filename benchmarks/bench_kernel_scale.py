@@ -27,7 +27,12 @@ import torch
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
 from crosslip.config import default
 from crosslip.data import load_dataset
-from crosslip.device import add_device_argument, describe_machine, resolve_device
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+)
 from crosslip.kernel_memory import GIB, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.kernels import gamma_from_data
@@ -35,8 +40,7 @@ from crosslip.kernels import gamma_from_data
 
 def run(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     ds = load_dataset("mnist", cache_dir=args.cache, mirror_dir=args.mirror)
     n, d = ds.x_train.shape
     budget = args.memory_gb * GIB
@@ -133,13 +137,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
     add_device_argument(parser)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch CPU threads (0: torch's default); 1 on a busy machine, "
-        "where idle OpenMP threads spin and inflate the CPU time",
-    )
+    add_threads_argument(parser)
     parser.add_argument("--mirror", default=None, help="folder with the official MNIST files")
     parser.add_argument("--cache", default="results/downloads")
     parser.add_argument(

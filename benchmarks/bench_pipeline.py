@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,7 +21,13 @@ import torch
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import load_dataset
-from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
 from crosslip.pipeline import eval_indices
 from crosslip.train import TrainConfig, train
 
@@ -41,6 +46,7 @@ def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_device_argument(ap)
+    add_threads_argument(ap)
     ap.add_argument("--points", type=int, default=200, help="evaluation points")
     ap.add_argument("--epochs", type=int, default=5, help="epochs of the certified network")
     ap.add_argument(
@@ -50,7 +56,7 @@ def main() -> None:
         help="points of the per-point loop (extrapolated to --points)",
     )
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
     ds = load_dataset("mnist5k")
     machine = describe_machine(dev)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 
@@ -38,7 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from crosslip.data import load_dataset
-from crosslip.device import add_device_argument, describe_machine, resolve_device, synchronize
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
 from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
@@ -158,8 +163,9 @@ def main() -> None:
     ap.add_argument("--kernel-centers", type=int, default=2000)
     ap.add_argument("--kernel-iterations", type=int, default=20)
     add_device_argument(ap)
+    add_threads_argument(ap)
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
     ds = load_dataset("mnist5k")
     res: dict = {"machine": describe_machine(dev), "device": str(dev)}

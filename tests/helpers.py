@@ -115,12 +115,17 @@ def dry_run_counts(stdout: str) -> dict[str, int]:
 
 
 #: The smallest arguments of each benchmark that still exercise all of it: the CPU smoke
-#: tests (tests/test_benchmarks.py) and the CUDA runs (tests/test_cuda.py) use these.
+#: tests (tests/test_benchmarks.py) and the CUDA runs (tests/test_cuda.py) use these. One
+#: torch thread: the suite's pytest-xdist workers already keep every core busy.
 TINY_BENCH_ARGS: dict[str, list[str]] = {
     "bench_train.py": [
-        *("--rounds", "1", "--rounds-1024", "1", "--block", "1"),
+        *("--rounds", "1", "--rounds-1024", "1", "--block", "1", "--threads", "1"),
         *("--kernel-centers", "50", "--kernel-iterations", "2"),
     ],
-    "bench_pipeline.py": ["--points", "20", "--epochs", "1", "--reference-points", "3"],
-    "bench_kernel_bound.py": ["--centers", "60", "--points", "8", "--reference-points", "2"],
+    "bench_pipeline.py": [
+        *("--points", "20", "--epochs", "1", "--reference-points", "3", "--threads", "1")
+    ],
+    "bench_kernel_bound.py": [
+        *("--centers", "60", "--points", "8", "--reference-points", "2", "--threads", "1")
+    ],
 }

@@ -1,20 +1,25 @@
 """The benchmarks still run and print what they promise, on the CPU (tiny sizes; the speed
 itself is measured by running the benchmark, never asserted here): the machine and the
 device named on the first line and in the JSON line that ends the output; every benchmark
-takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA). The whole runs
+takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA) and ``--threads N``
+(default: the CPUs the process may run on). The whole runs
 are ``slow`` (the full tier: docs/testing.md); the ``--device`` checks are quick."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 import math
+import os
 import runpy
 import sys
 
 import pytest
 import torch
+
+from crosslip.device import add_threads_argument, available_cpus
 
 from .helpers import ROOT, TINY_BENCH_ARGS
 
@@ -45,6 +50,22 @@ def test_there_are_benchmarks():
 
 
 @pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_takes_threads(name, capsys):
+    """``--threads`` takes a whole number in every benchmark (crosslip.device's argument)."""
+    with pytest.raises(SystemExit) as stop:
+        run_bench(name, "--threads", "two")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --threads: invalid int value: 'two'" in err, err
+
+
+def test_threads_default_to_the_cpus_this_process_may_run_on():
+    parser = argparse.ArgumentParser()
+    add_threads_argument(parser)
+    assert parser.parse_args([]).threads == available_cpus() == len(os.sched_getaffinity(0))
+    assert parser.parse_args(["--threads", "1"]).threads == 1
+
+
+@pytest.mark.parametrize("name", BENCHES)
 def test_every_benchmark_takes_a_device(name, capsys):
     """``--device`` is one of auto, cpu, cuda in every benchmark: another value stops it
     with argparse's message naming the choices."""
@@ -60,7 +81,7 @@ def test_every_benchmark_takes_a_device(name, capsys):
 def test_bench_train_runs_and_ends_with_one_json_line():
     args = [*TINY_BENCH_ARGS["bench_train.py"], "--device", "cpu"]
     out = run_bench("bench_train.py", *args)
-    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    assert out[0].startswith("machine: ") and out[0].endswith("on 1 thread (device cpu)")
     res = json.loads(out[-1])
     assert res["device"] == "cpu"
     for tag in ("", "_batch1024"):
@@ -134,6 +155,8 @@ def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line()
     res = json.loads(out[-1])
     fast = res["tiers"]["fast"]
     assert res["baseline"] == "HEAD" and fast["passed"] > 10
+    assert "--dist loadgroup" in res["xdist"]  # as make test runs it (the Makefile's XDIST)
+    assert "baseline_xdist" in res
     assert fast["baseline_passed"] == fast["passed"]
     assert math.isclose(fast["ratio_to_baseline"], fast["seconds"] / fast["baseline_seconds"])
     assert math.isclose(fast["ratio_to_target"], fast["seconds"] / 90.0)

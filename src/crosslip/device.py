@@ -37,10 +37,32 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (under SLURM,
+    the job's cores rather than the node's), else ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch's CPU threads, as every benchmark in ``benchmarks/`` takes it
+    (default: :func:`available_cpus`). One thread suits a machine that is busy with other
+    work, where torch's idle threads spin on shared cores."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=available_cpus(),
+        metavar="N",
+        help="torch CPU threads (default: the CPUs this process may run on)",
+    )
+
+
 def describe_machine(device: torch.device | str = "cpu") -> str:
     """One line naming the hardware, for benchmark output: the CPU model (from
-    ``/proc/cpuinfo`` where there is one), its core count, torch's version, and the GPU if
-    ``device`` is a CUDA device."""
+    ``/proc/cpuinfo`` where there is one), its core count, torch's version and thread count,
+    and the GPU if ``device`` is a CUDA device."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -49,7 +71,9 @@ def describe_machine(device: torch.device | str = "cpu") -> str:
                 break
     except OSError:
         pass
+    threads = torch.get_num_threads()
     text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+    text += f" on {threads} thread{'' if threads == 1 else 's'}"
     dev = torch.device(device)
     if dev.type == "cuda":
         text += f", {torch.cuda.get_device_name(dev)}"
