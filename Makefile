@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.crosslip-installed
 CORES ?= all
 ARGS ?=
+# pytest-xdist: a worker per core; the tests of one shared workflow run stay on one worker
+# (tests/conftest.py). XDIST= runs the tests in one process.
+XDIST ?= -n auto --dist loadgroup
 
 .PHONY: run test test-fast lint format bench record clean
 
@@ -22,11 +25,11 @@ run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 # the quick tier for the edit loop: everything but the Snakemake end-to-end tests
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(XDIST) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,14 +2,16 @@
 baseline commit.
 
 Each tier is one pytest run of this checkout (fast: ``-m "not slow"``; full: every test, as
-``.ci/run`` runs it). With ``--baseline REF`` the same tiers run on REF's files as well
-(``git archive`` into a temporary folder that has ``shared/`` beside it, REF's ``src`` first
-on ``PYTHONPATH``, so one environment runs both), alternating candidate and baseline for
-``--rounds`` rounds. Prints per tier the median wall time, the tests passed and skipped, the
-ratio to the baseline and to the target of the architecture issue (``make test`` at most
-6 min, ``make test-fast`` at most 90 s on the project's 2-core machine), and the slowest tests
-of the candidate's last run; the last line is one JSON object. A tier that fails stops the
-benchmark: the time of a failing suite means nothing.
+``.ci/run`` runs it), with the pytest-xdist arguments of the checkout's own Makefile
+(``XDIST``; none in commits from before the suite ran in workers). With ``--baseline REF``
+the same tiers run on REF's files as well (``git archive`` into a temporary folder that has
+``shared/`` beside it, REF's ``src`` first on ``PYTHONPATH``, so one environment runs both),
+alternating candidate and baseline for ``--rounds`` rounds. Prints per tier the median wall
+time, the tests passed and skipped, the ratio to the baseline and to the target of the
+architecture issue (``make test`` at most 6 min, ``make test-fast`` at most 90 s on the
+project's 2-core machine), and the slowest tests of the candidate's last run; the last line
+is one JSON object. A tier that fails stops the benchmark: the time of a failing suite means
+nothing.
 Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baseline REF]``
 """
 
@@ -20,6 +22,7 @@ import io
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -37,9 +40,18 @@ SUMMARY = re.compile(r"(\d+ (?:passed|skipped|deselected|warnings?)\b.*) in ([\d
 DURATION = re.compile(r"^([\d.]+)s (call|setup|teardown) +(\S+)$")
 
 
+def xdist_arguments(checkout: Path) -> list[str]:
+    """The pytest-xdist arguments that ``make test`` of ``checkout`` passes (its Makefile's
+    ``XDIST ?= ...``), or none where its Makefile has no such line."""
+    found = re.search(r"^XDIST \?=(.*)$", (checkout / "Makefile").read_text(), re.MULTILINE)
+    return shlex.split(found[1]) if found else []
+
+
 def run_tier(checkout: Path, tier: str, select: list[str], env: dict[str, str]) -> dict:
-    """One pytest run of ``tier`` in ``checkout``: wall seconds, counts, slowest tests."""
+    """One pytest run of ``tier`` in ``checkout`` as its ``make test`` runs it: wall seconds,
+    counts, slowest tests."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15"]
+    cmd += xdist_arguments(checkout)
     t0 = time.perf_counter()
     proc = subprocess.run(
         [*cmd, *TIERS[tier], *select], cwd=checkout, env=env, capture_output=True, text=True
@@ -88,10 +100,17 @@ def main() -> None:
     machine = describe_machine("cpu")
     print(f"machine: {machine}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result: dict = {"machine": machine, "baseline": args.baseline, "tiers": {}}
+    result: dict = {
+        "machine": machine,
+        "baseline": args.baseline,
+        "xdist": " ".join(xdist_arguments(ROOT)),
+        "tiers": {},
+    }
     with tempfile.TemporaryDirectory(prefix="suite-baseline-") as tmp:
         base = baseline_checkout(args.baseline, Path(tmp)) if args.baseline else None
         base_env = {**env, "PYTHONPATH": str(base / "src")} if base else None
+        if base is not None:
+            result["baseline_xdist"] = " ".join(xdist_arguments(base))
         for tier in args.tiers:
             ours, theirs = [], []
             for _ in range(args.rounds):

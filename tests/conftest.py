@@ -1,9 +1,15 @@
 """Shared fixtures (a local HTTP server and a closed port for the data tests; the finished
 workflow runs that the workflow tests inspect, each made once per test session) and the
-tiers: a test that runs Snakemake is marked ``slow`` (docs/testing.md)."""
+tiers: a test that runs Snakemake is marked ``slow`` (docs/testing.md).
+
+``make test`` runs the tests in pytest-xdist workers (``-n auto --dist loadgroup``): the
+tests of one shared run form one ``xdist_group``, so that one worker makes the run and no
+other worker repeats it. Each worker is a separate process with its own session fixtures
+and temporary folders, so the grouping saves time and changes no result."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,6 +18,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import torch
 
 from . import helpers
 
@@ -19,13 +26,25 @@ from . import helpers
 WORKFLOW_FIXTURES = frozenset({"load_run", "tiny_run", "one_model_run"})
 
 
+def pytest_configure(config):
+    """One torch thread in each pytest-xdist worker: the workers already keep the cores
+    busy, and torch's spinning worker threads on an oversubscribed core cost more than they
+    save (the fast tier in two workers: 165 s with two threads each, 35 s with one)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark ``slow`` every test that uses a workflow fixture, before ``-m`` selects (a test
-    that starts Snakemake in another way and is not marked fails: helpers.require_slow)."""
+    that starts Snakemake in another way and is not marked fails: helpers.require_slow),
+    and put it in the ``xdist_group`` of that fixture (before pytest-xdist reads groups)."""
     for item in items:
-        if WORKFLOW_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("slow"):
+        shared = sorted(WORKFLOW_FIXTURES & set(item.fixturenames))
+        if shared and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
 
 
 @pytest.hookimpl(wrapper=True)

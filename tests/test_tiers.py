@@ -1,6 +1,7 @@
 """The test tiers cannot drift: a test that runs Snakemake is marked ``slow`` (by
 conftest.py when it uses a shared workflow fixture; otherwise it fails), so that
-``make test-fast`` (``-m "not slow"``) never runs a workflow."""
+``make test-fast`` (``-m "not slow"``) never runs a workflow. The tests of one shared run
+form one pytest-xdist group, so that ``make test``'s workers make each run once."""
 
 from __future__ import annotations
 
@@ -17,21 +18,23 @@ class FakeItem:
 
     def __init__(self, fixturenames: list[str], slow: bool = False):
         self.fixturenames = fixturenames
-        self.markers = ["slow"] if slow else []
+        self.markers: list[tuple] = [("slow",)] if slow else []
 
     def get_closest_marker(self, name: str):
-        return name if name in self.markers else None
+        return next((m for m in self.markers if m[0] == name), None)
 
     def add_marker(self, mark) -> None:
-        self.markers.append(mark.name)
+        self.markers.append((mark.name, *mark.args))
 
 
-def test_a_test_that_uses_a_shared_run_is_marked_slow():
-    items = [FakeItem(["tmp_path", name]) for name in sorted(conftest.WORKFLOW_FIXTURES)]
+def test_a_test_that_uses_a_shared_run_is_marked_slow_and_grouped_by_the_run():
+    names = sorted(conftest.WORKFLOW_FIXTURES)
+    items = [FakeItem(["tmp_path", name]) for name in names]
     plain, marked = FakeItem(["tmp_path", "server"]), FakeItem(["load_run"], slow=True)
     conftest.pytest_collection_modifyitems(None, [*items, plain, marked])
-    assert all(item.markers == ["slow"] for item in items)
-    assert plain.markers == [] and marked.markers == ["slow"]
+    assert [item.markers for item in items] == [[("slow",), ("xdist_group", n)] for n in names]
+    assert plain.markers == []
+    assert marked.markers == [("slow",), ("xdist_group", "load_run")]
 
 
 def test_an_unmarked_test_that_starts_snakemake_fails(tmp_path):
@@ -50,3 +53,21 @@ def test_in_this_session_every_test_that_uses_a_shared_run_is_slow(request):
     for item in request.session.items:
         if conftest.WORKFLOW_FIXTURES & set(item.fixturenames):
             assert item.get_closest_marker("slow") is not None, item.nodeid
+
+
+def test_in_this_session_the_tests_of_one_shared_run_share_one_xdist_group(request):
+    """Under ``--dist loadgroup`` the group must reach pytest-xdist's scheduler (the node id
+    ends with ``@<group>``). pytest 9.2 stores node ids where pytest-xdist 3.8 cannot add the
+    suffix: the groups are then lost without a word, and every worker makes every shared run
+    again (pyproject.toml keeps pytest below 9.2 for that reason)."""
+    grouped = [
+        (item, name)
+        for item in request.session.items
+        for name in sorted(conftest.WORKFLOW_FIXTURES & set(item.fixturenames))
+    ]
+    if not grouped:
+        pytest.skip("no test of this session uses a shared run")
+    for item, name in grouped:
+        assert item.get_closest_marker("xdist_group").args == (name,), item.nodeid
+    if request.config.getoption("loadgroup", False):  # set in the workers of --dist loadgroup
+        assert all(item.nodeid.endswith(f"@{name}") for item, name in grouped)
