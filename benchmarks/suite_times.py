@@ -4,8 +4,8 @@ baseline commit.
 Each tier is one pytest run of this checkout (fast: ``-m "not slow"``; full: every test, as
 ``.ci/run`` runs it), with the pytest-xdist arguments of the checkout's own Makefile
 (``XDIST``; none in commits from before the suite ran in workers). With ``--baseline REF``
-the same tiers run on REF's files as well (``git archive`` into a temporary folder that has
-``shared/`` beside it, REF's ``src`` first on ``PYTHONPATH``, so one environment runs both),
+the same tiers run on REF as well (a local clone in a temporary folder that has ``shared/``
+beside it, REF's ``src`` first on ``PYTHONPATH``, so one environment runs both),
 alternating candidate and baseline for ``--rounds`` rounds. Prints per tier the median wall
 time, the tests passed and skipped, the ratio to the baseline and to the target of the
 architecture issue (``make test`` at most 6 min, ``make test-fast`` at most 90 s on the
@@ -18,7 +18,6 @@ Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baselin
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
@@ -26,7 +25,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -76,14 +74,20 @@ def run_tier(checkout: Path, tier: str, select: list[str], env: dict[str, str]) 
 
 
 def baseline_checkout(ref: str, into: Path) -> Path:
-    """REF's tracked files in ``into/checkout``, with ``into/shared`` pointing to the shared
-    folder beside this checkout (the offline MNIST mirror the tests read)."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", ref], cwd=ROOT, capture_output=True, check=True
-    ).stdout
+    """REF checked out in ``into/checkout``, a local clone (a git repository, as a checkout
+    that CI runs is, so that REF's own tests may call git), with ``into/shared`` pointing to
+    the shared folder beside this checkout (the offline MNIST mirror the tests read)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     checkout = into / "checkout"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(checkout, filter="data")
+    git = ["git", "-c", "advice.detachedHead=false"]
+    subprocess.run([*git, "clone", "-q", "--shared", "-n", str(ROOT), str(checkout)], check=True)
+    subprocess.run([*git, "-C", str(checkout), "checkout", "-q", commit], check=True)
     (into / "shared").symlink_to(ROOT.parent / "shared")
     return checkout
 
