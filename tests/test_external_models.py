@@ -17,14 +17,14 @@ from torch import nn
 
 from crosslip.certify import certify
 from crosslip.checkpoints import load_model
-from crosslip.config import ConfigError, aggregate_targets, validate
+from crosslip.config import ConfigError, aggregate_targets, default, validate
 from crosslip.data import load_prepared
 from crosslip.errors import ModelFileError
 from crosslip.external import load_external
 from crosslip.io import read_json
 from crosslip.kernels import GaussianKernelModel
 from crosslip.pipeline import attack_stage, certify_stage, import_model_stage, prepare_data
-from crosslip.torch_softplus import TorchSoftplusNet
+from crosslip.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet
 
 from .helpers import snakemake_cmd
 from .test_custom_data import H, K, W, npz_arrays, sha256, write_npz
@@ -399,3 +399,13 @@ def test_workflow_certifies_models_trained_elsewhere(tmp_path, monkeypatch):
     torch.save(user_net(seed=5).state_dict(), paths["state"])
     again = subprocess.run([*cmd, "-n"], capture_output=True, text=True, env=offline_env())
     assert "import_model" in again.stdout and "prepare_data" not in again.stdout
+
+
+def test_softplus_defaults_are_pytorchs_in_the_schema_and_the_loader():
+    """A state dict does not store its nn.Softplus's beta and threshold: the schema's defaults
+    and the loader's fallback (for an entry that did not pass through the config) must both
+    be what nn.Softplus() uses, or a model would be certified as another function."""
+    plain = nn.Softplus()
+    assert (plain.beta, plain.threshold) == (TORCH_BETA, TORCH_THRESHOLD)
+    assert default("$defs.external_model.beta") == TORCH_BETA
+    assert default("$defs.external_model.threshold") == TORCH_THRESHOLD
