@@ -7,11 +7,11 @@ Each tier is one pytest run of this checkout (fast: ``-m "not slow"``; full: eve
 the same tiers run on REF as well (a local clone in a temporary folder that has ``shared/``
 beside it, REF's ``src`` first on ``PYTHONPATH``, so one environment runs both),
 alternating candidate and baseline for ``--rounds`` rounds. Prints per tier the median wall
-time, the tests passed and skipped, the ratio to the baseline and to the target of the
-architecture issue (``make test`` at most 6 min, ``make test-fast`` at most 90 s on the
-project's 2-core machine), and the slowest tests of the candidate's last run; the last line
-is one JSON object. A tier that fails stops the benchmark: the time of a failing suite means
-nothing.
+time and CPU time (with the cores busy on average), the tests passed and skipped, the ratio
+to the baseline and to the target of the architecture issue (``make test`` at most 6 min,
+``make test-fast`` at most 90 s on the project's 2-core machine), and the slowest tests of
+the candidate's last run; the last line is one JSON object. A tier that fails stops the
+benchmark: the time of a failing suite means nothing.
 Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baseline REF]``
 """
 
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -47,14 +48,15 @@ def xdist_arguments(checkout: Path) -> list[str]:
 
 def run_tier(checkout: Path, tier: str, select: list[str], env: dict[str, str]) -> dict:
     """One pytest run of ``tier`` in ``checkout`` as its ``make test`` runs it: wall seconds,
-    counts, slowest tests."""
+    CPU seconds (user and system of pytest and every process it waited for, as
+    ``/usr/bin/time`` counts them), counts, slowest tests."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15"]
     cmd += xdist_arguments(checkout)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), children_cpu_seconds()
     proc = subprocess.run(
         [*cmd, *TIERS[tier], *select], cwd=checkout, env=env, capture_output=True, text=True
     )
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, children_cpu_seconds() - cpu0
     if proc.returncode != 0:
         sys.stdout.write(proc.stdout[-5000:] + proc.stderr[-2000:])
         raise SystemExit(f"the {tier} tier failed in {checkout} (pytest exit {proc.returncode})")
@@ -70,7 +72,19 @@ def run_tier(checkout: Path, tier: str, select: list[str], env: dict[str, str]) 
         for m in map(DURATION.match, lines)
         if m
     ]
-    return {"seconds": seconds, "pytest_seconds": float(found[-1][2]), **counts, "slowest": slowest}
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "pytest_seconds": float(found[-1][2]),
+        **counts,
+        "slowest": slowest,
+    }
+
+
+def children_cpu_seconds() -> float:
+    """User and system CPU seconds of the finished child processes of this one so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def baseline_checkout(ref: str, into: Path) -> Path:
@@ -122,24 +136,31 @@ def main() -> None:
                 if base is not None:
                     theirs.append(run_tier(base, tier, args.select, base_env))
             secs = statistics.median(r["seconds"] for r in ours)
+            cpu = statistics.median(r["cpu_seconds"] for r in ours)
             entry = {
                 "seconds": secs,
+                "cpu_seconds": cpu,
+                "busy_cores": cpu / secs,
                 "passed": ours[-1].get("passed", 0),
                 "skipped": ours[-1].get("skipped", 0),
                 "target_seconds": TARGET_SECONDS[tier],
                 "ratio_to_target": secs / TARGET_SECONDS[tier],
                 "slowest": ours[-1]["slowest"][:10],
             }
-            line = f"{tier}: {secs:.1f} s, {entry['passed']} passed, {entry['skipped']} skipped"
+            line = f"{tier}: {secs:.1f} s ({cpu:.0f} s of CPU), {entry['passed']} passed, "
+            line += f"{entry['skipped']} skipped"
             line += f"; x{entry['ratio_to_target']:.2f} the target {TARGET_SECONDS[tier]:.0f} s"
             if theirs:
                 base_secs = statistics.median(r["seconds"] for r in theirs)
+                base_cpu = statistics.median(r["cpu_seconds"] for r in theirs)
                 entry |= {
                     "baseline_seconds": base_secs,
+                    "baseline_cpu_seconds": base_cpu,
                     "baseline_passed": theirs[-1].get("passed", 0),
                     "ratio_to_baseline": secs / base_secs,
                 }
-                line += f"; baseline {base_secs:.1f} s (x{secs / base_secs:.2f})"
+                line += f"; baseline {base_secs:.1f} s, {base_cpu:.0f} s of CPU"
+                line += f" (x{secs / base_secs:.2f})"
             print(line)
             for slow in entry["slowest"]:
                 print(f"  {slow['seconds']:7.2f} s  {slow['when']:8s} {slow['test']}")

@@ -160,4 +160,6 @@ def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line()
     assert fast["baseline_passed"] == fast["passed"]
     assert math.isclose(fast["ratio_to_baseline"], fast["seconds"] / fast["baseline_seconds"])
     assert math.isclose(fast["ratio_to_target"], fast["seconds"] / 90.0)
+    assert 0 < fast["cpu_seconds"] and 0 < fast["baseline_cpu_seconds"]  # pytest's own at least
+    assert math.isclose(fast["busy_cores"], fast["cpu_seconds"] / fast["seconds"])
     assert all(s["test"].startswith("tests/test_rounding.py::") for s in fast["slowest"])
