@@ -2,8 +2,8 @@
 itself is measured by running the benchmark, never asserted here): the machine and the
 device named on the first line and in the JSON line that ends the output; every benchmark
 takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA) and ``--threads N``
-(default: the CPUs the process may run on). The whole runs
-are ``slow`` (the full tier: docs/testing.md); the ``--device`` checks are quick."""
+(default: the CPUs the process may run on). The whole runs are ``slow`` (the full tier:
+docs/testing.md); the ``--device`` and ``--threads`` checks are quick."""
 
 from __future__ import annotations
 
