@@ -77,7 +77,9 @@ def cross_lipschitz_flops(n: int, d: int, k: int, h: int) -> dict[str, int]:
 
 class _ContrastGradientNorm(torch.autograd.Function):
     """``sum_i sum_k ||U^T (q_k * s_i)||^2`` for ``s`` (n, H), ``q`` (K-1, H), ``U`` (H, d),
-    as one (n (K-1), H) x (H, d) product ``Y = A U`` with ``A_(i,k) = q_k * s_i``.
+    as one (n (K-1), H) x (H, d) product ``Y = A U`` with ``A_(i,k) = q_k * s_i``; with a
+    leading grid dimension (``s`` (G, n, H), ``q`` (G, K-1, H), ``U`` (G, H, d)) one value
+    per grid point, shape (G,), from batched products of the same sizes.
 
     The backward is written out so that it costs exactly the two further products of the
     same size (``dA = 2 Y U^T``, ``dU = 2 A^T Y``) plus two elementwise reductions
@@ -87,34 +89,34 @@ class _ContrastGradientNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, s: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        n, h = s.shape
-        a = (s[:, None, :] * q[None, :, :]).reshape(n * q.shape[0], h)  # (n (K-1), H)
-        y = a @ u  # (n (K-1), d): the centred input gradients
+        *lead, n, h = s.shape
+        a = (s[..., :, None, :] * q[..., None, :, :]).reshape(*lead, n * q.shape[-2], h)
+        y = a @ u  # (..., n (K-1), d): the centred input gradients
         ctx.save_for_backward(s, q, u, a, y)
-        flat = y.reshape(-1)
-        return torch.dot(flat, flat)
+        return y.pow(2).sum((-2, -1))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
         s, q, u, a, y = ctx.saved_tensors
-        n, h = s.shape
-        scale = 2.0 * grad
+        *lead, n, h = s.shape
+        scale = 2.0 * grad[..., None, None]
         ds = dq = du = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            da = (y @ u.T).view(n, q.shape[0], h)
+            da = (y @ u.mT).view(*lead, n, q.shape[-2], h)
             if ctx.needs_input_grad[0]:
-                ds = (da * q[None, :, :]).sum(1).mul_(scale)
+                ds = (da * q[..., None, :, :]).sum(-2).mul_(scale)
             if ctx.needs_input_grad[1]:
-                dq = (da * s[:, None, :]).sum(0).mul_(scale)
+                dq = (da * s[..., :, None, :]).sum(-3).mul_(scale)
         if ctx.needs_input_grad[2]:
-            du = (a.T @ y).mul_(scale)
+            du = (a.mT @ y).mul_(scale)
         return ds, dq, du
 
 
 class _GramNorm(torch.autograd.Function):
     """The same value as :class:`_ContrastGradientNorm` by expanding the square:
-    ``sum_rt G_rt C_rt S_rt`` with ``G = U U^T``, ``C = q^T q``, ``S = s^T s`` (all (H, H)).
+    ``sum_rt G_rt C_rt S_rt`` with ``G = U U^T``, ``C = q^T q``, ``S = s^T s`` (all (H, H),
+    per grid point with a leading grid dimension).
 
     All three factors are symmetric, so each gradient is one product (``dU = 2 (C * S) U``,
     ``ds = 2 s (G * C)``, ``dq = 2 q (G * S)``) where automatic differentiation of a
@@ -122,15 +124,15 @@ class _GramNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, s: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        g, c, sg = u @ u.T, q.T @ q, s.T @ s
+        g, c, sg = u @ u.mT, q.mT @ q, s.mT @ s
         ctx.save_for_backward(s, q, u, g, c, sg)
-        return (g * c).mul_(sg).sum()
+        return (g * c).mul_(sg).sum((-2, -1))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
         s, q, u, g, c, sg = ctx.saved_tensors
-        scale = 2.0 * grad
+        scale = 2.0 * grad[..., None, None]
         ds = dq = du = None
         if ctx.needs_input_grad[0]:
             ds = (s @ (g * c)).mul_(scale)
@@ -139,6 +141,25 @@ class _GramNorm(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             du = ((c * sg) @ u).mul_(scale)
         return ds, dq, du
+
+
+def cross_lipschitz_closed_form(
+    s: torch.Tensor, w: torch.Tensor, u: torch.Tensor, method: str = "auto"
+) -> torch.Tensor:
+    """Omega of one-hidden-layer nets from ``s = sigma'(z)`` (n, H), the output weights ``w``
+    (K, H) and the hidden weights ``u`` (H, d): a scalar; or for G nets at once, ``s``
+    (G, n, H), ``w`` (G, K, H), ``u`` (G, H, d): shape (G,), each value exactly the one net's
+    (see :func:`cross_lipschitz_softplus` for the two methods and ``auto``)."""
+    n, d = s.shape[-2], u.shape[-1]
+    k, h = w.shape[-2:]
+    if method == "auto":
+        flops = cross_lipschitz_flops(n, d, k, h)
+        method = min(flops, key=flops.__getitem__)
+    if method not in ("gradients", "gram"):
+        raise ValueError(f"method {method!r}: use 'auto', 'gradients' or 'gram'")
+    q = helmert(k, w.dtype, w.device) @ w  # (..., K-1, H)
+    norm = _GramNorm if method == "gram" else _ContrastGradientNorm
+    return 2.0 * norm.apply(s, q, u) / (n * k)
 
 
 def cross_lipschitz_softplus(
@@ -164,26 +185,21 @@ def cross_lipschitz_softplus(
     ``Q`` ((K-1, K), orthonormal rows orthogonal to the ones vector) ``Q^T Q = I - 11^T/K``,
     so ``Wc^T Wc = (QW)^T (QW)`` and ``sum_l ||U^T (Wc_l * s)||^2 = sum_k ||U^T ((QW)_k * s)||^2``
     exactly: a tenth fewer flops for K = 10. Both have hand-written backward passes
-    (:class:`_ContrastGradientNorm`, :class:`_GramNorm`).
+    (:class:`_ContrastGradientNorm`, :class:`_GramNorm`) and serve a grid of networks too
+    (:func:`cross_lipschitz_closed_form`).
 
     ``preactivation``: ``z = U x + b`` of shape (n, H) if the caller already has it (from
     :meth:`SoftplusNet.logits_and_preactivation`), which saves recomputing it and its
     backward in a training step.
     """
-    n, d = x.shape
-    k, h = net.W.shape
-    if method == "auto":
-        flops = cross_lipschitz_flops(n, d, k, h)
-        method = min(flops, key=flops.__getitem__)
-    if method not in ("gradients", "gram"):
+    n = x.shape[0]
+    h = net.W.shape[1]
+    if method not in ("auto", "gradients", "gram"):
         raise ValueError(f"method {method!r}: use 'auto', 'gradients' or 'gram'")
     z = net.preactivation(x) if preactivation is None else preactivation
     if z.shape != (n, h):
         raise ValueError(f"preactivation has shape {tuple(z.shape)}; expected ({n}, {h})")
-    s = net.sigma_prime(z)  # (n, H)
-    q = helmert(k, net.W.dtype, net.W.device) @ net.W  # (K-1, H)
-    norm = _GramNorm if method == "gram" else _ContrastGradientNorm
-    return 2.0 * norm.apply(s, q, net.U) / (n * k)
+    return cross_lipschitz_closed_form(net.sigma_prime(z), net.W, net.U, method)
 
 
 def weight_decay(model: nn.Module) -> torch.Tensor:

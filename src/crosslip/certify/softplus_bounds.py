@@ -68,7 +68,8 @@ from functools import cached_property
 
 import torch
 
-from ..models import SoftplusNet, softplus
+from ..models import SoftplusNet
+from ..softplus import softplus
 from .rounding import FN_REL, SIGMA_FLOOR, UNDERFLOW, UNIT, gamma, spectral_norm_upper
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .softplus import softplus
+from ..softplus import softplus
 
 
 class SoftplusNet(nn.Module):
