@@ -24,7 +24,9 @@ strictly above c there (the reported end of each search is always the changed on
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -48,19 +50,41 @@ class UpperBound:
     delta: torch.Tensor
 
 
+_FIELDS = tuple(UpperBound.__annotations__)
+
+
+#: The classifier of a batch of rows: ``(x (m, d), rows (m,)) -> logits (m, K)``, where
+#: ``rows`` are the rows' indices in the batch (a grid of networks attacks each row on its
+#: own network; a plain model ignores them).
+Logits = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _classifier(model: torch.nn.Module, groups: torch.Tensor | None) -> tuple[Logits, Any]:
+    """The logits and input gradients of the rows of a batch: ``model`` itself, or with
+    ``groups`` (one grid point per row) a :class:`crosslip.models.StackedSoftplusNet`'s
+    network ``groups[row]`` for each row."""
+    if groups is None:
+        return (lambda x, rows: model(x)), (lambda x, rows: class_gradients(model, x))
+    return (
+        lambda x, rows: model.grouped_logits(x, groups[rows]),
+        lambda x, rows: model.grouped_class_gradients(x, groups[rows]),
+    )
+
+
 def _changed(
-    model: torch.nn.Module, xa: torch.Tensor, c: torch.Tensor
+    logits_of: Logits, xa: torch.Tensor, c: torch.Tensor, rows: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether some class scores strictly above c at ``xa``, and the best other class."""
-    logits = model(xa)
+    logits = logits_of(xa, rows)
     fc = logits.gather(1, c[:, None]).squeeze(1)
     other = logits.scatter(1, c[:, None], -torch.inf)
     best, cls = other.max(1)
     return best > fc, cls
 
 
-def _search(model, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
-    """The paper's search on ``t`` for rows (point ``xs``, class ``c_row``, direction ``v``).
+def _search(logits_of: Logits, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
+    """The paper's search on ``t`` for rows (point ``xs``, class ``c_row``, direction ``v``;
+    ``logits_of`` the rows' classifier).
 
     Returns verified ``(norm (m,), delta (m, d), adv_class (m,))``; ``inf`` / 0 / -1 where
     the row found no adversarial sample.
@@ -77,7 +101,7 @@ def _search(model, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
 
     def attempt(t: torch.Tensor, rows: torch.Tensor):
         delta, _, _ = prob.solve(t, rows)
-        ch, cls = _changed(model, xs[rows] + delta, c_row[rows])
+        ch, cls = _changed(logits_of, xs[rows] + delta, c_row[rows], rows)
         return delta, ch, cls
 
     def step(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -136,18 +160,26 @@ def upper_bound(
     dtype: torch.dtype = torch.float64,
     batch_size: int = 512,
     progress: bool = True,
+    groups: torch.Tensor | None = None,
+    to_cpu: bool = True,
 ) -> UpperBound:
     """The paper's upper bound in the p-norm for each point of ``x`` (n, d), minimum over all
-    targets (module docstring). Batched over points x targets; results on the CPU.
-    ``progress``: report points done and rate per batch to the ``"crosslip"`` logger
-    (:mod:`crosslip.progress`; off inside adversarial training)."""
+    targets (module docstring). Batched over points x targets; results on the CPU, or on
+    ``x``'s device with ``to_cpu=False``. ``progress``: report points done and rate per
+    batch to the ``"crosslip"`` logger (:mod:`crosslip.progress`; off inside adversarial
+    training). ``groups`` (n,): a :class:`crosslip.models.StackedSoftplusNet` ``model`` is
+    attacked at point ``i`` by its network ``groups[i]`` (adversarial training of a grid)."""
     model = _prepare(model, x, dtype)
     parts, found = [], 0
     with Progress(f"attack {_norm_name(p)}", len(x), "points", active=progress) as bar:
         for i in range(0, len(x), batch_size):
+            part = slice(i, i + batch_size)
+            logits_of, grads_of = _classifier(model, None if groups is None else groups[part])
             parts.append(
-                _paper_batch(model, x[i : i + batch_size].to(dtype), p, lo, hi, rtol, max_steps)
+                _paper_batch(logits_of, grads_of, x[part].to(dtype), p, lo, hi, rtol, max_steps)
             )
+            if to_cpu:
+                parts[-1] = UpperBound(*(getattr(parts[-1], f).cpu() for f in _FIELDS))
             found += int(parts[-1].success.sum())
             bar.update(len(parts[-1].norm), successes=found)
     return _cat(parts)
@@ -158,18 +190,17 @@ def _norm_name(p: float) -> str:
 
 
 def _cat(parts: list[UpperBound]) -> UpperBound:
-    return UpperBound(
-        *(torch.cat([getattr(r, f) for r in parts]) for f in UpperBound.__annotations__)
-    )
+    return UpperBound(*(torch.cat([getattr(r, f) for r in parts]) for f in _FIELDS))
 
 
 @torch.no_grad()
-def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
+def _paper_batch(logits_of: Logits, grads_of: Any, x, p, lo, hi, rtol, max_steps) -> UpperBound:
     n = x.shape[0]
-    logits = model(x)
+    every = torch.arange(n, device=x.device)
+    logits = logits_of(x, every)
     k = logits.shape[1]
     pred = logits.argmax(1)
-    grads = class_gradients(model, x)  # (n, K, d)
+    grads = grads_of(x, every)  # (n, K, d)
     # rows: every (point, target) pair with target != pred
     point = torch.arange(n, device=x.device).repeat_interleave(k)
     target = torch.arange(k, device=x.device).repeat(n)
@@ -178,7 +209,10 @@ def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
     c_row = pred[point]
     v = grads[point, c_row] - grads[point, target]
     t0 = logits[point, c_row] - logits[point, target]
-    norm, delta_rows, adv_cls = _search(model, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps)
+    rows_logits = lambda xr, rows: logits_of(xr, point[rows])  # noqa: E731
+    norm, delta_rows, adv_cls = _search(
+        rows_logits, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps
+    )
     # minimum over targets per point
     per_point = torch.full((n, k), torch.inf, dtype=x.dtype, device=x.device)
     per_point[point, target] = norm
@@ -188,12 +222,12 @@ def _paper_batch(model, x, p, lo, hi, rtol, max_steps) -> UpperBound:
     row_of[point, target] = torch.arange(len(point), device=x.device)
     best_row = row_of[torch.arange(n, device=x.device), best_t].clamp_min(0)
     return UpperBound(
-        norm=best_norm.cpu(),
-        target=torch.where(success, best_t, -1).cpu(),
-        adv_class=torch.where(success, adv_cls[best_row], -1).cpu(),
-        success=success.cpu(),
-        pred=pred.cpu(),
-        delta=torch.where(success[:, None], delta_rows[best_row], torch.zeros_like(x)).cpu(),
+        norm=best_norm,
+        target=torch.where(success, best_t, -1),
+        adv_class=torch.where(success, adv_cls[best_row], -1),
+        success=success,
+        pred=pred,
+        delta=torch.where(success[:, None], delta_rows[best_row], torch.zeros_like(x)),
     )
 
 
@@ -215,7 +249,7 @@ def refine_upper_bound(
     model = _prepare(model, x, dtype)
     dev = x.device
     x = x.to(dtype)
-    best = UpperBound(*(getattr(start, f).clone().to(dev) for f in UpperBound.__annotations__))
+    best = UpperBound(*(getattr(start, f).clone().to(dev) for f in _FIELDS))
     best.delta = best.delta.to(dtype)
     best.norm = best.norm.to(dtype)
     pred = best.pred
@@ -234,7 +268,9 @@ def refine_upper_bound(
             v = grads[ar, c] - grads[ar, j]
             gk = logits[ar, c] - logits[ar, j]  # <= 0 at an adversarial point
             t0 = gk - (v * best.delta[idx]).sum(1)  # linear model at x_k, evaluated at x
-            norm, delta, cls = _search(model, xs, c, v, t0, p, lo, hi, rtol, max_steps)
+            norm, delta, cls = _search(
+                lambda xr, rows: model(xr), xs, c, v, t0, p, lo, hi, rtol, max_steps
+            )
         better = norm < best.norm[idx] * (1 - 1e-12)
         bar.update(1, points=len(idx), improved=int(better.sum()))
         if not better.any():
@@ -245,4 +281,4 @@ def refine_upper_bound(
         best.adv_class[upd] = cls[better]
         best.target[upd] = j[better]
     bar.close()
-    return UpperBound(*(getattr(best, f).cpu() for f in UpperBound.__annotations__))
+    return UpperBound(*(getattr(best, f).cpu() for f in _FIELDS))
