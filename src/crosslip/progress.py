@@ -27,6 +27,9 @@ LOG = logging.getLogger("crosslip")
 LOG_SECONDS = 60.0
 #: ``extra`` of a plain progress line: a console handler that shows a bar drops these.
 PROGRESS_RECORD = {"crosslip_progress": True}
+#: The record attribute that names the model a line is about, where one job trains several
+#: (:func:`crosslip.io.setup_logging` sends such lines to that model's log file only).
+TAG = "crosslip_model"
 
 
 def is_progress_record(record: logging.LogRecord) -> bool:
@@ -84,8 +87,9 @@ class Progress:
     followed by the ``postfix`` of :meth:`update`. :meth:`advance_bar` moves the bar by a
     fraction of a unit without a line (e.g. per batch within an epoch; ``fractional=True``
     shows such positions, 2.56/4.00). ``active=False``
-    (e.g. an attack inside an adversarial-training step) reports nothing. Use as a context
-    manager (closes the bar).
+    (e.g. an attack inside an adversarial-training step) reports nothing. ``tag``: the
+    model the lines are about (:data:`TAG`), in a job that trains several; ``bar=False``:
+    lines only. Use as a context manager (closes the bar).
     """
 
     def __init__(
@@ -96,16 +100,19 @@ class Progress:
         every: float = 0.1,
         active: bool = True,
         fractional: bool = False,
+        tag: str | None = None,
+        bar: bool = True,
     ) -> None:
         self.what, self.total, self.unit = what, int(total), unit
         self.active = active and self.total > 0 and enabled()
+        self.extra = PROGRESS_RECORD if tag is None else {**PROGRESS_RECORD, TAG: tag}
         self.step = max(1, math.ceil(round(every * self.total, 9)))  # 1/n * n may be 1 + 2e-16
         self.done = self.logged = 0
         self.shown = 0.0  # the bar's position (fractions included)
         self.next_mark = self.step
         self.t0 = self.last_line = time.perf_counter()
         self.bar = None
-        if self.active and bar_wanted():
+        if self.active and bar and bar_wanted():
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -169,7 +176,7 @@ class Progress:
             _duration(elapsed),
             _duration(left),
             extra,
-            extra=PROGRESS_RECORD,
+            extra=self.extra,
         )
 
     def close(self, **postfix: Any) -> None:

@@ -1,0 +1,435 @@
+"""A grid of one-hidden-layer networks trained by SGD as one batched model (Section 5).
+
+Section 5 trains the network of Section 2.3 for every regularizer and hyperparameter of a
+grid. Networks that share the data, the seed (initialisation and batch order), the epochs
+and every other setting are trained here *together*: a
+:class:`~crosslip.models.StackedSoftplusNet` holds their weights with a leading grid
+dimension, so one step costs one batched product per layer for all G of them (on a GPU, as
+many kernel launches as one network). Each grid point keeps its own
+
+* regularizer and lambda: none, weight decay (half the squared norm of the weights),
+  Cross-Lipschitz in closed form (eq. crosslip, :func:`crosslip.regularizers.
+  cross_lipschitz_closed_form` on the stack), dropout;
+* learning rate and schedule (``lr_decay`` after each fraction ``lr_decay_at`` of the
+  updates);
+* dropout masks, drawn independently per grid point (:class:`DropoutMasks`);
+* adversarial samples in the adversarial setting: the paper's attack on its own network
+  (:func:`crosslip.attacks.upper_bound` with ``groups``);
+* divergence: a grid point whose loss is not finite stops at that update, as a training of
+  its own would, and the others go on.
+
+Apart from the dropout masks, grid point ``g`` comes out as :func:`crosslip.train.train`
+trains it alone: the same initialisation (the seed's), batches, augmentations and update
+per step (tests/test_train_grid.py compares them in float64, dropout under the same masks).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ..attacks import upper_bound
+from ..augment import augment, center_crop
+from ..errors import ConfigError
+from ..models import SoftplusNet, StackedSoftplusNet
+from ..norms import norm_p
+from ..progress import Progress
+from ..regularizers import cross_lipschitz_closed_form
+from ..train import TrainConfig, TrainResult, error_rate, lr_decay_updates
+
+LOG = logging.getLogger(__name__)
+
+#: Fields of a training spec that may differ between the networks of one grid batch; all
+#: others (data layout, seed, epochs, batch size, architecture, setting, ...) are shared.
+PER_NETWORK = ("regularizer", "lam", "lr", "keep_hidden", "keep_input", "lr_decay", "lr_decay_at")
+#: Order of the grid points inside a stack: each regularizer's points are contiguous, so
+#: that the penalties act on slices (views) of the stacked weights.
+REGULARIZER_ORDER = ("none", "dropout", "weight_decay", "cross_lipschitz")
+#: Elements of one chunk of the error evaluation (G networks x rows x hidden units).
+EVAL_ELEMENTS = 2**24
+
+
+def shared_settings(cfgs: Sequence[TrainConfig]) -> dict[str, Any]:
+    """The settings every network of a grid batch shares (all fields but
+    :data:`PER_NETWORK`); raises :class:`ValueError` naming the first field that differs, or
+    for a non-``mlp`` architecture."""
+    if not cfgs:
+        raise ValueError("a grid batch needs at least one network")
+    first = asdict(cfgs[0])
+    for i, cfg in enumerate(cfgs[1:], 1):
+        other = asdict(cfg)
+        differ = [k for k in first if k not in PER_NETWORK and other[k] != first[k]]
+        if differ:
+            raise ValueError(
+                f"network {i} of the grid batch differs from network 0 in {differ[0]} "
+                f"({other[differ[0]]!r} != {first[differ[0]]!r}): only networks that share "
+                "everything but the regularizer, lambda, dropout and learning rate train together"
+            )
+    if first["arch"] != "mlp":
+        raise ValueError(f"grid batches train one-hidden-layer networks (mlp), not {first['arch']}")
+    return {k: v for k, v in first.items() if k not in PER_NETWORK}
+
+
+def _span(regs: Sequence[str], name: str) -> slice | None:
+    """The slice of the (contiguous) grid points with regularizer ``name``, or None."""
+    where = [i for i, r in enumerate(regs) if r == name]
+    return slice(where[0], where[-1] + 1) if where else None
+
+
+class DropoutMasks:
+    """Inverted-dropout scales of a grid batch (``specs`` in stack order): for each grid
+    point with a keep probability below 1, a Bernoulli(keep) mask divided by keep
+    (``nn.Dropout``'s training-time map), drawn independently per grid point from
+    ``generator`` (on the training device); 1 where nothing is dropped. :meth:`scales` is
+    called once per step, after any adversarial samples are made; a subclass may record or
+    replay masks (:func:`train_grid`'s ``masks``)."""
+
+    def __init__(self, specs: Sequence[TrainConfig], generator: torch.Generator) -> None:
+        self.specs = list(specs)
+        self.keep_input = [c.keep_input for c in specs]
+        self.keep_hidden = [c.keep_hidden for c in specs]
+        self.generator = generator
+
+    def _scale(
+        self, keeps: list[float], n: int, width: int, like: torch.Tensor
+    ) -> torch.Tensor | None:
+        dropped = [i for i, k in enumerate(keeps) if k < 1]
+        if not dropped:
+            return None
+        scale = like.new_ones(len(keeps), n, width)
+        keep = torch.tensor(keeps, dtype=like.dtype, device=like.device)[dropped]
+        draws = torch.rand(
+            len(dropped), n, width, generator=self.generator, dtype=like.dtype, device=like.device
+        )
+        scale[dropped] = (draws < keep[:, None, None]).to(like.dtype) / keep[:, None, None]
+        return scale
+
+    def scales(
+        self, n: int, d: int, h: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(input_scale (G, n, d), hidden_scale (G, n, H))`` for a batch of ``n`` points,
+        in the dtype and on the device of ``like``; None where no grid point drops any."""
+        return (
+            self._scale(self.keep_input, n, d, like),
+            self._scale(self.keep_hidden, n, h, like),
+        )
+
+
+class GridStep:
+    """One SGD step of every grid point of ``stack`` at once (``cfgs`` in stack order).
+
+    The state the step changes lives in tensors on the device and is changed in place,
+    and the step reads nothing back to the host, so that a fixed-shape step can be
+    recorded once and replayed (a CUDA graph) as well as run directly:
+
+    * ``alive`` (G,): grid points whose every loss so far was finite; a non-finite loss
+      stops its grid point before the update, as a training of its own would;
+    * ``loss_sum``, ``penalty_sum`` (G,), float64: ``sum_batches loss * batch size`` since
+      the last :meth:`reset_sums` (the epoch's curve);
+    * ``updates`` (a count) and ``died_at`` (G,): the update at which a grid point stopped
+      (1-based, -1 while alive);
+    * ``neg_lr`` (G,): minus each grid point's current learning rate (the schedule sets
+      it between steps, :meth:`set_learning_rates`).
+    """
+
+    def __init__(self, stack: StackedSoftplusNet, cfgs: Sequence[TrainConfig]) -> None:
+        self.stack = stack
+        p = stack.U
+        opts = {"dtype": p.dtype, "device": p.device}
+        regs = [c.regularizer for c in cfgs]
+        self.cl, self.wd = _span(regs, "cross_lipschitz"), _span(regs, "weight_decay")
+        size = len(cfgs)
+        self.lam = torch.tensor([c.lam for c in cfgs], **opts)
+        self.neg_lr = torch.tensor([-c.lr for c in cfgs], **opts)
+        self.alive = torch.ones(size, dtype=torch.bool, device=p.device)
+        self.loss_sum = torch.zeros(size, dtype=torch.float64, device=p.device)
+        self.penalty_sum = torch.zeros_like(self.loss_sum)
+        self.updates = torch.zeros((), dtype=torch.int64, device=p.device)
+        self.died_at = torch.full((size,), -1, dtype=torch.int64, device=p.device)
+
+    def objective(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        input_scale: torch.Tensor | None = None,
+        hidden_scale: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per grid point, the mean cross-entropy on the batch and the penalty without
+        lambda (eq. L-Alg), each (G,), for ``x`` (n, d) or (G, n, d) and labels ``y`` (n,).
+        Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.train.
+        objective_terms` does."""
+        stack = self.stack
+        logits, z = stack.logits_and_preactivation(x, input_scale, hidden_scale)
+        size, n = logits.shape[:2]
+        ce = F.cross_entropy(logits.transpose(1, 2), y.expand(size, n), reduction="none")
+        ce = ce.mean(1)
+        penalty = ce.new_zeros(size)
+        if self.cl is not None:
+            s = stack.sigma_prime(z[self.cl])
+            omega = cross_lipschitz_closed_form(s, stack.W[self.cl], stack.U[self.cl])
+            penalty = penalty.index_copy(0, _indices(self.cl, ce), omega)
+        if self.wd is not None:
+            u, w = stack.U[self.wd], stack.W[self.wd]
+            decay = 0.5 * (u.pow(2).sum((1, 2)) + w.pow(2).sum((1, 2)))
+            penalty = penalty.index_copy(0, _indices(self.wd, ce), decay)
+        return ce, penalty
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        input_scale: torch.Tensor | None = None,
+        hidden_scale: torch.Tensor | None = None,
+    ) -> None:
+        """Forward, backward and update of every grid point on the batch ``(x, y)``."""
+        ce, penalty = self.objective(x, y, input_scale, hidden_scale)
+        loss = ce + self.lam * penalty
+        finite = torch.isfinite(loss)
+        self.updates.add_(1)
+        self.died_at.copy_(torch.where(self.alive & ~finite, self.updates, self.died_at))
+        self.alive.logical_and_(finite)
+        params = list(self.stack.parameters())
+        grads = torch.autograd.grad(loss.sum(), params)
+        with torch.no_grad():
+            for param, grad in zip(params, grads, strict=True):
+                view = (-1,) + (1,) * (param.dim() - 1)
+                step = grad.masked_fill(~self.alive.view(view), 0.0)
+                param.addcmul_(step, self.neg_lr.view(view))
+            n = y.shape[0]
+            kept = self.alive
+            self.loss_sum.add_(torch.where(kept, loss.detach(), 0).double() * n)
+            self.penalty_sum.add_(torch.where(kept, penalty.detach(), 0).double() * n)
+
+    def set_learning_rates(self, lrs: Sequence[float]) -> None:
+        """Set every grid point's learning rate (host values, copied into the step)."""
+        self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=self.neg_lr.dtype))
+
+    def reset_sums(self) -> None:
+        self.loss_sum.zero_()
+        self.penalty_sum.zero_()
+
+
+def _indices(span: slice, like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(span.start, span.stop, device=like.device)
+
+
+@torch.no_grad()
+def grid_errors(stack: StackedSoftplusNet, x: torch.Tensor, y: torch.Tensor) -> list[float]:
+    """Fraction of misclassified points of ``(x, y)`` for every network of ``stack`` (no
+    dropout), in chunks of about :data:`EVAL_ELEMENTS` hidden activations."""
+    size, h = stack.size, stack.U.shape[1]
+    rows = max(1, EVAL_ELEMENTS // (size * h))
+    wrong = torch.zeros(size, dtype=torch.int64, device=stack.U.device)
+    for i in range(0, len(x), rows):
+        logits = stack(x[i : i + rows])
+        wrong += (logits.argmax(2) != y[i : i + rows]).sum(1)
+    return [w / max(len(x), 1) for w in wrong.tolist()]
+
+
+def adversarial_inputs(
+    stack: StackedSoftplusNet, xb: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor:
+    """The batch of every grid point, (G, n, d): ``xb`` (n, d) with its first
+    ``adv_fraction`` replaced by box-constrained adversarial samples of that grid point's
+    network (the paper's attack with rtol 1e-2 and 10 bisection steps, as
+    :func:`crosslip.train.adversarial_batch` for one network; a point whose attack fails
+    stays as it is). All G networks are attacked in one batch of G x m rows."""
+    size, (n, d) = stack.size, xb.shape
+    m = math.ceil(cfg.adv_fraction * n)
+    if m == 0:
+        return xb.expand(size, n, d)
+    rows = xb[:m].repeat(size, 1)  # row r attacks grid point r // m
+    groups = torch.arange(size, device=xb.device).repeat_interleave(m)
+    stack.eval()
+    ub = upper_bound(
+        stack,
+        rows,
+        p=norm_p(cfg.adv_norm),
+        rtol=1e-2,
+        max_steps=10,
+        dtype=xb.dtype,
+        progress=False,
+        groups=groups,
+        to_cpu=False,
+    )
+    stack.train()
+    adv = (rows + ub.delta.to(xb.dtype)).clamp(0, 1)
+    first = torch.where(ub.success[:, None], adv, rows).view(size, m, d)
+    return torch.cat([first, xb[m:].expand(size, n - m, d)], dim=1)
+
+
+def train_grid(
+    cfgs: Sequence[TrainConfig],
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    num_classes: int,
+    device: torch.device | str = "cpu",
+    shape: tuple[int, ...] | None = None,
+    masks: type[DropoutMasks] = DropoutMasks,
+    tags: Sequence[str] | None = None,
+) -> list[TrainResult]:
+    """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
+    batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
+    in the order given, each model on the CPU with the metrics of
+    :func:`crosslip.train.train` (``seconds`` is the whole batch's) and ``grid_networks``
+    (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`, from a generator
+    seeded with ``seed + 2`` on ``device``); ``tags``: one name per network for its
+    progress lines (:data:`crosslip.progress.TAG`)."""
+    shared = shared_settings(cfgs)
+    order = sorted(range(len(cfgs)), key=lambda i: REGULARIZER_ORDER.index(cfgs[i].regularizer))
+    specs = [cfgs[i] for i in order]
+    names = [tags[i] if tags else f"network {i}" for i in order]
+    size = len(specs)
+    device = torch.device(device)
+    seed, epochs, batch_size = shared["seed"], shared["epochs"], shared["batch_size"]
+    setting = shared["setting"]
+    augmenting = setting == "augment"
+    if augmenting and (shape is None or len(shape) != 3):
+        raise ConfigError("the augment setting needs the image shape (h, w, c)")
+    if augmenting and shared["crop"] > min(shape[:2]):
+        raise ConfigError(
+            f"train.crop = {shared['crop']} is larger than the images ({shape[0]} x "
+            f"{shape[1]}); set train.crop to at most {min(shape[:2])}"
+        )
+    if augmenting:
+        x_test = center_crop(torch.from_numpy(np.asarray(x_test)), shape, shared["crop"]).numpy()
+    in_dim = x_train.shape[1] if not augmenting else shared["crop"] ** 2 * shape[2]
+
+    torch.manual_seed(seed)  # the initialisation of a training of its own: the same draws
+    template = SoftplusNet(
+        in_dim, num_classes, shared["hidden"], shared["alpha"], shared["bias"], init=shared["init"]
+    )
+    nets = []
+    for cfg in specs:
+        net = SoftplusNet(
+            in_dim,
+            num_classes,
+            shared["hidden"],
+            shared["alpha"],
+            shared["bias"],
+            keep_hidden=cfg.keep_hidden,
+            keep_input=cfg.keep_input,
+        )
+        net.load_state_dict(template.state_dict())
+        nets.append(net)
+    stack = StackedSoftplusNet(nets).to(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    dropout = masks(specs, torch.Generator(device=device).manual_seed(seed + 2))
+    xtr = torch.as_tensor(x_train, device=device)
+    ytr = torch.as_tensor(y_train, device=device)
+    xtr_eval = center_crop(xtr, shape, shared["crop"]) if augmenting else xtr
+    n = len(xtr)
+    batches = math.ceil(n / batch_size)
+    decay_after = [lr_decay_updates(c.lr_decay_at, epochs * batches) for c in specs]
+    lrs = [c.lr for c in specs]
+    step = GridStep(stack, specs)
+    curves: list[list[dict[str, float]]] = [[] for _ in specs]
+    status = ["ok"] * size
+    progress = Progress(
+        f"train {size} networks", epochs, "epochs", every=1 / max(epochs, 1), fractional=True
+    )
+    lines = [
+        Progress("train", epochs, "epochs", every=1 / max(epochs, 1), tag=names[g], bar=False)
+        for g in range(size)
+    ]
+    LOG.info(
+        "train: %d networks as one batched model on %s: %s",
+        size,
+        device,
+        ", ".join(names),
+    )
+    t0 = time.perf_counter()
+    updates = 0
+    for epoch in range(epochs):
+        t_epoch = time.perf_counter()
+        stack.train()
+        alive_before = step.alive.tolist()
+        perm = torch.randperm(n, generator=gen, device="cpu").to(device)
+        xperm, yperm = xtr[perm], ytr[perm]
+        for i in range(0, n, batch_size):
+            xb, yb = xperm[i : i + batch_size], yperm[i : i + batch_size]
+            if augmenting:
+                xb = augment(xb, shape, aug_gen, size=shared["crop"], colour=shape[2] == 3)
+            elif setting == "adversarial":
+                xb = adversarial_inputs(stack, xb, specs[0])
+            input_scale, hidden_scale = dropout.scales(len(yb), xb.shape[-1], stack.U.shape[1], xb)
+            step(xb, yb, input_scale, hidden_scale)
+            updates += 1
+            decays = [g for g in range(size) if updates in decay_after[g]]
+            if decays:
+                for g in decays:
+                    lrs[g] *= specs[g].lr_decay
+                step.set_learning_rates(lrs)
+            progress.advance_bar(1 / batches)
+        alive, died_at = step.alive.tolist(), step.died_at.tolist()
+        loss_sum, penalty_sum = step.loss_sum.tolist(), step.penalty_sum.tolist()
+        step.reset_sums()
+        train_errors = grid_errors(stack, xtr_eval, ytr) if any(alive) else []
+        seconds = time.perf_counter() - t_epoch
+        for g in range(size):
+            if not alive_before[g]:
+                continue
+            if not alive[g]:
+                status[g] = "diverged"
+                LOG.info(
+                    "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
+                    epoch + 1,
+                    died_at[g],
+                    extra={"crosslip_model": names[g]},
+                )
+                lines[g].close()
+                continue
+            curves[g].append(
+                {
+                    "epoch": epoch + 1,
+                    "loss": loss_sum[g] / n,
+                    "penalty": penalty_sum[g] / n,
+                    "train_error": train_errors[g],
+                }
+            )
+            lines[g].update(
+                1,
+                loss=curves[g][-1]["loss"],
+                penalty=curves[g][-1]["penalty"],
+                train_error=curves[g][-1]["train_error"],
+                lr=lrs[g],
+                epoch_seconds=seconds,
+            )
+        progress.update(1, networks_training=sum(alive))
+        if not any(alive):
+            break
+    progress.close()
+    for line in lines:
+        line.close()
+    seconds = time.perf_counter() - t0
+    xte, yte = torch.from_numpy(np.asarray(x_test)), torch.from_numpy(np.asarray(y_test))
+    results: list[TrainResult | None] = [None] * size
+    for g, cfg in enumerate(specs):
+        net = stack.network(g).cpu().eval()
+        ok = status[g] == "ok"
+        metrics: dict[str, Any] = {
+            "status": status[g],
+            "epochs_completed": len(curves[g]),
+            "test_error": error_rate(net, xte, yte) if ok else None,
+            "train_error": curves[g][-1]["train_error"] if curves[g] else None,
+            "curve": curves[g],
+            "seconds": seconds,
+            "device": str(device),
+            "n_train": int(n),
+            "n_test": len(x_test),
+            "config": asdict(cfg),
+            "grid_networks": size,
+        }
+        results[order[g]] = TrainResult(net, metrics)
+    return [r for r in results if r is not None]

@@ -1,0 +1,224 @@
+"""A grid trained as one batched model equals the same networks trained one by one.
+
+In float64 on the CPU, every regularizer (none, weight decay, dropout, Cross-Lipschitz) in
+every setting (plain, augment, adversarial), with different learning rates and lambdas in
+one batch: parameters to 1e-10 after a few epochs, the same curves and test errors. Dropout
+is compared under the same masks: the batched run records its masks and the separate run of
+each dropout network replays them. A diverging grid point stops as it would alone while the
+others go on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import crosslip.models.softplus_net as softplus_net
+from crosslip.data import load_dataset
+from crosslip.models import SoftplusNet, StackedSoftplusNet, class_gradients
+from crosslip.train import TrainConfig, train
+from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, train_grid
+
+from .helpers import random_net, random_points
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """128 training and 64 test digits of mnist5k, float64."""
+    ds = load_dataset("mnist5k")
+    return (
+        ds.x_train[:128].astype(np.float64),
+        ds.y_train[:128],
+        ds.x_test[:64].astype(np.float64),
+        ds.y_test[:64],
+    )
+
+
+@pytest.fixture
+def float64():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def grid(setting: str, **common) -> list[TrainConfig]:
+    """Every regularizer, two learning rates, two lambdas: one batch of 7 networks."""
+    common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 5, "setting": setting}
+    common["crop"] = 20
+    return [
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-2, lr=0.5, **common),
+        TrainConfig(regularizer="none", lr=0.2, **common),
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
+        TrainConfig(regularizer="weight_decay", lam=1e-3, lr=0.2, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+        TrainConfig(regularizer="none", lr=0.5, **common),
+        TrainConfig(regularizer="dropout", keep_hidden=0.7, keep_input=0.9, lr=0.5, **common),
+    ]
+
+
+class Recorded(DropoutMasks):
+    """The default masks, each draw kept (``latest``: the instance of the last run)."""
+
+    latest: Recorded | None = None
+
+    def __init__(self, specs, generator):
+        super().__init__(specs, generator)
+        self.draws: list[tuple[torch.Tensor | None, torch.Tensor | None]] = []
+        Recorded.latest = self
+
+    def scales(self, n, d, h, like):
+        out = super().scales(n, d, h, like)
+        self.draws.append(out)
+        return out
+
+
+class Replay(torch.nn.Module):
+    """Dropout that multiplies by recorded scales, one per training-mode call."""
+
+    def __init__(self, scales: list[torch.Tensor]):
+        super().__init__()
+        self.scales = iter(scales)
+
+    def forward(self, x):
+        return x * next(self.scales) if self.training else x
+
+
+def train_alone(cfg, data, monkeypatch, recorded: Recorded | None):
+    """``crosslip.train.train`` of one network; a dropout network replays the masks that
+    the batched run drew for it."""
+    if cfg.regularizer == "dropout":
+        g = next(i for i, s in enumerate(recorded.specs) if s is cfg)
+        replays = [
+            Replay([draw[0][g] for draw in recorded.draws]),  # input (made first)
+            Replay([draw[1][g] for draw in recorded.draws]),  # hidden
+        ]
+        monkeypatch.setattr(softplus_net, "_dropout", lambda keep: replays.pop(0))
+    try:
+        return train(cfg, *data, 10, shape=(28, 28, 1))
+    finally:
+        monkeypatch.undo()
+
+
+def assert_same_training(batched, alone):
+    pairs = zip(batched.model.state_dict().items(), alone.model.state_dict().values(), strict=True)
+    for (name, a), b in pairs:
+        assert a.dtype == torch.float64
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
+    mb, ma = batched.metrics, alone.metrics
+    for key in ("status", "epochs_completed", "test_error", "train_error", "n_train", "config"):
+        assert mb[key] == ma[key], key
+    for cb, ca in zip(mb["curve"], ma["curve"], strict=True):
+        assert cb["epoch"] == ca["epoch"] and cb["train_error"] == ca["train_error"]
+        assert cb["loss"] == pytest.approx(ca["loss"], rel=1e-10)
+        assert cb["penalty"] == pytest.approx(ca["penalty"], rel=1e-10, abs=1e-300)
+
+
+@pytest.mark.parametrize("setting", ["plain", "augment", "adversarial"])
+def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monkeypatch):
+    cfgs = grid(setting)
+    batched = train_grid(cfgs, *digits, 10, shape=(28, 28, 1), masks=Recorded)
+    recorded = Recorded.latest
+    assert len(batched) == len(cfgs) and len(recorded.draws) == 3 * 4  # epochs x batches
+    for cfg, result in zip(cfgs, batched, strict=True):
+        assert result.metrics["grid_networks"] == len(cfgs)
+        assert result.metrics["config"]["regularizer"] == cfg.regularizer
+        assert_same_training(result, train_alone(cfg, digits, monkeypatch, recorded))
+    # the networks did learn, and differently
+    assert all(r.metrics["curve"][-1]["loss"] < r.metrics["curve"][0]["loss"] for r in batched)
+    assert not torch.equal(batched[1].model.U, batched[5].model.U)  # lr 0.2 and 0.5
+
+
+def test_a_diverging_grid_point_stops_alone(digits, float64, monkeypatch):
+    common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 1}
+    cfgs = [
+        TrainConfig(regularizer="weight_decay", lam=1.0, lr=1e30, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+    ]
+    batched = train_grid(cfgs, *digits, 10)
+    assert batched[0].metrics["status"] == "diverged" and batched[0].metrics["test_error"] is None
+    assert batched[1].metrics["status"] == "ok" and batched[1].metrics["epochs_completed"] == 3
+    for cfg, result in zip(cfgs, batched, strict=True):
+        assert_same_training(result, train_alone(cfg, digits, monkeypatch, None))
+
+
+def test_dropout_masks_differ_between_grid_points_and_repeat_for_a_seed(digits):
+    common = {"epochs": 1, "hidden": 12, "batch_size": 32, "seed": 2}
+    cfgs = [
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
+        TrainConfig(regularizer="none", lr=0.2, **common),
+    ]
+    x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
+    first = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
+    recorded = Recorded.latest
+    a, b, plain = (next(i for i, s in enumerate(recorded.specs) if s is c) for c in cfgs)
+    second = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
+    for one, two in zip(first, second, strict=True):  # deterministic for a seed
+        assert torch.equal(one.model.U, two.model.U)
+    for inputs, hidden in recorded.draws:
+        assert not torch.equal(hidden[a], hidden[b]) and not torch.equal(inputs[a], inputs[b])
+        assert torch.equal(hidden[plain], torch.ones_like(hidden[plain]))  # no dropout
+        assert torch.equal(inputs[plain], torch.ones_like(inputs[plain]))
+        dropped = hidden[[a, b]]
+        assert 0.35 < (dropped > 0).float().mean().item() < 0.65
+        assert set(dropped.unique().tolist()) == {0.0, 2.0}  # mask / keep
+    # the same spec, other masks: the two dropout networks come out different
+    assert not torch.equal(first[0].model.U, first[1].model.U)
+
+
+def test_only_networks_that_share_their_settings_train_together():
+    a = TrainConfig(regularizer="none", epochs=2, hidden=8)
+    b = TrainConfig(**{**a.__dict__, "regularizer": "cross_lipschitz", "lam": 0.1, "lr": 0.5})
+    assert shared_settings([a, b]) == shared_settings([a])
+    assert "lr" not in shared_settings([a]) and shared_settings([a])["epochs"] == 2
+    for field, value in [("epochs", 3), ("seed", 1), ("hidden", 9), ("setting", "augment")]:
+        b = TrainConfig(
+            **{**a.__dict__, "regularizer": "cross_lipschitz", "lam": 0.1, field: value}
+        )
+        with pytest.raises(ValueError, match=f"differs from network 0 in {field}"):
+            shared_settings([a, b])
+    with pytest.raises(ValueError, match="not resnet"):
+        shared_settings([TrainConfig(arch="resnet")])
+
+
+def test_a_stack_computes_each_of_its_networks():
+    nets = [random_net(7, 4, 5, seed, bias=True) for seed in range(3)]
+    stack = StackedSoftplusNet(nets)
+    x = random_points(6, 7, 0)
+    logits = stack(x)
+    assert logits.shape == (3, 6, 4)
+    for g, net in enumerate(nets):
+        torch.testing.assert_close(logits[g], net(x), rtol=1e-13, atol=1e-15)
+        back = stack.network(g)
+        assert isinstance(back, SoftplusNet) and back.hyper == net.hyper
+        for a, b in zip(back.state_dict().values(), net.state_dict().values(), strict=True):
+            assert torch.equal(a, b)
+    # every row by its own network, rows of the networks interleaved and uneven
+    group = torch.tensor([2, 0, 2, 2, 1, 0])
+    rows = stack.grouped_logits(x, group)
+    grads = stack.grouped_class_gradients(x, group)
+    for i, g in enumerate(group.tolist()):
+        torch.testing.assert_close(rows[i], nets[g](x[i : i + 1])[0], rtol=1e-14, atol=1e-15)
+        torch.testing.assert_close(grads[i], class_gradients(nets[g], x[i : i + 1])[0])
+    with pytest.raises(ValueError, match="differs from network 0 in hidden"):
+        StackedSoftplusNet([random_net(7, 4, 5, 0), random_net(7, 4, 6, 0)])
+
+
+def test_the_step_reads_nothing_back_from_the_device():
+    """A step must be replayable as a recorded graph: no value goes to the host (no
+    ``item``, ``tolist``, ``bool`` of a tensor, no data-dependent shape)."""
+    nets = [random_net(7, 4, 5, seed) for seed in range(3)]
+    cfgs = [
+        TrainConfig(regularizer="cross_lipschitz", lam=0.1, hidden=5),
+        TrainConfig(regularizer="weight_decay", lam=0.1, hidden=5),
+        TrainConfig(regularizer="none", hidden=5),
+    ]
+    step = GridStep(StackedSoftplusNet(nets), cfgs)
+    x, y = random_points(8, 7, 1), torch.arange(8) % 4
+    from .sync_checks import no_host_reads
+
+    with no_host_reads():
+        step(x, y)
+    assert step.updates.item() == 1 and step.alive.all()
