@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.runlock",
         "crosslip.kernel_memory",
         "crosslip.job_resources",
+        "crosslip.train_batches",
     ),
     (
         "crosslip.models",
@@ -51,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     (
         "crosslip.train",
+        "crosslip.training",
         "crosslip.kernel_train",
         "crosslip.checkpoints",
         "crosslip.external",
@@ -73,6 +75,7 @@ TORCH_FREE = [
     "crosslip.tracking",
     "crosslip.kernel_memory",
     "crosslip.job_resources",
+    "crosslip.train_batches",  # the Snakefile plans the training jobs with it
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]

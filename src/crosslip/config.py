@@ -22,6 +22,7 @@ import difflib
 import functools
 import itertools
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -489,6 +490,92 @@ def fmt_num(x: float) -> str:
     return f"{x:g}"
 
 
+def net_model_id(regularizer: str, lr: float, value: float, seed: int, setting: str) -> str:
+    """The id of a network: ``<regularizer>-lr<lr>-lam<lambda>-seed<seed>`` (``keep<p>``
+    instead of ``lam`` for dropout), ``-augment`` / ``-adversarial`` appended outside the
+    plain setting; the numbers as :func:`fmt_num` writes them."""
+    tag = "keep" if regularizer == "dropout" else "lam"
+    model_id = f"{regularizer}-lr{fmt_num(lr)}-{tag}{fmt_num(value)}-seed{seed}"
+    return model_id if setting == "plain" else f"{model_id}-{setting}"
+
+
+def kernel_model_id(regularizer: str, a: float, lam: float, seed: int) -> str:
+    """The id of a Gaussian-kernel model: ``<regularizer>-a<a>-lam<lambda>-seed<seed>``."""
+    return f"{regularizer}-a{fmt_num(a)}-lam{fmt_num(lam)}-seed{seed}"
+
+
+def _exact_in_ids(key: str, values: Iterable[float]) -> None:
+    """Model ids carry the grid values (:func:`net_model_id`); a value that its id does not
+    give back exactly would name two models alike or train another value than it says."""
+    for i, v in enumerate(values):
+        if float(fmt_num(v)) != v:
+            raise ConfigError(
+                f"config key {key}[{i}]: {v!r} is written {fmt_num(v)} in model ids, which "
+                f"is another number; give it with at most 6 significant digits (e.g. "
+                f"{fmt_num(v)})"
+            )
+
+
+_NET_ID = re.compile(
+    r"^(?P<reg>[a-z_]+)-lr(?P<lr>.+?)-(?P<tag>lam|keep)(?P<value>.+?)-seed(?P<seed>\d+)"
+    r"(?:-(?P<setting>augment|adversarial))?$"
+)
+_KERNEL_ID = re.compile(r"^(?P<reg>kernel_[a-z]+)-a(?P<a>.+?)-lam(?P<lam>.+?)-seed(?P<seed>\d+)$")
+#: The fields of a training spec that the model id states (with ``keep_input``, which
+#: follows from the regularizer and ``train.keep_input``).
+NET_ID_FIELDS = ("regularizer", "lam", "lr", "keep_hidden", "keep_input", "seed", "setting")
+KERNEL_ID_FIELDS = ("regularizer", "a", "lam", "seed")
+
+
+def tracked_params(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Model id -> the rest of its training spec: every field that the id does not state
+    (:data:`NET_ID_FIELDS`, :data:`KERNEL_ID_FIELDS`), and for networks
+    ``dropout_keep_input`` (``train.keep_input``, what dropout networks keep of their
+    input). A training job receives exactly this as its ``params``, and
+    :func:`spec_from_tracked` gives the spec back, so Snakemake retrains a model when, and
+    only when, its spec changes; networks of one setting and seed share it, which lets one
+    job train several of them (:mod:`crosslip.train_batches`)."""
+    keep_input = float(config["train"]["keep_input"])
+    out: dict[str, dict[str, Any]] = {}
+    for model_id, spec in training_grid(config).items():
+        fields = asdict(spec)
+        if isinstance(spec, NetTrainSpec):
+            tracked = {k: v for k, v in fields.items() if k not in NET_ID_FIELDS}
+            tracked["dropout_keep_input"] = keep_input
+        else:
+            tracked = {k: v for k, v in fields.items() if k not in KERNEL_ID_FIELDS}
+        out[model_id] = tracked
+    return out
+
+
+def spec_from_tracked(model_id: str, tracked: dict[str, Any]) -> NetTrainSpec | KernelTrainSpec:
+    """The training spec of ``model_id`` from its id and :func:`tracked_params`."""
+    if m := _KERNEL_ID.match(model_id):
+        return KernelTrainSpec(
+            regularizer=m["reg"],
+            a=float(m["a"]),
+            lam=float(m["lam"]),
+            seed=int(m["seed"]),
+            **tracked,
+        )
+    m = _NET_ID.match(model_id)
+    if m is None:
+        raise ValueError(f"{model_id!r} is not the id of a network or kernel model of a grid")
+    rest = dict(tracked)
+    keep_input = rest.pop("dropout_keep_input")
+    dropout, value = m["reg"] == "dropout", float(m["value"])
+    return NetTrainSpec(
+        regularizer=m["reg"],
+        lr=float(m["lr"]),
+        lam=0.0 if dropout else value,
+        keep_hidden=value if dropout else 1.0,
+        keep_input=keep_input if dropout else 1.0,
+        seed=int(m["seed"]),
+        setting=m["setting"] or "plain",
+        **rest,
+    )
+
+
 def net_grid(config: dict[str, Any], setting: str) -> dict[str, Any]:
     """The network grid of one setting: ``train.grid_by_setting[setting]`` where given (the
     paper changes grids between settings), else ``train.grid``."""
@@ -528,11 +615,13 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
                 )
             values = spec["keep_hidden"] if reg == "dropout" else spec["lambda"]
             values = [0.0] if reg == "none" else values
-            tag = "keep" if reg == "dropout" else "lam"
+            by_setting = setting in tr.get("grid_by_setting", {})
+            where = f"train.grid_by_setting.{setting}" if by_setting else "train.grid"
+            _exact_in_ids(f"{where}.{reg}.lr", spec["lr"])
+            value_key = "keep_hidden" if reg == "dropout" else "lambda"
+            _exact_in_ids(f"{where}.{reg}.{value_key}", values)
             for lr, value, seed in itertools.product(spec["lr"], values, tr["seeds"]):
-                model_id = f"{reg}-lr{fmt_num(lr)}-{tag}{fmt_num(value)}-seed{seed}"
-                if setting != "plain":
-                    model_id += f"-{setting}"
+                model_id = net_model_id(reg, lr, value, seed, setting)
                 dropout = reg == "dropout"
                 grid[model_id] = NetTrainSpec(
                     regularizer=reg,
@@ -545,8 +634,10 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
                     **common,
                 )
     for reg, spec in kern.get("grid", {}).items():
+        _exact_in_ids(f"kernel.grid.{reg}.a", spec["a"])
+        _exact_in_ids(f"kernel.grid.{reg}.lambda", spec["lambda"])
         for a, lam, seed in itertools.product(spec["a"], spec["lambda"], tr["seeds"]):
-            grid[f"{reg}-a{fmt_num(a)}-lam{fmt_num(lam)}-seed{seed}"] = KernelTrainSpec(
+            grid[kernel_model_id(reg, a, lam, seed)] = KernelTrainSpec(
                 regularizer=reg,
                 a=float(a),
                 lam=float(lam),

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,28 +91,78 @@ def job_tag(log_file: str | Path | None) -> str:
     return parts[-1]
 
 
-def setup_logging(log_file: str | Path | None) -> logging.Logger:
+class _OneModel(logging.Filter):
+    """Lets through the lines about ``model`` and the lines about no model in particular
+    (a job that trains several models writes each one's log)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .progress import TAG
+
+        return getattr(record, TAG, None) in (None, self.model)
+
+
+class _JobFormatter(logging.Formatter):
+    """Names the job on each line (``[train/mnist5k/<model>]``), or the model a line is
+    about where the job has several."""
+
+    def __init__(self, job: str) -> None:
+        super().__init__("%(asctime)s %(levelname)s [%(job)s]: %(message)s")
+        self.job = job
+
+    def format(self, record: logging.LogRecord) -> str:
+        from .progress import TAG
+
+        model = getattr(record, TAG, None)
+        record.job = f"{self.job.rsplit('/', 1)[0]}/{model}" if model else self.job
+        return super().format(record)
+
+
+def log_files(log_file: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    """A job's log files as a list (none, one, or one per model it trains)."""
+    if log_file is None:
+        return []
+    if isinstance(log_file, str | Path):
+        return [Path(log_file)]
+    return [Path(f) for f in log_file]
+
+
+def setup_logging(log_file: str | Path | Sequence[str | Path] | None) -> logging.Logger:
     """Send log records to ``log_file`` and stderr.
 
     On stderr every line names the job (:func:`job_tag`), since the lines of jobs that run
     side by side meet on one terminal; on a terminal, progress shows as a live bar
     (:mod:`crosslip.progress`) instead of its plain lines, which the log file keeps.
+    Several log files (a job that trains several models, one log each, named
+    ``<model>.log``): a line about one model (:data:`crosslip.progress.TAG`) goes to that
+    model's file only, every other line to all of them.
     """
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    files = log_files(log_file)
     console = _ConsoleHandler()
-    tag = job_tag(log_file)
-    console.setFormatter(logging.Formatter(fmt.replace("%(name)s", f"[{tag}]") if tag else fmt))
+    tag = job_tag(files[0]) if files else ""
+    if len(files) > 1:
+        tag = f"{tag.rsplit('/', 1)[0]}/{len(files)} models" if "/" in tag else tag
+    console.setFormatter(_JobFormatter(tag) if tag else logging.Formatter(fmt))
     handlers: list[logging.Handler] = [console]
-    if log_file:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, mode="w"))
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(path, mode="w"))
         handlers[-1].setFormatter(logging.Formatter(fmt))
+        if len(files) > 1:
+            handlers[-1].addFilter(_OneModel(path.name.removesuffix(".log")))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     return logging.getLogger("crosslip")
 
 
-def run_script(log_file: str | Path | None, main: Any, threads: int | None = None) -> None:
-    """Run a workflow script's ``main()`` with logging to ``log_file``.
+def run_script(
+    log_file: str | Path | Sequence[str | Path] | None, main: Any, threads: int | None = None
+) -> None:
+    """Run a workflow script's ``main()`` with logging to ``log_file`` (one file, or one per
+    model of a job that trains several: :func:`setup_logging`).
 
     An expected error (:class:`~crosslip.errors.CrosslipError`: missing data, checksum
     mismatch, a bad configuration value, a damaged input file) is logged as its one-line

@@ -54,6 +54,9 @@ SAFETY = 2.0
 #: Seconds per training sample of the 784-1024-10 network on the 2-core CPU (Cross-Lipschitz
 #: in closed form, batch 64: about 20 ms per step, README "Training speed"), with margin.
 MLP_SECONDS_PER_SAMPLE = 5e-4
+#: The same on one GPU (an H100, separate jobs: about 150 s for 200 epochs of full MNIST,
+#: gpu-runs/h100-0b2a5f5), with margin; a batched grid costs at most this per network.
+MLP_SECONDS_PER_SAMPLE_CUDA = 2e-5
 #: Host memory of the process itself (Python, torch, CUDA context), MB.
 PROCESS_MB = 2000
 NET_MEM_MB = 4000
@@ -183,3 +186,22 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
         factor = 3 if getattr(spec, "setting", "plain") == "adversarial" else 1
         runtime = _minutes(factor * samples * MLP_SECONDS_PER_SAMPLE, 120)
     return {"mem_mb": NET_MEM_MB, "runtime": runtime, "gpu": on_gpu}
+
+
+def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str) -> dict[str, int]:
+    """``{"mem_mb", "runtime", "gpu"}`` of a job that trains the networks ``specs`` of one
+    setting as one batched model (:mod:`crosslip.train_batches`): the networks' memory (a
+    few copies of G sets of weights beside the data), and the sum of their training times,
+    per training sample :data:`MLP_SECONDS_PER_SAMPLE` on the CPU and
+    :data:`MLP_SECONDS_PER_SAMPLE_CUDA` on a GPU (a batched step costs at most the
+    separate steps; docs/performance.md has what it measured)."""
+    on_gpu = int(config["device"] != "cpu")
+    shape = DATASET_SHAPES.get(dataset)
+    n = shape.n_train if shape else 60000  # a dataset of your own: MNIST's size assumed
+    per_sample = MLP_SECONDS_PER_SAMPLE_CUDA if on_gpu else MLP_SECONDS_PER_SAMPLE
+    seconds = sum(
+        (3 if s.setting == "adversarial" else 1) * s.epochs * n * per_sample for s in specs
+    )
+    weights = sum(s.hidden * (784 if shape is None else shape.dim + shape.classes) for s in specs)
+    mem_mb = NET_MEM_MB + math.ceil(16 * BYTES * weights / 2**20)
+    return {"mem_mb": mem_mb, "runtime": _minutes(seconds, 120), "gpu": on_gpu}

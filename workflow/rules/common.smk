@@ -8,8 +8,9 @@ from snakemake.exceptions import WorkflowError
 from crosslip import config as crosslip_config
 from crosslip import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.job_resources import job_resources
+from crosslip.job_resources import grid_batch_resources, job_resources
 from crosslip.tracking import code_digest
+from crosslip.train_batches import plan_batches
 
 if not workflow.modifier.skip_validation:
     try:
@@ -32,6 +33,12 @@ def code(script):
     Snakefile): a rule's params.code, so that a job reruns when, and only when, the code it
     runs changes (crosslip.tracking)."""
     return code_digest(SCRIPTS / script, PACKAGE if PACKAGE.is_dir() else None)
+
+
+# what each training job receives (with the model id: the whole spec), and the networks
+# trained as one batched model (rules in train.smk)
+TRACKED = crosslip_config.tracked_params(config)
+TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
 
 
 def resources_of(wildcards, stage):

@@ -23,12 +23,53 @@ rule train:
         runtime=lambda wc: resources_of(wc, "train")["runtime"],
         gpu=lambda wc: resources_of(wc, "train")["gpu"],
     params:
-        hyper=lambda wc: crosslip_config.spec_params(GRID[wc.model]),
+        # with the model id, the whole training spec (crosslip.config.spec_from_tracked); a
+        # batched job below has the same params, so a model may move between the two
+        tracked=lambda wc: TRACKED[wc.model],
         code=code("train.py"),
         device=config["device"],
         memory_gb=config["kernel"]["memory_gb"],
     script:
         "../scripts/train.py"
+
+
+# Networks of one setting that need training, trained as one batched model in one job
+# (train.batch_grid; crosslip.train_batches): one rule per batch, with the models, metrics
+# and logs of the per-model jobs as its outputs. Rules without wildcards take precedence
+# over `train` for these files.
+for batch in TRAIN_BATCHES:
+
+    rule:
+        name:
+            batch.name
+        input:
+            data=f"{RESULTS}/data/{batch.dataset}.npz",
+        output:
+            model=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/model.pt" for m in batch.models
+            ],
+            metrics=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/metrics.json"
+                for m in batch.models
+            ],
+        log:
+            [f"{RESULTS}/logs/train/{batch.dataset}/{m}.log" for m in batch.models],
+        benchmark:
+            f"{RESULTS}/benchmarks/train_grid/{batch.dataset}/{batch.setting}-seed{batch.seed}.tsv"
+        conda:
+            ENV
+        threads: 2
+        resources:
+            **grid_batch_resources(
+                config, [GRID[m] for m in batch.models], batch.dataset
+            ),
+        params:
+            tracked=batch.tracked,
+            code=code("train.py"),
+            device=config["device"],
+            memory_gb=config["kernel"]["memory_gb"],
+        script:
+            "../scripts/train.py"
 
 
 # A model trained elsewhere (config external_models) takes a training job's place: read

@@ -1,17 +1,38 @@
-"""The training stage: one grid point, a network by SGD or a kernel model by L-BFGS."""
+"""The training stage: one grid point (a net by SGD or a kernel model by L-BFGS), or several
+networks of one setting trained as one batched model (:mod:`crosslip.training.grid`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..checkpoints import save_model
+from ..config import NetTrainSpec
 from ..data import load_prepared
 from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS
 from ..io import write_json
 from ..kernel_train import KernelTrainConfig, train_kernel
-from ..train import TrainConfig, train
+from ..train import TrainConfig, TrainResult, train
+from ..training.grid import train_grid
+
+
+def _write(
+    res: TrainResult,
+    dataset: str,
+    model_id: str,
+    model_out: Path | str,
+    metrics_out: Path | str,
+    code: str | None,
+) -> dict[str, Any]:
+    res.metrics["dataset"] = dataset
+    res.metrics["model_id"] = model_id
+    if code is not None:  # the code digest it was trained with (crosslip.train_batches)
+        res.metrics["code"] = code
+    save_model(res.model, model_out, meta={"dataset": dataset, "status": res.metrics["status"]})
+    write_json(res.metrics, metrics_out)
+    return res.metrics
 
 
 def train_stage(
@@ -22,10 +43,11 @@ def train_stage(
     metrics_out: Path | str,
     device: str = "auto",
     memory_gb: float | None = None,
+    code: str | None = None,
 ) -> dict[str, Any]:
     """Train one grid point (a net by SGD or a kernel model by L-BFGS, within ``memory_gb``
     GiB of its device: config ``kernel.memory_gb``); write the model (weights-only file) and
-    its metrics JSON."""
+    its metrics JSON (with ``code``, the job's code digest, where given)."""
     ds = load_prepared(data)
     args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if params["regularizer"] in KERNEL_REGULARIZERS:
@@ -35,8 +57,36 @@ def train_stage(
     else:
         cfg = TrainConfig(**params)
         res = train(cfg, *args, device=resolve_device(device), shape=ds.shape)
-    res.metrics["dataset"] = ds.name
-    res.metrics["model_id"] = model_id
-    save_model(res.model, model_out, meta={"dataset": ds.name, "status": res.metrics["status"]})
-    write_json(res.metrics, metrics_out)
-    return res.metrics
+    return _write(res, ds.name, model_id, model_out, metrics_out, code)
+
+
+def train_grid_stage(
+    data: Path | str,
+    specs: Mapping[str, NetTrainSpec],
+    outputs: Mapping[str, tuple[Path | str, Path | str]],
+    device: str = "auto",
+    code: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Train the networks ``specs`` (model id -> spec; they share everything but the
+    regularizer, lambda, dropout and learning rate) as one batched model
+    (:func:`crosslip.training.grid.train_grid`) and write each one's model and metrics to
+    ``outputs[model_id] = (model file, metrics file)``, as :func:`train_stage` would; the
+    metrics add ``grid_models``, the ids trained together. Returns the metrics by id."""
+    ds = load_prepared(data)
+    ids = list(specs)
+    results = train_grid(
+        [specs[m] for m in ids],
+        ds.x_train,
+        ds.y_train,
+        ds.x_test,
+        ds.y_test,
+        ds.num_classes,
+        device=resolve_device(device),
+        shape=ds.shape,
+        tags=ids,
+    )
+    written = {}
+    for model_id, res in zip(ids, results, strict=True):
+        res.metrics["grid_models"] = ids
+        written[model_id] = _write(res, ds.name, model_id, *outputs[model_id], code)
+    return written
