@@ -130,6 +130,31 @@ def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monk
     assert not torch.equal(batched[1].model.U, batched[5].model.U)  # lr 0.2 and 0.5
 
 
+@pytest.mark.parametrize("setting", ["plain", "augment", "adversarial"])
+def test_training_creates_every_tensor_on_the_device_it_means(setting, digits):
+    """With PyTorch's default device set to ``meta``, a tensor created without a device
+    lands there and fails as soon as it meets the data (as a CPU tensor would among CUDA
+    tensors): both trainings run through and give what they give without the check."""
+    x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
+    common = {"epochs": 1, "hidden": 8, "batch_size": 32, "setting": setting, "crop": 20}
+    cfgs = [
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, **common),
+        TrainConfig(regularizer="weight_decay", lam=1e-3, **common),
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, **common),
+    ]
+    data = (x[:64], y[:64], xt, yt, 10)
+
+    def both():
+        alone = [train(c, *data, shape=(28, 28, 1)).model for c in cfgs]
+        return alone + [r.model for r in train_grid(cfgs, *data, shape=(28, 28, 1))]
+
+    plain = both()
+    with torch.device("meta"):
+        checked = both()
+    for a, b in zip(plain, checked, strict=True):
+        assert a.U.device.type == "cpu" and torch.equal(a.U, b.U)
+
+
 def test_a_diverging_grid_point_stops_alone(digits, float64, monkeypatch):
     common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 1}
     cfgs = [
@@ -221,4 +246,51 @@ def test_the_step_reads_nothing_back_from_the_device():
 
     with no_host_reads():
         step(x, y)
-    assert step.updates.item() == 1 and step.alive.all()
+    assert step.updates.tolist() == [1, 1, 1] and step.alive.all()
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA (skipped without a GPU)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("setting", ["plain", "adversarial"])
+def test_a_batched_grid_on_cuda_reaches_the_test_errors_of_separate_trainings(setting):
+    """After a short training on real digits the batched networks' test errors are those of
+    the networks trained one by one, within 0.5% (other kernels, other summation order)."""
+    ds = load_dataset("mnist5k")
+    common = {"epochs": 3, "hidden": 256, "seed": 0, "setting": setting}
+    cfgs = [
+        TrainConfig(regularizer="none", lr=0.2, **common),
+        TrainConfig(regularizer="weight_decay", lam=1e-4, lr=0.2, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-2, lr=0.5, **common),
+    ]
+    data = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    batched = train_grid(cfgs, *data, device="cuda", shape=ds.shape)
+    for cfg, result in zip(cfgs, batched, strict=True):
+        alone = train(cfg, *data, device="cuda", shape=ds.shape)
+        assert result.metrics["status"] == alone.metrics["status"] == "ok"
+        assert result.metrics["cuda_graph"] is True
+        assert abs(result.metrics["test_error"] - alone.metrics["test_error"]) <= 0.005
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_the_recorded_cuda_step_trains_as_the_step_run_op_by_op():
+    ds = load_dataset("mnist5k")
+    common = {"epochs": 2, "hidden": 64, "seed": 0}
+    cfgs = [
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+    ]
+    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
+    graphed = train_grid(cfgs, *data, device="cuda", cuda_graph=True)
+    direct = train_grid(cfgs, *data, device="cuda", cuda_graph=False)
+    for a, b in zip(graphed, direct, strict=True):
+        assert a.metrics["cuda_graph"] and not b.metrics["cuda_graph"]
+        torch.testing.assert_close(a.model.U, b.model.U, rtol=1e-5, atol=1e-6)
+        assert a.metrics["curve"][-1]["loss"] == pytest.approx(b.metrics["curve"][-1]["loss"])

@@ -51,7 +51,7 @@ def helmert(
     """Helmert contrasts, shape (K-1, K): row ``j`` (1-based) is ``(1, ..., 1, -j, 0, ...)``
     (j ones) over ``sqrt(j (j+1))``; orthonormal rows, each orthogonal to the ones vector.
     Cached per (K, dtype, device); do not modify the returned tensor."""
-    q = torch.zeros(max(k - 1, 0), k, dtype=torch.float64)
+    q = torch.zeros(max(k - 1, 0), k, dtype=torch.float64, device="cpu")
     for j in range(1, k):
         q[j - 1, :j] = 1.0
         q[j - 1, j] = -float(j)

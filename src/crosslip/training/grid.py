@@ -79,8 +79,11 @@ def shared_settings(cfgs: Sequence[TrainConfig]) -> dict[str, Any]:
 
 
 def _span(regs: Sequence[str], name: str) -> slice | None:
-    """The slice of the (contiguous) grid points with regularizer ``name``, or None."""
+    """The slice of the grid points with regularizer ``name`` (None if there are none);
+    raises :class:`ValueError` if they are not contiguous."""
     where = [i for i, r in enumerate(regs) if r == name]
+    if where and where != list(range(where[0], where[-1] + 1)):
+        raise ValueError(f"the {name} grid points are not contiguous: {where}")
     return slice(where[0], where[-1] + 1) if where else None
 
 
@@ -97,6 +100,7 @@ class DropoutMasks:
         self.keep_input = [c.keep_input for c in specs]
         self.keep_hidden = [c.keep_hidden for c in specs]
         self.generator = generator
+        self._buffers: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
 
     def _scale(
         self, keeps: list[float], n: int, width: int, like: torch.Tensor
@@ -104,12 +108,17 @@ class DropoutMasks:
         dropped = [i for i, k in enumerate(keeps) if k < 1]
         if not dropped:
             return None
-        scale = like.new_ones(len(keeps), n, width)
-        keep = torch.tensor(keeps, dtype=like.dtype, device=like.device)[dropped]
+        key = (len(keeps), n, width, like.dtype, like.device)
+        if key not in self._buffers:  # made once: no copy from the host in later steps
+            index = torch.tensor(dropped, device=like.device)
+            keep = torch.tensor([keeps[i] for i in dropped], dtype=like.dtype, device=like.device)
+            self._buffers[key] = (index, keep[:, None, None], like.new_ones(len(keeps), n, width))
+        index, keep, scale = self._buffers[key]
         draws = torch.rand(
             len(dropped), n, width, generator=self.generator, dtype=like.dtype, device=like.device
         )
-        scale[dropped] = (draws < keep[:, None, None]).to(like.dtype) / keep[:, None, None]
+        scale = scale.clone()
+        scale[index] = (draws < keep).to(like.dtype) / keep
         return scale
 
     def scales(
@@ -124,7 +133,8 @@ class DropoutMasks:
 
 
 class GridStep:
-    """One SGD step of every grid point of ``stack`` at once (``cfgs`` in stack order).
+    """One SGD step of every grid point of ``stack`` at once (``cfgs`` in stack order, each
+    regularizer's grid points contiguous, as :func:`train_grid` orders them).
 
     The state the step changes lives in tensors on the device and is changed in place,
     and the step reads nothing back to the host, so that a fixed-shape step can be
@@ -132,10 +142,10 @@ class GridStep:
 
     * ``alive`` (G,): grid points whose every loss so far was finite; a non-finite loss
       stops its grid point before the update, as a training of its own would;
-    * ``loss_sum``, ``penalty_sum`` (G,), float64: ``sum_batches loss * batch size`` since
-      the last :meth:`reset_sums` (the epoch's curve);
-    * ``updates`` (a count) and ``died_at`` (G,): the update at which a grid point stopped
-      (1-based, -1 while alive);
+    * ``updates`` (G,): the updates each grid point made (a stopped one: the update that
+      failed is ``updates + 1``);
+    * ``sums`` (2, G), float64: ``sum_batches loss * batch size`` (row 0) and the same of
+      the penalty (row 1) since the last :meth:`reset_sums`, the epoch's curve;
     * ``neg_lr`` (G,): minus each grid point's current learning rate (the schedule sets
       it between steps, :meth:`set_learning_rates`).
     """
@@ -146,14 +156,16 @@ class GridStep:
         opts = {"dtype": p.dtype, "device": p.device}
         regs = [c.regularizer for c in cfgs]
         self.cl, self.wd = _span(regs, "cross_lipschitz"), _span(regs, "weight_decay")
+        # the penalty vector in pieces: zeros, weight decay, Cross-Lipschitz, in stack order
+        self.pieces = sorted(
+            [(s.start, s.stop, kind) for s, kind in ((self.cl, "cl"), (self.wd, "wd")) if s],
+        )
         size = len(cfgs)
         self.lam = torch.tensor([c.lam for c in cfgs], **opts)
         self.neg_lr = torch.tensor([-c.lr for c in cfgs], **opts)
         self.alive = torch.ones(size, dtype=torch.bool, device=p.device)
-        self.loss_sum = torch.zeros(size, dtype=torch.float64, device=p.device)
-        self.penalty_sum = torch.zeros_like(self.loss_sum)
-        self.updates = torch.zeros((), dtype=torch.int64, device=p.device)
-        self.died_at = torch.full((size,), -1, dtype=torch.int64, device=p.device)
+        self.updates = torch.zeros(size, dtype=torch.int64, device=p.device)
+        self.sums = torch.zeros(2, size, dtype=torch.float64, device=p.device)
 
     def objective(
         self,
@@ -161,26 +173,33 @@ class GridStep:
         y: torch.Tensor,
         input_scale: torch.Tensor | None = None,
         hidden_scale: torch.Tensor | None = None,
+        weights: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per grid point, the mean cross-entropy on the batch and the penalty without
         lambda (eq. L-Alg), each (G,), for ``x`` (n, d) or (G, n, d) and labels ``y`` (n,).
         Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.train.
-        objective_terms` does."""
+        objective_terms` does. ``weights``: the ``(U, W)`` each penalty piece reads (by
+        default slices of the stack's)."""
         stack = self.stack
         logits, z = stack.logits_and_preactivation(x, input_scale, hidden_scale)
         size, n = logits.shape[:2]
         ce = F.cross_entropy(logits.transpose(1, 2), y.expand(size, n), reduction="none")
         ce = ce.mean(1)
-        penalty = ce.new_zeros(size)
-        if self.cl is not None:
-            s = stack.sigma_prime(z[self.cl])
-            omega = cross_lipschitz_closed_form(s, stack.W[self.cl], stack.U[self.cl])
-            penalty = penalty.index_copy(0, _indices(self.cl, ce), omega)
-        if self.wd is not None:
-            u, w = stack.U[self.wd], stack.W[self.wd]
-            decay = 0.5 * (u.pow(2).sum((1, 2)) + w.pow(2).sum((1, 2)))
-            penalty = penalty.index_copy(0, _indices(self.wd, ce), decay)
-        return ce, penalty
+        if weights is None:
+            weights = [(stack.U[a:b], stack.W[a:b]) for a, b, _ in self.pieces]
+        parts, at = [], 0
+        for (start, stop, kind), (u, w) in zip(self.pieces, weights, strict=True):
+            if start > at:
+                parts.append(ce.new_zeros(start - at))
+            if kind == "cl":
+                s = stack.sigma_prime(z[start:stop])
+                parts.append(cross_lipschitz_closed_form(s, w, u))
+            else:
+                parts.append(0.5 * (u.pow(2).sum((1, 2)) + w.pow(2).sum((1, 2))))
+            at = stop
+        if at < size:
+            parts.append(ce.new_zeros(size - at))
+        return ce, parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def __call__(
         self,
@@ -189,36 +208,93 @@ class GridStep:
         input_scale: torch.Tensor | None = None,
         hidden_scale: torch.Tensor | None = None,
     ) -> None:
-        """Forward, backward and update of every grid point on the batch ``(x, y)``."""
-        ce, penalty = self.objective(x, y, input_scale, hidden_scale)
+        """Forward, backward and update of every grid point on the batch ``(x, y)``.
+
+        The penalties read their grid points' weights as leaves of their own (views of
+        the stack's, without a graph to it), whose gradients are then added to those
+        slices of the stack's gradients in place: a penalty of a few grid points costs no
+        gradient of the whole stack's size (as differentiating a slice would)."""
+        stack = self.stack
+        pieces = [
+            (stack.U[a:b].detach().requires_grad_(), stack.W[a:b].detach().requires_grad_())
+            for a, b, _ in self.pieces
+        ]
+        ce, penalty = self.objective(x, y, input_scale, hidden_scale, pieces)
         loss = ce + self.lam * penalty
-        finite = torch.isfinite(loss)
-        self.updates.add_(1)
-        self.died_at.copy_(torch.where(self.alive & ~finite, self.updates, self.died_at))
-        self.alive.logical_and_(finite)
-        params = list(self.stack.parameters())
-        grads = torch.autograd.grad(loss.sum(), params)
+        self.alive.logical_and_(torch.isfinite(loss))
+        params = list(stack.parameters())
+        grads = torch.autograd.grad(loss.sum(), [*params, *(t for uw in pieces for t in uw)])
         with torch.no_grad():
+            grads, extra = list(grads[: len(params)]), grads[len(params) :]
+            for i, (a, b, _) in enumerate(self.pieces):
+                grads[0][a:b].add_(extra[2 * i])
+                grads[1][a:b].add_(extra[2 * i + 1])
+            stopped = ~self.alive
             for param, grad in zip(params, grads, strict=True):
                 view = (-1,) + (1,) * (param.dim() - 1)
-                step = grad.masked_fill(~self.alive.view(view), 0.0)
-                param.addcmul_(step, self.neg_lr.view(view))
-            n = y.shape[0]
-            kept = self.alive
-            self.loss_sum.add_(torch.where(kept, loss.detach(), 0).double() * n)
-            self.penalty_sum.add_(torch.where(kept, penalty.detach(), 0).double() * n)
+                param.addcmul_(grad.masked_fill(stopped.view(view), 0.0), self.neg_lr.view(view))
+            self.updates.add_(self.alive)
+            terms = torch.stack([loss.detach(), penalty.detach()])
+            self.sums.add_(terms.masked_fill(stopped, 0).double(), alpha=y.shape[0])
+
+    def state(self) -> list[torch.Tensor]:
+        """Every tensor a step changes: the weights and the bookkeeping."""
+        return [*self.stack.parameters(), self.alive, self.updates, self.sums]
 
     def set_learning_rates(self, lrs: Sequence[float]) -> None:
         """Set every grid point's learning rate (host values, copied into the step)."""
-        self.neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=self.neg_lr.dtype))
+        lr = self.neg_lr
+        lr.copy_(torch.tensor([-v for v in lrs], dtype=lr.dtype, device=lr.device))
 
     def reset_sums(self) -> None:
-        self.loss_sum.zero_()
-        self.penalty_sum.zero_()
+        self.sums.zero_()
 
 
-def _indices(span: slice, like: torch.Tensor) -> torch.Tensor:
-    return torch.arange(span.start, span.stop, device=like.device)
+class RecordedStep:
+    """A :class:`GridStep` on CUDA recorded once as a CUDA graph and replayed for every
+    full batch: one launch per step instead of one per operation (a step of a 784-1024-10
+    network is a few dozen small kernels, each costing more to launch than to run at batch
+    64). The batch (and dropout scales) are copied into the graph's own input buffers
+    before each replay; the last, shorter batch of an epoch runs the step directly.
+
+    Recording runs the step twice on a side stream first (to set up cuBLAS and the
+    allocator), with every tensor the step changes saved before and restored after, so the
+    training is exactly as if the step had only ever been replayed."""
+
+    def __init__(self, step: GridStep, *inputs: torch.Tensor | None) -> None:
+        self.step = step
+        self.inputs = [None if t is None else t.clone() for t in inputs]
+        saved = [t.detach().clone() for t in step.state()]
+        side = torch.cuda.Stream(device=inputs[0].device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            for t, value in zip(step.state(), saved, strict=True):
+                t.copy_(value)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            step(*self.inputs)
+
+    def __call__(self, *inputs: torch.Tensor | None) -> None:
+        for buffer, t in zip(self.inputs, inputs, strict=True):
+            if buffer is not None:
+                buffer.copy_(t)
+        self.graph.replay()
+
+
+def record_step(step: GridStep, *inputs: torch.Tensor | None) -> RecordedStep | None:
+    """The step as a :class:`RecordedStep`, or None (logged) where recording fails: the
+    training then runs the step directly, as on the CPU."""
+    try:
+        return RecordedStep(step, *inputs)
+    except RuntimeError as exc:
+        LOG.warning(
+            "train: the step could not be recorded as a CUDA graph (%s); it runs op by op", exc
+        )
+        return None
 
 
 @torch.no_grad()
@@ -266,6 +342,21 @@ def adversarial_inputs(
     return torch.cat([first, xb[m:].expand(size, n - m, d)], dim=1)
 
 
+def _networks(
+    specs: Sequence[TrainConfig], shared: dict[str, Any], in_dim: int, num_classes: int
+) -> list[SoftplusNet]:
+    """A copy per grid point (with its dropout) of the seed's initial network, drawn as
+    :func:`crosslip.train.train` draws it (the global RNG freshly seeded)."""
+    shape = (in_dim, num_classes, shared["hidden"], shared["alpha"], shared["bias"])
+    template = SoftplusNet(*shape, init=shared["init"])
+    nets = []
+    for cfg in specs:
+        net = SoftplusNet(*shape, keep_hidden=cfg.keep_hidden, keep_input=cfg.keep_input)
+        net.load_state_dict(template.state_dict())
+        nets.append(net)
+    return nets
+
+
 def train_grid(
     cfgs: Sequence[TrainConfig],
     x_train: np.ndarray,
@@ -277,6 +368,7 @@ def train_grid(
     shape: tuple[int, ...] | None = None,
     masks: type[DropoutMasks] = DropoutMasks,
     tags: Sequence[str] | None = None,
+    cuda_graph: bool = True,
 ) -> list[TrainResult]:
     """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
     batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
@@ -284,7 +376,9 @@ def train_grid(
     :func:`crosslip.train.train` (``seconds`` is the whole batch's) and ``grid_networks``
     (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`, from a generator
     seeded with ``seed + 2`` on ``device``); ``tags``: one name per network for its
-    progress lines (:data:`crosslip.progress.TAG`)."""
+    progress lines (:data:`crosslip.progress.TAG`). ``cuda_graph``: on CUDA, replay the
+    full batches' step as a CUDA graph (:class:`RecordedStep`); the metrics say whether it
+    did (``cuda_graph``)."""
     shared = shared_settings(cfgs)
     order = sorted(range(len(cfgs)), key=lambda i: REGULARIZER_ORDER.index(cfgs[i].regularizer))
     specs = [cfgs[i] for i in order]
@@ -306,22 +400,8 @@ def train_grid(
     in_dim = x_train.shape[1] if not augmenting else shared["crop"] ** 2 * shape[2]
 
     torch.manual_seed(seed)  # the initialisation of a training of its own: the same draws
-    template = SoftplusNet(
-        in_dim, num_classes, shared["hidden"], shared["alpha"], shared["bias"], init=shared["init"]
-    )
-    nets = []
-    for cfg in specs:
-        net = SoftplusNet(
-            in_dim,
-            num_classes,
-            shared["hidden"],
-            shared["alpha"],
-            shared["bias"],
-            keep_hidden=cfg.keep_hidden,
-            keep_input=cfg.keep_input,
-        )
-        net.load_state_dict(template.state_dict())
-        nets.append(net)
+    with torch.device("cpu"):
+        nets = _networks(specs, shared, in_dim, num_classes)
     stack = StackedSoftplusNet(nets).to(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
@@ -349,6 +429,8 @@ def train_grid(
         device,
         ", ".join(names),
     )
+    graphs = cuda_graph and device.type == "cuda"
+    recorded: RecordedStep | None = None
     t0 = time.perf_counter()
     updates = 0
     for epoch in range(epochs):
@@ -364,7 +446,11 @@ def train_grid(
             elif setting == "adversarial":
                 xb = adversarial_inputs(stack, xb, specs[0])
             input_scale, hidden_scale = dropout.scales(len(yb), xb.shape[-1], stack.U.shape[1], xb)
-            step(xb, yb, input_scale, hidden_scale)
+            inputs = (xb, yb, input_scale, hidden_scale)
+            if graphs and len(yb) == batch_size and recorded is None:
+                recorded = record_step(step, *inputs)
+                graphs = recorded is not None
+            (recorded if recorded is not None and len(yb) == batch_size else step)(*inputs)
             updates += 1
             decays = [g for g in range(size) if updates in decay_after[g]]
             if decays:
@@ -372,8 +458,8 @@ def train_grid(
                     lrs[g] *= specs[g].lr_decay
                 step.set_learning_rates(lrs)
             progress.advance_bar(1 / batches)
-        alive, died_at = step.alive.tolist(), step.died_at.tolist()
-        loss_sum, penalty_sum = step.loss_sum.tolist(), step.penalty_sum.tolist()
+        alive, done = step.alive.tolist(), step.updates.tolist()
+        loss_sum, penalty_sum = step.sums.tolist()
         step.reset_sums()
         train_errors = grid_errors(stack, xtr_eval, ytr) if any(alive) else []
         seconds = time.perf_counter() - t_epoch
@@ -385,7 +471,7 @@ def train_grid(
                 LOG.info(
                     "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
                     epoch + 1,
-                    died_at[g],
+                    done[g] + 1,
                     extra={"crosslip_model": names[g]},
                 )
                 lines[g].close()
@@ -430,6 +516,7 @@ def train_grid(
             "n_test": len(x_test),
             "config": asdict(cfg),
             "grid_networks": size,
+            "cuda_graph": recorded is not None,
         }
         results[order[g]] = TrainResult(net, metrics)
     return [r for r in results if r is not None]
