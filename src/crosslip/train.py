@@ -129,6 +129,27 @@ def error_rate(
     return wrong / max(len(x), 1)
 
 
+def _network(
+    cfg: TrainConfig, shape: tuple[int, ...] | None, in_dim: int, num_classes: int
+) -> torch.nn.Module:
+    """The network of ``cfg``: a ResNet for images of ``shape``, else a :class:`SoftplusNet`."""
+    if cfg.arch == "resnet":
+        drop_hidden = 1.0 - cfg.keep_hidden
+        return ResNet(
+            shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha, drop_hidden
+        )
+    return SoftplusNet(
+        in_dim,
+        num_classes,
+        cfg.hidden,
+        cfg.alpha,
+        cfg.bias,
+        keep_hidden=cfg.keep_hidden,
+        keep_input=cfg.keep_input,
+        init=cfg.init,
+    )
+
+
 def train(
     cfg: TrainConfig,
     x_train: np.ndarray,
@@ -157,9 +178,8 @@ def train(
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    aug_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    drop_hidden = 1.0 - cfg.keep_hidden
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    aug_gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
         raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
@@ -171,23 +191,10 @@ def train(
         )
     if augmenting:
         model_shape = (cfg.crop, cfg.crop, shape[2])
-        x_test = center_crop(torch.as_tensor(x_test), shape, cfg.crop).numpy()
+        x_test = center_crop(torch.from_numpy(np.asarray(x_test)), shape, cfg.crop).numpy()
     in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
-    if cfg.arch == "resnet":
-        net = ResNet(
-            model_shape, num_classes, cfg.resnet_blocks, cfg.resnet_width, cfg.alpha, drop_hidden
-        )
-    else:
-        net = SoftplusNet(
-            in_dim,
-            num_classes,
-            cfg.hidden,
-            cfg.alpha,
-            cfg.bias,
-            keep_hidden=cfg.keep_hidden,
-            keep_input=cfg.keep_input,
-            init=cfg.init,
-        )
+    with torch.device("cpu"):  # initialised on the CPU (its RNG), then moved: any device
+        net = _network(cfg, model_shape, in_dim, num_classes)
     net = net.to(device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
@@ -206,7 +213,7 @@ def train(
     for epoch in range(cfg.epochs):
         t_epoch = time.perf_counter()
         net.train()
-        perm = torch.randperm(n, generator=gen).to(device)
+        perm = torch.randperm(n, generator=gen, device="cpu").to(device)
         tot_loss = tot_pen = 0.0
         for i in range(0, n, cfg.batch_size):
             idx = perm[i : i + cfg.batch_size]
@@ -255,7 +262,7 @@ def train(
     progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
-    xte, yte = torch.as_tensor(x_test), torch.as_tensor(y_test)
+    xte, yte = torch.from_numpy(np.asarray(x_test)), torch.from_numpy(np.asarray(y_test))
     metrics: dict[str, Any] = {
         "status": status,
         "epochs_completed": len(curve),
