@@ -52,8 +52,9 @@ def test_closure_follows_imports_transitively_and_takes_parent_packages():
 
 def test_docstring_comment_and_formatting_edits_change_no_digest(package):
     before = digests()
-    edit(package / "models" / "softplus_net.py", '"""Input gradients', '"""Edited: input gradients')
-    edit(package / "models" / "softplus_net.py", "\nimport torch\n", "\nimport torch  # a new comment\n\n")
+    net = package / "models" / "softplus_net.py"
+    edit(net, '"""Input gradients', '"""Edited: input gradients')
+    edit(net, "\nimport torch\n", "\nimport torch  # a new comment\n\n")
     edit(package / "regularizers.py", "\n\n\n", "\n\n\n\n")
     assert digests() == before
 

@@ -41,6 +41,18 @@ TRACKED = crosslip_config.tracked_params(config)
 TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
 
 
+def as_train_rule(name):
+    """A batched training rule takes what --set-threads and --set-resources (also in a
+    profile, e.g. profiles/slurm's GPU partition) give the rule `train`, as Snakemake
+    applies them to `train` (tests/test_grid_batches.py checks it in a dry run)."""
+    settings = workflow.resource_settings
+    batch_rule = workflow.get_rule(name)
+    threads = settings._parsed_overwrite_threads.get("train")
+    if threads is not None:
+        batch_rule.resources["_cores"] = threads
+    batch_rule.resources.update(settings._parsed_overwrite_resources.get("train", {}))
+
+
 def resources_of(wildcards, stage):
     """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources);
     a model trained elsewhere (not in GRID) gets the networks' defaults."""

@@ -71,6 +71,8 @@ for batch in TRAIN_BATCHES:
         script:
             "../scripts/train.py"
 
+    as_train_rule(batch.name)
+
 
 # A model trained elsewhere (config external_models) takes a training job's place: read
 # without running code from it, checked against its dataset, stored with its metrics

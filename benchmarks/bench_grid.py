@@ -1,0 +1,224 @@
+"""Grid benchmark: networks of the MNIST grid trained as one batched model against one
+training per network, side by side.
+
+The networks are those of the MNIST preset's plain setting (``config/presets/mnist.yaml``:
+784-1024-10 softplus networks, no weight decay ... Cross-Lipschitz, two learning rates; 26 in
+all). For each size G of ``--sizes`` (default 1, 8 and 26: one Cross-Lipschitz network, the
+eight Cross-Lipschitz networks, the whole grid) they are trained for ``--epochs`` on
+``--points`` real digits (float32, batch 64) in two ways that take turns (``--rounds``):
+
+* **batched**: :func:`crosslip.training.grid.train_grid`, one model of G stacked networks
+  (on CUDA its full batches' step replayed as a CUDA graph);
+* **separate**: :func:`crosslip.train.train` for each network, one after the other: what one
+  process per model computes, without the processes' start-up (about 2 s each here).
+
+Figures per G: the seconds of each (median over the rounds), network-epochs per second (a
+network-epoch: one pass of one network over 60,000 digits, the full MNIST training set, at
+the measured rate), the speedup of batched over separate, and the *arithmetic bound*: the
+step's matrix-product flops (forward ``2 n d H + 2 n H K``, backward ``2 n d H + 4 n H K``
+per network, plus for Cross-Lipschitz the cheaper exact form,
+``crosslip.regularizers.cross_lipschitz_flops``) over the float32 matrix-product rate this
+machine gave meanwhile (the fastest of the step's own product shapes); the ratio of the
+batched time to it says how far from the arithmetic the training runs (launches, memory
+traffic, Python). Also the operations of one step (each a kernel launch on a GPU; views and
+allocations not counted), batched against G separate steps. The last line is one JSON
+object; ``speedup_batched_vs_separate`` and ``ratio_to_arithmetic_bound`` are those of the
+largest G.
+Run: ``.venv/bin/python benchmarks/bench_grid.py [--device auto]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from crosslip.config import training_grid, validate
+from crosslip.data import load_dataset
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
+from crosslip.models import SoftplusNet, StackedSoftplusNet
+from crosslip.regularizers import cross_lipschitz_flops
+from crosslip.train import GradientDescent, TrainConfig, objective_terms, train
+from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
+
+ROOT = Path(__file__).resolve().parents[1]
+K = 10
+FULL_MNIST = 60000
+
+
+def mnist_grid(hidden: int, epochs: int) -> list[TrainConfig]:
+    """The plain setting's networks of the MNIST preset, Cross-Lipschitz first."""
+    config = yaml.safe_load((ROOT / "config" / "presets" / "mnist.yaml").read_text())
+    config["train"]["settings"] = ["plain"]
+    config.setdefault("model", {})["hidden"] = hidden
+    config["train"]["epochs"] = epochs
+    grid = training_grid(validate(config))
+    specs = sorted(grid.values(), key=lambda s: (s.regularizer != "cross_lipschitz", s.lr, s.lam))
+    return specs
+
+
+def step_flops(spec: TrainConfig, n: int, d: int) -> int:
+    """Matrix-product flops of one SGD step of one network (module docstring)."""
+    h = spec.hidden
+    flops = 4 * n * d * h + 6 * n * h * K
+    if spec.regularizer == "cross_lipschitz":
+        flops += min(cross_lipschitz_flops(n, d, K, h).values())
+    return flops
+
+
+def gemm_rate(shapes: list[tuple[int, int, int]], device: torch.device, repeats: int) -> float:
+    """The fastest float32 matrix-product rate (flop/s) over ``shapes`` (m, k, n)."""
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+        for _ in range(repeats):
+            synchronize(device)
+            t0 = time.perf_counter()
+            a @ b
+            synchronize(device)
+            best = max(best, 2 * m * k * n / (time.perf_counter() - t0))
+    return best
+
+
+class _Count(TorchDispatchMode):
+    """Counts the operations that compute (views and allocations left out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if not (
+            func.is_view or name.startswith(("aten::empty", "aten::detach", "aten::_unsafe_view"))
+        ):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
+    """(operations of one batched step of ``specs``, of one separate step of each, summed)."""
+    specs = sorted(specs, key=lambda s: REGULARIZER_ORDER.index(s.regularizer))
+    d, h = x.shape[1], specs[0].hidden
+    nets = [SoftplusNet(d, K, h, keep_hidden=s.keep_hidden, keep_input=s.keep_input) for s in specs]
+    nets = [net.to(x.device) for net in nets]
+    batched = GridStep(StackedSoftplusNet(nets).to(x.device), specs)
+    with _Count() as one:
+        batched(x, y)
+    separate = 0
+    for spec, net in zip(specs, nets, strict=True):
+        opt = GradientDescent(net.parameters(), lr=spec.lr)
+        with _Count() as each:
+            ce, pen = objective_terms(net, x, y, spec)
+            opt.zero_grad()
+            (ce + spec.lam * pen).backward()
+            opt.step()
+        separate += each.count
+    return one.count, separate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 26], help="grid sizes G")
+    ap.add_argument("--points", type=int, default=4000, help="training digits per epoch")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2, help="turns of batched and separate")
+    ap.add_argument("--hidden", type=int, default=1024, help="hidden units (1024 in the paper)")
+    add_device_argument(ap)
+    add_threads_argument(ap)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    dev = resolve_device(args.device)
+    ds = load_dataset("mnist5k")
+    x, y = ds.x_train[: args.points], ds.y_train[: args.points]
+    data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
+    grid = mnist_grid(args.hidden, args.epochs)
+    n, d = len(x), x.shape[1]
+    batch = grid[0].batch_size
+    res: dict = {
+        "machine": describe_machine(dev),
+        "device": str(dev),
+        "points": n,
+        "epochs": args.epochs,
+        "hidden": args.hidden,
+        "grid": len(grid),
+        "sizes": {},
+    }
+    shapes = [(batch * (K - 1), args.hidden, d), (batch, d, args.hidden), (args.hidden, batch, d)]
+    rates = []
+    for size in args.sizes:
+        specs = [copy.deepcopy(s) for s in grid[:size]]
+        times: dict[str, list[float]] = {"batched": [], "separate": []}
+        for _ in range(args.rounds):
+            for kind in ("batched", "separate"):
+                synchronize(dev)
+                t0 = time.perf_counter()
+                if kind == "batched":
+                    train_grid(specs, *data, device=dev)
+                else:
+                    for spec in specs:
+                        train(spec, *data, device=dev)
+                synchronize(dev)
+                times[kind].append(time.perf_counter() - t0)
+            rates.append(gemm_rate(shapes, dev, 3))
+        rate = statistics.median(rates)
+        steps = args.epochs * -(-n // batch)
+        flops = sum(step_flops(s, batch, d) for s in specs) * steps
+        bound = flops / rate
+        secs = {k: statistics.median(v) for k, v in times.items()}
+        xb = torch.as_tensor(x[:batch], device=dev)
+        yb = torch.as_tensor(y[:batch], device=dev)
+        ops_batched, ops_separate = ops_per_step(specs, xb, yb)
+        network_epochs = size * args.epochs * n / FULL_MNIST
+        res["sizes"][str(size)] = {
+            "networks": [f"{s.regularizer} lr {s.lr:g} lam {s.lam:g}" for s in specs][:3]
+            + (["..."] if size > 3 else []),
+            "batched_seconds": secs["batched"],
+            "separate_seconds": secs["separate"],
+            "speedup_batched_vs_separate": secs["separate"] / secs["batched"],
+            "network_epochs_per_second_batched": network_epochs / secs["batched"],
+            "network_epochs_per_second_separate": network_epochs / secs["separate"],
+            "arithmetic_bound_seconds": bound,
+            "ratio_to_arithmetic_bound": secs["batched"] / bound,
+            "ratio_to_arithmetic_bound_separate": secs["separate"] / bound,
+            "ops_per_step_batched": ops_batched,
+            "ops_per_step_separate": ops_separate,
+        }
+    res["gemm_gflops_float32"] = statistics.median(rates) / 1e9
+    largest = res["sizes"][str(max(args.sizes))]
+    res["speedup_batched_vs_separate"] = largest["speedup_batched_vs_separate"]
+    res["ratio_to_arithmetic_bound"] = largest["ratio_to_arithmetic_bound"]
+
+    print(f"machine: {res['machine']} (device {res['device']})")
+    print(
+        f"{n} digits x {args.epochs} epoch(s), hidden {args.hidden}, batch {batch}; "
+        f"float32 matrix products meanwhile: {res['gemm_gflops_float32']:.0f} GFLOP/s"
+    )
+    for size, r in res["sizes"].items():
+        print(
+            f"G = {size:>2}: batched {r['batched_seconds']:.2f} s "
+            f"({r['network_epochs_per_second_batched']:.3g} network-epochs/s), separate "
+            f"{r['separate_seconds']:.2f} s ({r['network_epochs_per_second_separate']:.3g}/s): "
+            f"x{r['speedup_batched_vs_separate']:.2f}; arithmetic bound "
+            f"{r['arithmetic_bound_seconds']:.2f} s, batched x{r['ratio_to_arithmetic_bound']:.2f}"
+            f" of it (separate x{r['ratio_to_arithmetic_bound_separate']:.2f}); operations per "
+            f"step {r['ops_per_step_batched']} batched, {r['ops_per_step_separate']} separate"
+        )
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

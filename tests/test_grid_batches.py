@@ -1,0 +1,259 @@
+"""Which networks train together (crosslip.train_batches), and how Snakemake sees it.
+
+Without Snakemake: the tracked params and the model id give back the whole spec for every
+preset; networks of one dataset, setting and seed that need training form one batch; what
+"needs training" means. With Snakemake, on the shared tiny run (trained in batches by
+default): the files are those of one job per model, each log holds its own model's lines, a
+new grid value trains alone, a changed epoch count retrains every network in batches, and
+--set-threads / --set-resources for `train` reach the batched rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crosslip.config import (
+    ConfigError,
+    spec_from_tracked,
+    spec_params,
+    tracked_params,
+    training_grid,
+    validate,
+)
+from crosslip.train_batches import needs_training, plan_batches
+
+from .helpers import ROOT, dry_run_jobs, fields
+from .workflow_helpers import TINY_RUN, snakemake
+
+PRESETS = [*sorted((ROOT / "config" / "presets").glob("*.yaml")), ROOT / "config.yaml"]
+CODE = "digest-of-train.py"
+
+
+def load(path: Path) -> dict:
+    return validate(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_the_tracked_params_and_the_id_give_back_the_whole_spec(path):
+    config = load(path)
+    grid, tracked = training_grid(config), tracked_params(config)
+    for model_id, spec in grid.items():
+        assert spec_from_tracked(model_id, tracked[model_id]) == spec, model_id
+    # the networks of one setting and seed share what is tracked: one job may train them
+    by_setting: dict[tuple, set[str]] = {}
+    for model_id, spec in grid.items():
+        if getattr(spec, "setting", None):
+            key = (spec.setting, spec.seed)
+            by_setting.setdefault(key, set()).add(json.dumps(tracked[model_id], sort_keys=True))
+    assert all(len(v) == 1 for v in by_setting.values())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("train.epochs", 3),
+        ("train.batch_size", 32),
+        ("train.lr_decay", 0.5),
+        ("train.lr_decay_at", [0.5]),
+        ("train.keep_input", 0.8),
+        ("train.crop", 20),
+        ("train.adv_norm", "l2"),
+        ("train.adv_fraction", 0.25),
+        ("model.hidden", 32),
+        ("model.alpha", 5.0),
+        ("model.bias", True),
+        ("model.init", "pytorch"),
+    ],
+)
+def test_every_training_setting_is_tracked(key, value):
+    """A setting that changes a network's spec changes its tracked params (so Snakemake
+    retrains it): nothing of the spec can change unseen."""
+    base = load(ROOT / "config.yaml")
+    changed = copy.deepcopy(base)
+    section, name = key.split(".")
+    changed[section][name] = value
+    before, after = tracked_params(base), tracked_params(validate(changed))
+    nets = [m for m, s in training_grid(base).items() if hasattr(s, "setting")]
+    assert nets and all(before[m] != after[m] for m in nets)
+
+
+def test_grid_values_must_name_their_model_exactly():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["train"]["grid"]["cross_lipschitz"]["lambda"] = [1.0e-3, 0.123456789]
+    with pytest.raises(ConfigError, match=r"train\.grid\.cross_lipschitz\.lambda\[1\]"):
+        validate(config)
+
+
+def fresh(tmp_path: Path, **train) -> dict:
+    """TINY_RUN with ``train`` keys (the test runs in ``tmp_path``: results go there)."""
+    assert Path.cwd() == tmp_path
+    config = copy.deepcopy(TINY_RUN)
+    config["train"].update(train)
+    return validate(config)
+
+
+def test_a_fresh_grid_trains_in_one_batch_per_setting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = fresh(tmp_path)
+    grid = training_grid(config)
+    batches = plan_batches(config, grid, CODE)
+    assert sorted(b.setting for b in batches) == ["adversarial", "augment", "plain"]
+    for b in batches:
+        assert len(b.models) == 4 and b.dataset == "mnist5k" and b.seed == 0
+        assert all(grid[m].setting == b.setting for m in b.models)
+        assert b.name == f"train_grid_mnist5k_{b.setting}_seed0"
+    assert not any(m.startswith("kernel") for b in batches for m in b.models)
+    assert plan_batches(fresh(tmp_path, batch_grid=False), grid, CODE) == []
+    two_seeds = fresh(tmp_path, seeds=[0, 1])
+    assert len(plan_batches(two_seeds, training_grid(two_seeds), CODE)) == 6
+
+
+def finish(config: dict, model_id: str, code: str = CODE) -> Path:
+    """Files of a trained model as a training job leaves them."""
+    folder = Path(config["results"]) / "models" / "mnist5k" / model_id
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"weights")
+    spec = training_grid(config)[model_id]
+    (folder / "metrics.json").write_text(json.dumps({"config": spec_params(spec), "code": code}))
+    return folder
+
+
+def test_what_needs_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = fresh(tmp_path)
+    grid = training_grid(config)
+    plain = sorted(m for m, s in grid.items() if getattr(s, "setting", "") == "plain")
+    done = finish(config, plain[0])
+    assert not needs_training(config["results"], "mnist5k", plain[0], grid[plain[0]], CODE)
+    assert needs_training(config["results"], "mnist5k", plain[0], grid[plain[0]], "other code")
+    other = grid[plain[1]]  # the recorded spec is not this one
+    assert needs_training(config["results"], "mnist5k", plain[0], other, CODE)
+    assert needs_training(config["results"], "mnist5k", plain[1], grid[plain[1]], CODE)
+    # the data prepared again after the model: Snakemake retrains it
+    data = Path(config["results"]) / "data" / "mnist5k.npz"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"x")
+    os.utime(done / "model.pt", (1, 1))
+    assert needs_training(config["results"], "mnist5k", plain[0], grid[plain[0]], CODE)
+    os.utime(data, (0, 0))
+    assert not needs_training(config["results"], "mnist5k", plain[0], grid[plain[0]], CODE)
+    (done / "metrics.json").write_text("{not json")
+    assert needs_training(config["results"], "mnist5k", plain[0], grid[plain[0]], CODE)
+
+
+def test_only_networks_that_need_training_are_batched(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = fresh(tmp_path)
+    grid = training_grid(config)
+    plain = sorted(m for m, s in grid.items() if getattr(s, "setting", "") == "plain")
+    for m in plain[:3]:
+        finish(config, m)
+    batches = {b.setting: b for b in plan_batches(config, grid, CODE)}
+    assert "plain" not in batches  # one network left: it trains in a job of its own
+    assert sorted(batches) == ["adversarial", "augment"]
+    finish(config, plain[3], code="older code")
+    batches = {b.setting: b for b in plan_batches(config, grid, CODE)}
+    assert "plain" not in batches
+    shutil.rmtree(Path(config["results"]) / "models" / "mnist5k" / plain[0])
+    batches = {b.setting: b for b in plan_batches(config, grid, CODE)}
+    assert batches["plain"].models == (plain[0], plain[3])
+
+
+# ---------------------------------------------------------------------------------------
+# Snakemake
+
+
+@pytest.fixture
+def run(tiny_run, tmp_path):
+    """A copy of the finished tiny run (trained in batches), mtimes kept."""
+    work = tmp_path / "work"
+    shutil.copytree(tiny_run, work, symlinks=True)
+    return work
+
+
+def plan(work: Path, config: dict, *args: str) -> list[dict]:
+    proc = snakemake(work, "-n", *args, config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dry_run_jobs(proc.stdout)
+
+
+def test_a_batched_run_writes_the_files_of_one_job_per_model(tiny_run, tmp_path):
+    res = tiny_run / "results"
+    grid = training_grid(validate(copy.deepcopy(TINY_RUN)))
+    nets = [m for m, s in grid.items() if hasattr(s, "setting")]
+    assert len(nets) == 12
+    assert sorted(p.name for p in (res / "benchmarks" / "train_grid" / "mnist5k").iterdir()) == [
+        "adversarial-seed0.tsv",
+        "augment-seed0.tsv",
+        "plain-seed0.tsv",
+    ]
+    for m in nets:
+        metrics = json.loads((res / "models" / "mnist5k" / m / "metrics.json").read_text())
+        assert metrics["model_id"] == m and metrics["grid_networks"] == 4
+        assert m in metrics["grid_models"] and metrics["config"] == spec_params(grid[m])
+        log = (res / "logs" / "train" / "mnist5k" / f"{m}.log").read_text()
+        assert "train: 1/1 epochs" in log and "status=ok" in log
+        # its own lines, not those of the networks trained beside it
+        assert log.count("status=") == 1 and log.count("train: 1/1 epochs") == 1
+    # the same outputs as one job per model: what a per-model plan of the same config
+    # lists is exactly what the batched run wrote
+    per_model = copy.deepcopy(TINY_RUN)
+    per_model["train"]["batch_grid"] = False
+    jobs = plan(tmp_path / "plan", per_model, "--forceall")
+    assert not any(j["rule"].startswith("train_grid") for j in jobs)
+    listed = {o for j in jobs for o in j["output"]}
+    assert sum(j["rule"] == "train" for j in jobs) == len(grid)
+    assert not sorted(o for o in listed if not (tiny_run / o).exists())
+
+
+def test_a_new_grid_value_trains_alone_and_a_new_epoch_count_in_batches(run):
+    config = copy.deepcopy(TINY_RUN)
+    config["train"]["grid"]["cross_lipschitz"]["lambda"] = [1.0e-3, 1.0e-2]
+    jobs = plan(run, config)
+    trains = [j for j in jobs if j["rule"].startswith("train")]
+    new = [f"cross_lipschitz-lr0.2-lam0.01-seed0{s}" for s in ("", "-augment", "-adversarial")]
+    assert sorted((j["rule"], fields(j["wildcards"])["model"]) for j in trains) == sorted(
+        ("train", m) for m in new
+    )
+    assert all("Missing output files" in j["reason"] for j in trains)
+    # a setting every network shares: all of them again, one batched job per setting
+    config = copy.deepcopy(TINY_RUN)
+    config["train"]["epochs"] = 2
+    jobs = plan(run, config)
+    batched = sorted(j["rule"] for j in jobs if j["rule"].startswith("train_grid"))
+    assert batched == [f"train_grid_mnist5k_{s}_seed0" for s in ("adversarial", "augment", "plain")]
+    assert not [j for j in jobs if j["rule"] == "train"]  # the kernel models stay
+    assert {j["rule"] for j in jobs} >= {"certify", "attack", "instances"}
+
+
+@pytest.mark.slow
+def test_the_batched_rules_take_the_threads_and_resources_given_to_train(tmp_path):
+    """What a profile or the command line gives `train` (e.g. profiles/slurm's GPU
+    partition) holds for the batched training jobs too."""
+    default = [j for j in plan(tmp_path, TINY_RUN, "--cores", "4") if j["rule"] != "all"]
+    batched = [j for j in default if j["rule"].startswith("train_grid")]
+    assert len(batched) == 3 and all(j.get("threads") == "2" for j in batched)
+    jobs = plan(
+        tmp_path,
+        TINY_RUN,
+        "--cores",
+        "4",
+        "--set-threads",
+        "train=1",
+        "--set-resources",
+        "train:runtime=241",
+        "train:slurm_partition=gpu",
+    )
+    batched = [j for j in jobs if j["rule"].startswith("train_grid")]
+    assert len(batched) == 3
+    for job in batched:
+        resources = fields(job["resources"])
+        assert resources["runtime"] == "241" and resources["slurm_partition"] == "gpu"
+        assert job.get("threads", "1") == "1"
