@@ -128,4 +128,8 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
     "bench_kernel_bound.py": [
         *("--centers", "60", "--points", "8", "--reference-points", "2", "--threads", "1")
     ],
+    "bench_grid.py": [
+        *("--sizes", "1", "3", "--points", "96", "--rounds", "1", "--hidden", "16"),
+        *("--threads", "1"),
+    ],
 }

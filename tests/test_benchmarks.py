@@ -143,6 +143,33 @@ def test_bench_kernel_bound_runs_on_the_cpu_and_ends_with_one_json_line():
     assert res["kernel_agree"] is True and res["kernel_seconds"] > 0
 
 
+@pytest.mark.slow  # a whole benchmark run: the full tier
+def test_bench_grid_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench("bench_grid.py", *TINY_BENCH_ARGS["bench_grid.py"], *("--device", "cpu"))
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["points"] == 96 and res["grid"] == 26
+    assert set(res["sizes"]) == {"1", "3"}
+    for size, r in res["sizes"].items():
+        assert r["batched_seconds"] > 0 and r["separate_seconds"] > 0
+        assert math.isclose(
+            r["speedup_batched_vs_separate"], r["separate_seconds"] / r["batched_seconds"]
+        )
+        assert math.isclose(
+            r["ratio_to_arithmetic_bound"], r["batched_seconds"] / r["arithmetic_bound_seconds"]
+        )
+        epochs = int(size) * 96 / 60000
+        assert math.isclose(r["network_epochs_per_second_batched"], epochs / r["batched_seconds"])
+    one, three = res["sizes"]["1"], res["sizes"]["3"]  # Cross-Lipschitz networks both
+    # a batched step of 3 networks runs the operations of one (a broadcast more or less);
+    # separate steps, three times those of one
+    assert abs(three["ops_per_step_batched"] - one["ops_per_step_batched"]) <= 2
+    assert three["ops_per_step_separate"] == 3 * one["ops_per_step_separate"]
+    assert res["speedup_batched_vs_separate"] == three["speedup_batched_vs_separate"]
+    assert res["ratio_to_arithmetic_bound"] == three["ratio_to_arithmetic_bound"]
+    assert any(line.startswith("G =  3: batched") for line in out)
+
+
 @pytest.mark.slow  # two pytest runs
 def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line():
     """The test-suite benchmark on one small test file, against the committed HEAD's copy of

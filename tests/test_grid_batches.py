@@ -1,4 +1,4 @@
-"""Which networks train together (crosslip.train_batches), and how Snakemake sees it.
+"""Which networks train together (crosslip.job_batches), and how Snakemake sees it.
 
 Without Snakemake: the tracked params and the model id give back the whole spec for every
 preset; networks of one dataset, setting and seed that need training form one batch; what
@@ -27,7 +27,7 @@ from crosslip.config import (
     training_grid,
     validate,
 )
-from crosslip.train_batches import needs_training, plan_batches
+from crosslip.job_batches import needs_training, plan_batches
 
 from .helpers import ROOT, dry_run_jobs, fields
 from .workflow_helpers import TINY_RUN, snakemake

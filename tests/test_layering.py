@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.runlock",
         "crosslip.kernel_memory",
         "crosslip.job_resources",
-        "crosslip.train_batches",
+        "crosslip.job_batches",
     ),
     (
         "crosslip.models",
@@ -75,7 +75,7 @@ TORCH_FREE = [
     "crosslip.tracking",
     "crosslip.kernel_memory",
     "crosslip.job_resources",
-    "crosslip.train_batches",  # the Snakefile plans the training jobs with it
+    "crosslip.job_batches",  # the Snakefile plans the training jobs with it
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]

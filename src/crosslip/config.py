@@ -267,6 +267,13 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         )
     dataset_names(config)  # the checks beyond the schema
     training_grid(config)
+    for stage in ("certify", "attack"):
+        if config[stage]["batch_models"] and config["certify"]["models"] != "all":
+            raise ConfigError(
+                f"config key {stage}.batch_models: true needs certify.models: all (the "
+                "best models are chosen after training, too late to form the batches); set "
+                f"{stage}.batch_models: false or certify.models: all"
+            )
     softplus_keys_of_state_dicts_only(external_models(config), given)
     from .kernel_memory import config_problems  # torch-free; imports nothing from here
 
@@ -534,7 +541,7 @@ def tracked_params(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     input). A training job receives exactly this as its ``params``, and
     :func:`spec_from_tracked` gives the spec back, so Snakemake retrains a model when, and
     only when, its spec changes; networks of one setting and seed share it, which lets one
-    job train several of them (:mod:`crosslip.train_batches`)."""
+    job train several of them (:mod:`crosslip.job_batches`)."""
     keep_input = float(config["train"]["keep_input"])
     out: dict[str, dict[str, Any]] = {}
     for model_id, spec in training_grid(config).items():

@@ -4,6 +4,7 @@ for workflow scripts."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -91,6 +92,30 @@ def job_tag(log_file: str | Path | None) -> str:
     return parts[-1]
 
 
+#: The model that the lines logged now are about, in a job that handles several
+#: (:func:`about_model`); a line's own tag (:data:`crosslip.progress.TAG`) comes first.
+_CURRENT_MODEL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "crosslip_model", default=None
+)
+
+
+@contextlib.contextmanager
+def about_model(model_id: str) -> Iterator[None]:
+    """Every line logged inside is about ``model_id``: in a job that handles several models,
+    it goes to that model's log file only (:func:`setup_logging`)."""
+    token = _CURRENT_MODEL.set(model_id)
+    try:
+        yield
+    finally:
+        _CURRENT_MODEL.reset(token)
+
+
+def _model_of(record: logging.LogRecord) -> str | None:
+    from .progress import TAG
+
+    return getattr(record, TAG, None) or _CURRENT_MODEL.get()
+
+
 class _OneModel(logging.Filter):
     """Lets through the lines about ``model`` and the lines about no model in particular
     (a job that trains several models writes each one's log)."""
@@ -100,9 +125,7 @@ class _OneModel(logging.Filter):
         self.model = model
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from .progress import TAG
-
-        return getattr(record, TAG, None) in (None, self.model)
+        return _model_of(record) in (None, self.model)
 
 
 class _JobFormatter(logging.Formatter):
@@ -114,9 +137,7 @@ class _JobFormatter(logging.Formatter):
         self.job = job
 
     def format(self, record: logging.LogRecord) -> str:
-        from .progress import TAG
-
-        model = getattr(record, TAG, None)
+        model = _model_of(record)
         record.job = f"{self.job.rsplit('/', 1)[0]}/{model}" if model else self.job
         return super().format(record)
 

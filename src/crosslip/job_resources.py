@@ -190,7 +190,7 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
 
 def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str) -> dict[str, int]:
     """``{"mem_mb", "runtime", "gpu"}`` of a job that trains the networks ``specs`` of one
-    setting as one batched model (:mod:`crosslip.train_batches`): the networks' memory (a
+    setting as one batched model (:mod:`crosslip.job_batches`): the networks' memory (a
     few copies of G sets of weights beside the data), and the sum of their training times,
     per training sample :data:`MLP_SECONDS_PER_SAMPLE` on the CPU and
     :data:`MLP_SECONDS_PER_SAMPLE_CUDA` on a GPU (a batched step costs at most the

@@ -10,7 +10,7 @@ from crosslip import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.job_resources import grid_batch_resources, job_resources
 from crosslip.tracking import code_digest
-from crosslip.train_batches import plan_batches
+from crosslip.job_batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
     try:
@@ -39,18 +39,80 @@ def code(script):
 # trained as one batched model (rules in train.smk)
 TRACKED = crosslip_config.tracked_params(config)
 TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
+# with certify.batch_models / attack.batch_models: one job per dataset, family and setting
+CERTIFY_BATCHES = evaluation_batches(config, GRID, "certify")
+ATTACK_BATCHES = evaluation_batches(config, GRID, "attack")
 
 
-def as_train_rule(name):
-    """A batched training rule takes what --set-threads and --set-resources (also in a
-    profile, e.g. profiles/slurm's GPU partition) give the rule `train`, as Snakemake
-    applies them to `train` (tests/test_grid_batches.py checks it in a dry run)."""
+def as_rule_of(name, stage):
+    """A batched rule takes what --set-threads and --set-resources (also in a profile, e.g.
+    profiles/slurm's GPU partition) give the per-model rule of its stage (`train`,
+    `certify`, `attack`), as Snakemake applies them to that rule (tests/test_grid_batches.py
+    checks it in a dry run)."""
     settings = workflow.resource_settings
     batch_rule = workflow.get_rule(name)
-    threads = settings._parsed_overwrite_threads.get("train")
+    threads = settings._parsed_overwrite_threads.get(stage)
     if threads is not None:
         batch_rule.resources["_cores"] = threads
-    batch_rule.resources.update(settings._parsed_overwrite_resources.get("train", {}))
+    batch_rule.resources.update(settings._parsed_overwrite_resources.get(stage, {}))
+
+
+def training_rules():
+    """What differs between the training rules (workflow/rules/train.smk): `train`, one job
+    per model, then one rule per batch of networks trained as one model."""
+    per_model = {
+        "name": "train",
+        "data": f"{RESULTS}/data/{{dataset}}.npz",
+        "model": f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
+        "metrics": f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
+        "log": f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
+        "benchmark": f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv",
+        # From the config and the model (crosslip.job_resources): kernel models the memory
+        # budget kernel.memory_gb and a runtime from their flop count. One GPU per job
+        # unless device is cpu: counted by Snakemake only where a limit is given
+        # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
+        # sbatch --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
+        "resources": {
+            "mem_mb": lambda wc: resources_of(wc, "train")["mem_mb"],
+            "runtime": lambda wc: resources_of(wc, "train")["runtime"],
+            "gpu": lambda wc: resources_of(wc, "train")["gpu"],
+        },
+        "tracked": lambda wc: TRACKED[wc.model],
+    }
+    rules = [per_model]
+    for batch in TRAIN_BATCHES:
+        folder = f"{RESULTS}/models/{batch.dataset}"
+        rules.append(
+            {
+                "name": batch.name,
+                "data": f"{RESULTS}/data/{batch.dataset}.npz",
+                "model": [f"{folder}/{m}/model.pt" for m in batch.models],
+                "metrics": [f"{folder}/{m}/metrics.json" for m in batch.models],
+                "log": [
+                    f"{RESULTS}/logs/train/{batch.dataset}/{m}.log"
+                    for m in batch.models
+                ],
+                "benchmark": f"{RESULTS}/benchmarks/train_grid/{batch.dataset}/"
+                f"{batch.setting}-seed{batch.seed}.tsv",
+                "resources": grid_batch_resources(
+                    config, [GRID[m] for m in batch.models], batch.dataset
+                ),
+                # the very dict of the per-model jobs: Snakemake compares the repr
+                "tracked": TRACKED[batch.models[0]],
+            }
+        )
+    return rules
+
+
+def batch_resources(batch, stage):
+    """mem_mb, runtime and gpu of a batched certify or attack job: the most memory of one
+    of its models, the sum of their runtimes, one GPU (crosslip.job_resources)."""
+    each = [job_resources(config, GRID[m], batch.dataset, stage) for m in batch.models]
+    return {
+        "mem_mb": max(r["mem_mb"] for r in each),
+        "runtime": sum(r["runtime"] for r in each),
+        "gpu": max(r["gpu"] for r in each),
+    }
 
 
 def resources_of(wildcards, stage):

@@ -61,6 +61,92 @@ rule attack:
         "../scripts/attack.py"
 
 
+# With certify.batch_models / attack.batch_models: every trained model of one dataset,
+# family and setting in one job (crosslip.job_batches.evaluation_batches), with the outputs
+# and logs of the per-model jobs; rules without wildcards take precedence over those above.
+for batch in CERTIFY_BATCHES:
+
+    rule:
+        name:
+            batch.name
+        input:
+            data=f"{RESULTS}/data/{batch.dataset}.npz",
+            model=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/model.pt" for m in batch.models
+            ],
+            metrics=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/metrics.json"
+                for m in batch.models
+            ],
+        output:
+            [f"{RESULTS}/certify/{batch.dataset}/{m}.parquet" for m in batch.models],
+        log:
+            [f"{RESULTS}/logs/certify/{batch.dataset}/{m}.log" for m in batch.models],
+        benchmark:
+            f"{RESULTS}/benchmarks/certify_grid/{batch.dataset}/{batch.family}-{batch.setting}.tsv"
+        conda:
+            ENV
+        threads: 2
+        resources:
+            **batch_resources(batch, "certify"),
+        params:
+            n_points=config["certify"]["n_points"],
+            rtol=config["certify"]["rtol"],
+            kinds=config["certify"]["kinds"],
+            device=config["device"],
+            memory_gb=config["kernel"]["memory_gb"],
+            code=code("certify.py"),
+        script:
+            "../scripts/certify.py"
+
+    as_rule_of(batch.name, "certify")
+
+
+for batch in ATTACK_BATCHES:
+
+    rule:
+        name:
+            batch.name
+        input:
+            data=f"{RESULTS}/data/{batch.dataset}.npz",
+            model=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/model.pt" for m in batch.models
+            ],
+            metrics=[
+                f"{RESULTS}/models/{batch.dataset}/{m}/metrics.json"
+                for m in batch.models
+            ],
+        output:
+            table=[
+                f"{RESULTS}/attack/{batch.dataset}/{m}.parquet" for m in batch.models
+            ],
+            examples=[
+                f"{RESULTS}/examples/{batch.dataset}/{m}.npz" for m in batch.models
+            ],
+        log:
+            [f"{RESULTS}/logs/attack/{batch.dataset}/{m}.log" for m in batch.models],
+        benchmark:
+            f"{RESULTS}/benchmarks/attack_grid/{batch.dataset}/{batch.family}-{batch.setting}.tsv"
+        conda:
+            ENV
+        threads: 2
+        resources:
+            **batch_resources(batch, "attack"),
+        params:
+            n_points=config["attack"]["n_points"],
+            rtol=config["attack"]["rtol"],
+            max_steps=config["attack"]["max_steps"],
+            norms=config["attack"]["norms"],
+            refine_steps=config["attack"]["refine_steps"],
+            n_examples=config["attack"]["example_candidates"],
+            device=config["device"],
+            code=code("attack.py"),
+        script:
+            "../scripts/attack.py"
+
+    as_rule_of(batch.name, "attack")
+
+
 rule instances:
     input:
         certify=f"{RESULTS}/certify/{{dataset}}/{{model}}.parquet",

@@ -1,77 +1,41 @@
-rule train:
-    input:
-        data=f"{RESULTS}/data/{{dataset}}.npz",
-    output:
-        model=f"{RESULTS}/models/{{dataset}}/{{model}}/model.pt",
-        metrics=f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
-    log:
-        f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv"
-    wildcard_constraints:
-        model=one_of(GRID),
-    conda:
-        ENV
-    threads: 2
-    resources:
-        # From the config and the model (crosslip.job_resources): kernel models the memory
-        # budget kernel.memory_gb and a runtime from their flop count. One GPU per job unless
-        # device is cpu: counted by Snakemake only where a limit is given (--resources
-        # gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes sbatch
-        # --gpus=1 (profiles/slurm). Which device the job uses is config `device`.
-        mem_mb=lambda wc: resources_of(wc, "train")["mem_mb"],
-        runtime=lambda wc: resources_of(wc, "train")["runtime"],
-        gpu=lambda wc: resources_of(wc, "train")["gpu"],
-    params:
-        # with the model id, the whole training spec (crosslip.config.spec_from_tracked); a
-        # batched job below has the same params, so a model may move between the two
-        tracked=lambda wc: TRACKED[wc.model],
-        code=code("train.py"),
-        device=config["device"],
-        memory_gb=config["kernel"]["memory_gb"],
-    script:
-        "../scripts/train.py"
-
-
-# Networks of one setting that need training, trained as one batched model in one job
-# (train.batch_grid; crosslip.train_batches): one rule per batch, with the models, metrics
-# and logs of the per-model jobs as its outputs. Rules without wildcards take precedence
-# over `train` for these files.
-for batch in TRAIN_BATCHES:
+# The training rules, made by this one definition: `train`, one job per model (wildcards
+# dataset and model), and one rule per batch of networks that need training and share a
+# setting (train.batch_grid; crosslip.job_batches): trained as one batched model, with the
+# model, metrics and log files of the per-model jobs as its outputs. Rules without
+# wildcards take precedence over `train` for their files. One definition: Snakemake sees
+# the same code and params for a model whichever rule trains it, so a model may move
+# between them without being retrained (docs/architecture.md).
+for job in training_rules():
 
     rule:
         name:
-            batch.name
+            job["name"]
         input:
-            data=f"{RESULTS}/data/{batch.dataset}.npz",
+            data=job["data"],
         output:
-            model=[
-                f"{RESULTS}/models/{batch.dataset}/{m}/model.pt" for m in batch.models
-            ],
-            metrics=[
-                f"{RESULTS}/models/{batch.dataset}/{m}/metrics.json"
-                for m in batch.models
-            ],
+            model=job["model"],
+            metrics=job["metrics"],
         log:
-            [f"{RESULTS}/logs/train/{batch.dataset}/{m}.log" for m in batch.models],
+            job["log"],
         benchmark:
-            f"{RESULTS}/benchmarks/train_grid/{batch.dataset}/{batch.setting}-seed{batch.seed}.tsv"
+            job["benchmark"]
+        wildcard_constraints:
+            model=one_of(GRID),
         conda:
             ENV
         threads: 2
         resources:
-            **grid_batch_resources(
-                config, [GRID[m] for m in batch.models], batch.dataset
-            ),
+            **job["resources"],
         params:
-            tracked=batch.tracked,
+            # with the model id, the whole training spec (crosslip.config.spec_from_tracked)
+            tracked=job["tracked"],
             code=code("train.py"),
             device=config["device"],
             memory_gb=config["kernel"]["memory_gb"],
         script:
             "../scripts/train.py"
 
-    as_train_rule(batch.name)
+    as_rule_of(job["name"], "train")
 
 
 # A model trained elsewhere (config external_models) takes a training job's place: read

@@ -1,29 +1,44 @@
-"""Box-constrained L2/L1/Linf adversarial upper bounds (Section 4), paper and refined."""
+"""Box-constrained L2/L1/Linf adversarial upper bounds (Section 4), paper and refined, for
+one model, or for every model of a setting in one process (attack.batch_models)."""
 
 import logging
+from pathlib import Path
 
 from crosslip.io import run_script
-from crosslip.stages.attack import attack_stage
+from crosslip.stages.attack import attack_models_stage
+
+
+def as_list(files) -> list[str]:
+    return [files] if isinstance(files, str) else list(files)
 
 
 def main() -> None:
-    df = attack_stage(
+    models = as_list(snakemake.input.model)
+    outputs = zip(
+        models,
+        as_list(snakemake.input.metrics),
+        as_list(snakemake.output.table),
+        as_list(snakemake.output.examples),
+        strict=True,
+    )
+    done = attack_models_stage(
         snakemake.input.data,
-        snakemake.input.model,
-        snakemake.input.metrics,
-        snakemake.output.table,
+        [(Path(m).parent.name, m, metrics, table, ex) for m, metrics, table, ex in outputs],
         n_points=snakemake.params.n_points,
         rtol=snakemake.params.rtol,
         max_steps=snakemake.params.max_steps,
         norms=list(snakemake.params.norms),
         refine_steps=snakemake.params.refine_steps,
         device=snakemake.params.device,
-        examples_out=snakemake.output.examples,
         n_examples=snakemake.params.n_examples,
     )
-    logging.getLogger("crosslip").info(
-        "%d points, mean upper bound %.4f", len(df), df["upper_bound"].mean()
-    )
+    for model_id, df in done.items():
+        logging.getLogger("crosslip").info(
+            "%d points, mean upper bound %.4f",
+            len(df),
+            df["upper_bound"].mean(),
+            extra={"crosslip_model": model_id},
+        )
 
 
-run_script(snakemake.log[0], main, snakemake.threads)
+run_script(list(snakemake.log), main, snakemake.threads)

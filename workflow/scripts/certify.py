@@ -1,26 +1,41 @@
-"""Certified radii (Theorem 2.1: L2, L1, Linf, box-constrained) for one model's eval points."""
+"""Certified radii (Theorem 2.1: L2, L1, Linf, box-constrained) for the eval points of one
+model, or of every model of a setting in one process (certify.batch_models)."""
 
 import logging
+from pathlib import Path
 
 from crosslip.io import run_script
-from crosslip.stages.certification import certify_stage
+from crosslip.stages.certification import certify_models_stage
+
+
+def as_list(files) -> list[str]:
+    return [files] if isinstance(files, str) else list(files)
 
 
 def main() -> None:
-    df = certify_stage(
+    models = as_list(snakemake.input.model)
+    jobs = [
+        (Path(m).parent.name, m, metrics, out)
+        for m, metrics, out in zip(
+            models, as_list(snakemake.input.metrics), snakemake.output, strict=True
+        )
+    ]
+    done = certify_models_stage(
         snakemake.input.data,
-        snakemake.input.model,
-        snakemake.input.metrics,
-        snakemake.output[0],
+        jobs,
         n_points=snakemake.params.n_points,
         rtol=snakemake.params.rtol,
         kinds=list(snakemake.params.kinds),
         device=snakemake.params.device,
         memory_gb=snakemake.params.memory_gb,
     )
-    logging.getLogger("crosslip").info(
-        "%d points, mean local guarantee %.4f", len(df), df["guarantee_local"].mean()
-    )
+    for model_id, df in done.items():
+        logging.getLogger("crosslip").info(
+            "%d points, mean local guarantee %.4f",
+            len(df),
+            df["guarantee_local"].mean(),
+            extra={"crosslip_model": model_id},
+        )
 
 
-run_script(snakemake.log[0], main, snakemake.threads)
+run_script(list(snakemake.log), main, snakemake.threads)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,7 +14,7 @@ from ..attacks import refine_upper_bound, upper_bound
 from ..checkpoints import load_model
 from ..data import read_class_names
 from ..device import resolve_device
-from ..io import atomic_path, read_json
+from ..io import about_model, atomic_path, read_json
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, upper_bound_column
 from .common import eval_points
@@ -95,3 +97,21 @@ def attack_stage(
                 **examples,
             )
     return df
+
+
+def attack_models_stage(
+    data: Path | str,
+    models: Sequence[tuple[str, Path | str, Path | str, Path | str, Path | str]],
+    **settings: Any,
+) -> dict[str, pd.DataFrame]:
+    """:func:`attack_stage` with ``settings`` for each ``(model id, model file, metrics
+    file, output table, examples file)`` of ``models``, in this one process (config
+    ``attack.batch_models``); each model's lines go to its own log
+    (:func:`crosslip.io.about_model`)."""
+    out = {}
+    for model_id, model, metrics, table, examples in models:
+        with about_model(model_id):
+            out[model_id] = attack_stage(
+                data, model, metrics, table, examples_out=examples, **settings
+            )
+    return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +11,7 @@ import pandas as pd
 from ..certify import KINDS, certify, float32_agrees
 from ..checkpoints import load_model
 from ..device import check_device_memory, resolve_device
-from ..io import read_json
+from ..io import about_model, read_json
 from ..kernels import GaussianKernelModel
 from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS
 from .common import eval_points
@@ -63,3 +64,24 @@ def certify_stage(
         df["bound_class"] = df["bound_class"].fillna(-1).astype("int64")
     write_parquet(df, out)
     return df
+
+
+def certify_models_stage(
+    data: Path | str,
+    models: Sequence[tuple[str, Path | str, Path | str, Path | str]],
+    n_points: int,
+    rtol: float,
+    kinds: list[str] | tuple[str, ...] = KINDS,
+    device: str = "auto",
+    memory_gb: float | None = None,
+) -> dict[str, pd.DataFrame]:
+    """:func:`certify_stage` for each ``(model id, model file, metrics file, output)`` of
+    ``models``, in this one process (config ``certify.batch_models``); each model's lines
+    go to its own log (:func:`crosslip.io.about_model`)."""
+    out = {}
+    for model_id, model, metrics, table in models:
+        with about_model(model_id):
+            out[model_id] = certify_stage(
+                data, model, metrics, table, n_points, rtol, kinds, device, memory_gb
+            )
+    return out

@@ -28,7 +28,7 @@ def _write(
 ) -> dict[str, Any]:
     res.metrics["dataset"] = dataset
     res.metrics["model_id"] = model_id
-    if code is not None:  # the code digest it was trained with (crosslip.train_batches)
+    if code is not None:  # the code digest it was trained with (crosslip.job_batches)
         res.metrics["code"] = code
     save_model(res.model, model_out, meta={"dataset": dataset, "status": res.metrics["status"]})
     write_json(res.metrics, metrics_out)

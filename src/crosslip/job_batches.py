@@ -1,4 +1,6 @@
-"""Which networks of the grid one job trains together, as one batched model.
+"""Which models one job handles: networks of the grid trained together as one batched
+model (:func:`plan_batches`), and, on request, the certification or the attacks of every
+model of a setting in one process (:func:`evaluation_batches`).
 
 One-hidden-layer networks that share the dataset, the setting, the seed (hence the
 initialisation and the batch order) and every other training setting differ only in their
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import KernelTrainSpec, NetTrainSpec, dataset_names, spec_params, tracked_params
+from .families import model_family
 
 
 @dataclass(frozen=True)
@@ -120,3 +123,47 @@ def plan_batches(
                 TrainBatch(name, dataset, setting, seed, tuple(sorted(models)), json.loads(shared))
             )
     return batches
+
+
+@dataclass(frozen=True)
+class EvaluationBatch:
+    """The models of one dataset, family and setting whose certification (or attacks) one
+    job computes, one process on one device: its rule ``name``, the ``dataset`` and the
+    model ids (sorted)."""
+
+    name: str
+    dataset: str
+    family: str
+    setting: str
+    models: tuple[str, ...]
+
+
+def evaluation_batches(
+    config: dict[str, Any], grid: Mapping[str, NetTrainSpec | KernelTrainSpec], stage: str
+) -> list[EvaluationBatch]:
+    """The jobs of ``stage`` (``certify`` or ``attack``) that handle several models, where
+    ``<stage>.batch_models`` asks for them: per dataset, family (mlp, resnet, kernel) and
+    setting, every trained model of the grid, where there are two or more (a model alone,
+    and models trained elsewhere, keep a job each).
+    The batches are fixed by the grid, so adding a model or retraining one runs its whole
+    batch again: a job that costs about its start-up on a GPU (docs/architecture.md)."""
+    if not config[stage].get("batch_models", False):
+        return []
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for dataset in dataset_names(config):
+        for model_id, spec in grid.items():
+            fields = spec_params(spec)
+            family = model_family(fields)
+            setting = fields.get("setting", "plain")
+            groups.setdefault((dataset, family, setting), []).append(model_id)
+    return [
+        EvaluationBatch(
+            re.sub(r"\W", "_", f"{stage}_grid_{dataset}_{family}_{setting}"),
+            dataset,
+            family,
+            setting,
+            tuple(sorted(models)),
+        )
+        for (dataset, family, setting), models in groups.items()
+        if len(models) > 1
+    ]
