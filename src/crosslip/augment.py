@@ -77,7 +77,7 @@ def augment(
     img = to_images(x, shape)
 
     def draw(*size_: int) -> torch.Tensor:
-        return torch.rand(*size_, generator=gen).to(x.device)
+        return torch.rand(*size_, generator=gen, device="cpu").to(x.device)
 
     img = rotate(img, (2 * draw(n) - 1) * max_angle)
     top = (draw(n) * (shape[0] - size + 1)).long().clamp(max=shape[0] - size)
