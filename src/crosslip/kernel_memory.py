@@ -7,18 +7,27 @@ Gram matrix ``M`` (:func:`crosslip.kernel_train.cross_lipschitz_gram`): about 17
 ``n = N = 60,000``. The chunked algorithm (:mod:`crosslip.kernel_train`,
 :mod:`crosslip.certify.kernel_bounds`) holds instead, in elements:
 
-* training, always: the data ``n d + 2 n`` (points, labels, norms), the centres ``N d + N``,
-  L-BFGS's state ``K N (2 h + 8)`` (``h = 20`` pairs of history) and the penalty matrix
-  ``N^2`` (``M`` for Kernel-CL, ``K_cc`` for Kernel-LogReg): the irreducible part;
-* while building ``M``: ``b N`` for the accumulator of the ``(C C^T) * (Kt^T Kt)`` term over
-  ``b`` centre rows per pass over the training set (``ceil(N / b)`` passes, at most
-  :data:`MAX_PASSES`), plus ``2 c N`` for a chunk of ``c`` kernel rows and its weighted copy;
-* during L-BFGS: ``n N`` if ``Kt`` is kept, else ``c N`` (``Kt`` is recomputed in chunks of
-  ``c`` rows at every evaluation of the objective);
-* certification (Proposition 2.2): the centres twice, the coefficients twice and ``N`` norms;
-  per certified point ``N (7 K + 2)``; the tile scratch ``8 T + 4 b^2`` for tiles of ``T``
-  elements; and, only where they fit, the pair arrays ``3 N^2`` (``4 N^2`` while built) and
-  ``N^2`` per point for ``H``. Without them the tiles are recomputed from the centres.
+* training, always: the data ``n d + 2 n`` (points, labels, norms), the centres ``N d + N``
+  and L-BFGS with the objective's gradient ``K N (2 h + 16)`` (``h = 20`` pairs of history,
+  :data:`LBFGS_WORKING`); then, phase by phase (:func:`_train_phases`):
+* the bandwidth: ``b (3 n + d)`` for ``b`` rows of nearest-neighbour distances;
+* the penalty matrix ``N^2`` (``M`` for Kernel-CL, ``K_cc`` for Kernel-LogReg), and while
+  ``M`` is built ``b N`` for the accumulator of the ``(C C^T) * (Kt^T Kt)`` term over ``b``
+  centre rows per pass over the training set (``ceil(N / b)`` passes, at most
+  :data:`MAX_PASSES`) and ``c (2 N + d)`` for a chunk of ``c`` kernel rows, its weighted
+  copy and the chunk's squares;
+* during L-BFGS, beside the penalty matrix: ``n (N + 4 K)`` if ``Kt`` is kept (with the
+  logits), else ``c (N + 2 d + 4 K)`` (``Kt`` is recomputed in chunks of ``c`` rows at every
+  evaluation of the objective);
+* certification (Proposition 2.2): the centres three times, the coefficients twice and
+  ``2 N`` norms; per certified point ``N (8 K + 4)``; the tile scratch ``8 m b^2 + 6 b^2``
+  for ``m`` points in tiles of ``b x b`` pairs; and, only where they fit, the five pair
+  arrays ``5 N^2`` and ``N^2`` per point for ``H``. Without them the tiles are recomputed
+  from the centres.
+
+On CUDA, torch allocates more than these arrays (cuBLAS workspaces, the caching allocator's
+rounding): :func:`device_reserve_bytes` adds it to every plan for a GPU. The counts are
+checked against the peak of torch's CPU allocator in tests/test_kernel_memory.py.
 
 :func:`train_plan` and :func:`certify_plan` turn a budget into chunk sizes;
 :func:`config_problems` checks a whole config before any job runs.
