@@ -8,6 +8,7 @@ tests/test_kernel_memory.py), so that what a GPU would show fails on every run i
   ``.numpy()``) or copying it to another device raises, as a CPU tensor mixed with CUDA
   tensors does on a GPU. Code that means the host says so (``device="cpu"``,
   ``torch.from_numpy``, :func:`crosslip.device.host_tensor`).
+* :func:`assert_same`: the comparison of a checked run with a normal one.
 * :func:`cpu_peak_bytes`: the peak of the bytes that torch's CPU allocator holds while a
   function runs (every tensor and every temporary inside an operator), from the memory
   events of ``torch.profiler``.
@@ -16,9 +17,11 @@ tests/test_kernel_memory.py), so that what a GPU would show fails on every run i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -43,11 +46,36 @@ def implicit_tensors_on_meta() -> Iterator[None]:
         yield
 
 
+def assert_same(got: Any, want: Any) -> None:
+    """``got`` equals ``want`` value for value (NaN equal to NaN), on the same device:
+    tensors, frames, dicts, tuples and lists, dataclasses, plain values; the comparison of a
+    check's result with a normal run's."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and got.device == want.device
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    elif isinstance(want, pd.DataFrame):
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert_same(got[key], want[key])
+    elif isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert_same(a, b)
+    elif dataclasses.is_dataclass(want):
+        assert_same(dataclasses.asdict(got), dataclasses.asdict(want))
+    else:
+        assert got == want or (got != got and want != want)
+
+
 def cpu_peak_bytes(fn: Callable[[], T]) -> tuple[T, int]:
     """``(fn(), peak)``: the most bytes torch's CPU allocator held at once while ``fn``
     ran, counted from the allocations and frees that ``torch.profiler`` records
-    (``profile_memory=True``), relative to what was held when ``fn`` started. Runs torch on
-    one thread meanwhile (the profiler records the calling thread's allocations)."""
+    (``profile_memory=True``), relative to what was held when ``fn`` started (a tensor made
+    before and freed inside counts negative: give ``fn`` fresh inputs, such as numpy
+    arrays). Runs torch on one thread meanwhile (the profiler records the calling thread's
+    allocations)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

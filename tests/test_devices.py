@@ -40,7 +40,7 @@ from crosslip.pipeline import attack_stage, certify_stage, train_stage
 from crosslip.torch_softplus import from_sequential
 from crosslip.train import TrainConfig, train
 
-from .device_checks import implicit_tensors_on_meta
+from .device_checks import assert_same, implicit_tensors_on_meta
 from .helpers import LEARNABLE_ERROR, LEARNABLE_NET, learnable_digits, random_net, random_points
 
 
@@ -101,27 +101,6 @@ MODELS = {
     "kernel": kernel_model,
     "sequential": sequential_net,
 }
-
-
-def assert_same(got, want) -> None:
-    """Equal, value for value, on the CPU: tensors, dicts, dataclasses, frames."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor) and got.device == want.device
-        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
-    elif isinstance(want, pd.DataFrame):
-        pd.testing.assert_frame_equal(got, want, check_exact=True)
-    elif isinstance(want, dict):
-        assert got.keys() == want.keys()
-        for key in want:
-            assert_same(got[key], want[key])
-    elif isinstance(want, (tuple, list)):
-        assert type(got) is type(want) and len(got) == len(want)
-        for a, b in zip(got, want, strict=True):
-            assert_same(a, b)
-    elif dataclasses.is_dataclass(want):
-        assert_same(dataclasses.asdict(got), dataclasses.asdict(want))
-    else:
-        assert got == want or (got != got and want != want)
 
 
 # ---------------------------------------------------------------------------------------------
