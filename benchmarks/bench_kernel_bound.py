@@ -91,7 +91,7 @@ def fit_ridge(model: GaussianKernelModel, labels: torch.Tensor, lam: float = 1.0
     with torch.no_grad():
         gram = model.kernel(model.centers)
         target = torch.nn.functional.one_hot(labels, K).to(gram) - 1.0 / K
-        eye = torch.eye(len(gram), dtype=gram.dtype)
+        eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
         model.coef.copy_(torch.linalg.solve(gram + lam * eye, target).T)
 
 

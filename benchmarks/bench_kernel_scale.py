@@ -6,11 +6,12 @@ digits: one Kernel-CL training run of ``--iterations`` L-BFGS iterations
 the plan the budget gave), then Proposition 2.2 guarantees for ``--points`` test digits with
 the plan of the budget (:func:`crosslip.certify.kernel_bounds.certify_kernel`) and, with
 ``--streamed``, again with the (N, N) arrays recomputed per tile (as for a model whose
-arrays do not fit, forced by a budget of two (N, N) arrays). ``--device`` picks the
-device (``auto``: CUDA if there is one). The largest ``N`` whose training fits the budget
-comes from :func:`crosslip.kernel_memory.largest_centers`. The model is trained for a few
-iterations only: the timings, not its accuracy, are the point. Wall-clock and CPU time of
-the process are both reported: on a shared machine the CPU time is the steadier figure.
+arrays do not fit, forced by a budget of the minimum and two (N, N) arrays). ``--device``
+picks the device (``auto``: CUDA if there is one). The largest ``N`` whose training fits
+the budget on that device comes from :func:`crosslip.kernel_memory.largest_centers`. The
+model is trained for a few iterations only: the timings, not its accuracy, are the point.
+Wall-clock and CPU time of the process are both reported: on a shared machine the CPU time
+is the steadier figure.
 
 Run: ``.venv/bin/python benchmarks/bench_kernel_scale.py --mirror <folder with the MNIST
 files> [--centers 2000 5000] [--device auto]``; the last line is one JSON object.
@@ -33,7 +34,7 @@ from crosslip.device import (
     describe_machine,
     resolve_device,
 )
-from crosslip.kernel_memory import GIB, largest_centers
+from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.kernels import gamma_from_data
 
@@ -50,8 +51,10 @@ def run(args: argparse.Namespace) -> dict:
         "threads": torch.get_num_threads(),
         "memory_gb": args.memory_gb,
         "n_train": int(n),
-        "largest_centers_kernel_cl": largest_centers(n, d, 10, "kernel_cl", budget),
-        "largest_centers_kernel_logreg": largest_centers(n, d, 10, "kernel_logreg", budget),
+        "largest_centers_kernel_cl": largest_centers(n, d, 10, "kernel_cl", budget, device.type),
+        "largest_centers_kernel_logreg": largest_centers(
+            n, d, 10, "kernel_logreg", budget, device.type
+        ),
         "sizes": [],
     }
     x_eval = torch.as_tensor(ds.x_test[: args.points])
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> dict:
                 "gram_passes",
                 "kernel_matrix_kept",
                 "memory_peak_gib",
+                "memory_device_reserve_gib",
             )
         }
         row["cuda_peak_gib"] = m.get("cuda_peak_gib")
@@ -111,7 +115,8 @@ def run(args: argparse.Namespace) -> dict:
         row["certify_cpu_seconds_per_point"] = (time.process_time() - c0) / len(x_eval)
         row["mean_evaluations"] = cert["evaluations"].double().mean().item()
         if args.streamed:
-            tiny = 2 * 8 * N * N / GIB  # two (N, N) arrays: too small for the cached ones
+            # the minimum and two (N, N) arrays: too small for the cached ones
+            tiny = (certify_minimum_bytes(N, d, 10, device.type) + 2 * 8 * N * N) / GIB
             t0, c0 = time.perf_counter(), time.process_time()
             again = certify_kernel(res.model, x_eval, memory_gb=tiny, device=device)
             row["streamed_plan_points"] = plan_for(res.model, tiny, device).points

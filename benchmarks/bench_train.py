@@ -58,7 +58,7 @@ def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
     batch) differentiated by autograd instead of the hand-written backward of
     ``cross_lipschitz_softplus``."""
     s = net.sigma_prime(net.preactivation(x))
-    q = helmert(K, net.W.dtype) @ net.W
+    q = helmert(K, net.W.dtype, net.W.device) @ net.W
     flops = cross_lipschitz_flops(len(x), x.shape[1], K, H)
     if flops["gram"] < flops["gradients"]:
         total = ((net.U @ net.U.T) * (q.T @ q) * (s.T @ s)).sum()

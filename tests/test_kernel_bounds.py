@@ -474,7 +474,7 @@ def test_certify_plans_fit_their_budget():
             int(gen.choice([2, 10, 43])),
         )
         device = str(gen.choice(["cpu", "cuda"]))
-        need = certify_minimum_bytes(n, d, k)
+        need = certify_minimum_bytes(n, d, k, device)
         budget = int(need * gen.choice([1.0, 1.5, 4.0, 100.0, 1e4]))
         plan = certify_plan(n, d, k, budget, device)
         assert plan.peak_bytes <= budget, (n, d, k, budget, plan)

@@ -50,9 +50,10 @@ def test_the_paper_scale_is_rejected_in_the_default_budget_naming_keys_and_estim
     with pytest.raises(ConfigError) as info:
         validate(cfg)
     msg = str(info.value)
-    # 60,000 centres: the (N, N) float64 matrix alone is 26.8 GiB
-    need_cl = train_minimum_bytes(60000, 60000, 784, 10, "kernel_cl")
-    need_lr = train_minimum_bytes(60000, 60000, 784, 10, "kernel_logreg")
+    # 60,000 centres: the (N, N) float64 matrix alone is 26.8 GiB; device auto plans for a
+    # GPU (its cuBLAS workspaces and allocator slack: kernel_memory.device_reserve_bytes)
+    need_cl = train_minimum_bytes(60000, 60000, 784, 10, "kernel_cl", "cuda")
+    need_lr = train_minimum_bytes(60000, 60000, 784, 10, "kernel_logreg", "cuda")
     assert need_lr > BYTES * 60000**2 > 16 * GIB
     for key in ("kernel.n_centers (0: 60,000", "kernel.memory_gb (16)", "datasets (mnist)"):
         assert key in msg, msg
@@ -60,11 +61,19 @@ def test_the_paper_scale_is_rejected_in_the_default_budget_naming_keys_and_estim
         shown = math.ceil(need / GIB * 10) / 10  # rounded up: the budget must reach it
         assert f"{reg} needs at least {shown:.1f} GiB" in msg, msg
         assert f"raise kernel.memory_gb to at least {shown:.1f} on" in msg, msg
-    fit = largest_centers(60000, 784, 10, "kernel_cl", 16 * GIB)
+    fit = largest_centers(60000, 784, 10, "kernel_cl", 16 * GIB, "cuda")
     assert f"kernel.n_centers to at most {fit:,}" in msg
     # that advice is right: one more centre does not fit, that many do
-    assert train_minimum_bytes(60000, fit, 784, 10, "kernel_cl") <= 16 * GIB
-    assert train_minimum_bytes(60000, fit + 1, 784, 10, "kernel_cl") > 16 * GIB
+    assert train_minimum_bytes(60000, fit, 784, 10, "kernel_cl", "cuda") <= 16 * GIB
+    assert train_minimum_bytes(60000, fit + 1, 784, 10, "kernel_cl", "cuda") > 16 * GIB
+    # on the CPU, without the GPU's reserve, a few more fit
+    on_cpu = {**preset(), "device": "cpu"}
+    del on_cpu["kernel"]["memory_gb"]
+    with pytest.raises(ConfigError, match=r"kernel_cl needs at least") as info:
+        validate(on_cpu)
+    assert largest_centers(60000, 784, 10, "kernel_cl", 16 * GIB, "cpu") > fit
+    shown = math.ceil(train_minimum_bytes(60000, 60000, 784, 10, "kernel_cl") / GIB * 10) / 10
+    assert f"kernel_cl needs at least {shown:.1f} GiB" in str(info.value)
     ok = preset(memory_gb=16, n_centers=fit)
     ok["kernel"]["grid"] = {"kernel_cl": ok["kernel"]["grid"]["kernel_cl"]}
     validate(ok)
@@ -233,21 +242,29 @@ def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
     cfg = KernelTrainConfig(
         regularizer=reg, lam=1e-2, n_centers=150, neighbours=10, max_iter=30, tol=1e-12
     )
-    # a budget that forces chunks and recomputation on both devices
-    tiny = (train_minimum_bytes(400, 150, 20, 4, reg) + BYTES * 150 * 20) / GIB
-    assert not plan_for(cfg, 400, 20, 4, tiny).keep_kernel
-    cpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cpu", memory_gb=tiny)
-    gpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cuda", memory_gb=tiny)
+    # budgets that force the same chunks and recomputation on both devices: the same room
+    # beside each device's reserve
+    tiny = {
+        dev: (train_minimum_bytes(400, 150, 20, 4, reg, dev) + BYTES * 150 * 20) / GIB
+        for dev in ("cpu", "cuda")
+    }
+    plans = [plan_for(cfg, 400, 20, 4, tiny[dev], dev) for dev in ("cpu", "cuda")]
+    assert not plans[0].keep_kernel and plans[0].phases() == plans[1].phases()
+    cpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cpu", memory_gb=tiny["cpu"])
+    gpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cuda", memory_gb=tiny["cuda"])
     assert gpu.metrics["device"].startswith("cuda") and gpu.model.coef.device.type == "cpu"
     a, b = cpu.model.coef.detach(), gpu.model.coef.detach()
     assert ((a - b).abs().max() / a.abs().max()) < 1e-8
     assert gpu.metrics["test_error"] == cpu.metrics["test_error"]
     xe = torch.as_tensor(x[:12])
-    small = (certify_minimum_bytes(150, 20, 4) + BYTES * 150 * 30 * 2) / GIB
-    assert not certify_plan_for(gpu.model, small, "cuda").cache_pairs
+    small = {
+        dev: (certify_minimum_bytes(150, 20, 4, dev) + BYTES * 150 * 30 * 2) / GIB
+        for dev in ("cpu", "cuda")
+    }
+    assert not certify_plan_for(gpu.model, small["cuda"], "cuda").cache_pairs
     for budget in (None, small):
-        on_cpu = certify_kernel(cpu.model, xe, memory_gb=budget, device="cpu")
-        on_gpu = certify_kernel(cpu.model, xe, memory_gb=budget, device="cuda")
+        on_cpu = certify_kernel(cpu.model, xe, memory_gb=budget and budget["cpu"], device="cpu")
+        on_gpu = certify_kernel(cpu.model, xe, memory_gb=budget and budget["cuda"], device="cuda")
         assert torch.equal(on_cpu["pred"], on_gpu["pred"])
         torch.testing.assert_close(
             on_gpu["guarantee_local"], on_cpu["guarantee_local"], rtol=1e-9, atol=0
@@ -258,14 +275,17 @@ def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_memory_stays_within_the_budget():
     """The allocator's peak of a Kernel-CL training job with a budget below what the
-    dense algorithm needs (Kt, the Gram matrix and its temporaries)."""
+    dense algorithm needs (Kt, the Gram matrix and its temporaries) stays within the plan's
+    peak: its arrays (checked on the CPU by tests/test_kernel_memory.py) and the device's
+    reserve (cuBLAS workspaces, the allocator's block slack)."""
     x, y = blobs(12000, 784, 10, 1)
     N = 6000
-    budget = 1.2 * train_minimum_bytes(12000, N, 784, 10, "kernel_cl")
+    budget = 1.2 * train_minimum_bytes(12000, N, 784, 10, "kernel_cl", "cuda")
     cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, n_centers=N, max_iter=3)
-    plan = plan_for(cfg, 12000, 784, 10, budget / GIB)
+    plan = plan_for(cfg, 12000, 784, 10, budget / GIB, "cuda")
     assert not plan.keep_kernel and plan.passes > 1
     res = train_kernel(cfg, x, y, x[:500], y[:500], 10, device="cuda", memory_gb=budget / GIB)
-    assert res.metrics["cuda_peak_gib"] <= budget / GIB, res.metrics
+    assert res.metrics["memory_peak_gib"] == plan.peak_bytes / GIB <= budget / GIB
+    assert res.metrics["cuda_peak_gib"] <= plan.peak_bytes / GIB, res.metrics
     dense = BYTES * (12000 * N * 4 + 2 * N * N)  # Kt, Kt*B, two more (n, N), M and Kt^T Kt
     assert dense > 1.5 * budget

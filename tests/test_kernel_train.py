@@ -245,13 +245,14 @@ def test_plans_fit_their_budget_and_use_it(reg):
         n = int(gen.integers(2, 70000))
         N = int(gen.integers(1, n + 1))
         d, K = int(gen.choice([5, 784, 3072])), int(gen.choice([2, 10, 43]))
-        need = train_minimum_bytes(n, N, d, K, reg)
+        device = str(gen.choice(["cpu", "cuda"]))
+        need = train_minimum_bytes(n, N, d, K, reg, device)
         budget = int(need * gen.uniform(1.0, 6.0))
-        plan = train_plan(n, N, d, K, reg, budget)
+        plan = train_plan(n, N, d, K, reg, budget, device)
         assert plan.peak_bytes <= budget, (n, N, d, K, plan)
         assert 1 <= plan.rows <= min(n, 4096) and 1 <= plan.block <= N
         assert plan.passes <= 8
         if budget >= 2 * (need + 8 * (n * N + 3 * n * K + N * N + 4096 * 2 * N)):
             assert plan.keep_kernel and plan.passes == 1, plan  # plenty: nothing recomputed
         with pytest.raises(KernelMemoryError):
-            train_plan(n, N, d, K, reg, need - 1)
+            train_plan(n, N, d, K, reg, need - 1, device)

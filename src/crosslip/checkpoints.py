@@ -29,6 +29,7 @@ from .torch_softplus import TorchSoftplusNet
 
 def _kernel_model(h: dict[str, Any]) -> GaussianKernelModel:
     centers = torch.zeros(h["n_centers"], h["in_dim"])  # the saved state fills them in
+    # (on the device load_model builds the module on)
     return GaussianKernelModel(centers, h["num_classes"], h["gamma"])
 
 
@@ -106,7 +107,8 @@ def load_model(
         ) from exc
     if not isinstance(payload, dict) or payload.get("format") not in FORMATS:
         raise ModelFileError(f"{path}: not a crosslip model file (known formats: {list(FORMATS)})")
-    model = FORMATS[payload["format"]](json.loads(payload["hyper"]))
+    with torch.device(map_location):  # built where its weights are, whatever the default
+        model = FORMATS[payload["format"]](json.loads(payload["hyper"]))
     state = payload["state_dict"]
     model = model.to(dtype=next(iter(state.values())).dtype)
     model.load_state_dict(state)

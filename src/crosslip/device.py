@@ -7,9 +7,18 @@ import os
 import platform
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import ConfigError
+
+
+def host_tensor(x: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """``x`` itself if it is a tensor (on its own device), else a CPU tensor that shares the
+    array's memory (``torch.from_numpy``). Unlike ``torch.as_tensor``, an array never lands on
+    torch's default device (``torch.set_default_device``, ``with torch.device(...)``): host
+    data stays on the host until code moves it where it is needed, explicitly."""
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -162,10 +162,10 @@ def load_kernel_npz(path: Path | str) -> GaussianKernelModel:
     if gamma.size != 1 or not float(gamma.reshape(())) > 0:
         raise ModelFileError(f"{path}: gamma must be one positive number, got {gamma!r}")
     model = GaussianKernelModel(
-        torch.as_tensor(centers, dtype=torch.float64), coef.shape[0], float(gamma.reshape(()))
+        torch.from_numpy(centers).to(torch.float64), coef.shape[0], float(gamma.reshape(()))
     )
     with torch.no_grad():
-        model.coef.copy_(torch.as_tensor(coef, dtype=torch.float64))
+        model.coef.copy_(torch.from_numpy(coef))
     return model.eval()
 
 

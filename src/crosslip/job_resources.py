@@ -33,6 +33,7 @@ from .kernel_memory import (
     budget_bytes,
     centers_used,
     certify_plan,
+    device_kind,
     train_plan,
 )
 
@@ -67,11 +68,6 @@ UNKNOWN_SHAPE_MINUTES = 24 * 60
 ATTACK_BATCH = 512
 
 
-def _kind(device: str) -> str:
-    """``cpu`` for ``cpu``, else ``cuda`` (``auto`` asks for a GPU, so plan with one)."""
-    return "cpu" if device == "cpu" else "cuda"
-
-
 def _is_kernel(spec: Any) -> bool:
     return getattr(spec, "regularizer", "") in ("kernel_logreg", "kernel_cl")
 
@@ -80,18 +76,21 @@ def _minutes(seconds: float, floor: int) -> int:
     return max(floor, math.ceil(SAFETY * seconds / 60))
 
 
-def kernel_working_set(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> int:
-    """Bytes a kernel job holds on its device: the peak of its training or certification
-    plan within ``kernel.memory_gb``; for the attacks a batch of class gradients (three
-    (batch, K, N) arrays) and the centres."""
+def kernel_working_set(
+    config: dict[str, Any], spec: Any, dataset: str, stage: str, kind: str | None = None
+) -> int:
+    """Bytes a kernel job holds on a device of ``kind`` (``cpu``, ``cuda``; default: the
+    config's ``device``): the peak of its training or certification plan within
+    ``kernel.memory_gb``; for the attacks a batch of class gradients (three (batch, K, N)
+    arrays) and the centres."""
     shape = DATASET_SHAPES[dataset]
     n, d, K = shape.n_train, shape.dim, shape.classes
     N = centers_used(spec.n_centers, n)
     budget = budget_bytes(config["kernel"]["memory_gb"])
-    kind = _kind(config["device"])
+    kind = device_kind(config["device"]) if kind is None else kind
     try:
         if stage == "train":
-            return train_plan(n, N, d, K, spec.regularizer, budget).peak_bytes
+            return train_plan(n, N, d, K, spec.regularizer, budget, kind).peak_bytes
         if stage == "certify":
             return certify_plan(N, d, K, budget, kind).peak_bytes
     except KernelMemoryError:  # does not fit: validation reports it
@@ -106,7 +105,8 @@ def _kernel_mem_mb(config: dict[str, Any], spec: Any, dataset: str, stage: str) 
     host = PROCESS_MB + math.ceil(data / 2**20) + math.ceil(16 * N * shape.dim / 2**20)
     if config["device"].startswith("cuda"):
         return host
-    return host + math.ceil(kernel_working_set(config, spec, dataset, stage) / 2**20)
+    # where the job may run on the CPU, its plan's arrays are in host memory
+    return host + math.ceil(kernel_working_set(config, spec, dataset, stage, "cpu") / 2**20)
 
 
 def kernel_train_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
@@ -119,7 +119,8 @@ def kernel_train_seconds(config: dict[str, Any], spec: Any, dataset: str) -> flo
     n, d, K = shape.n_train, shape.dim, shape.classes
     N = centers_used(spec.n_centers, n)
     try:
-        plan = train_plan(n, N, d, K, spec.regularizer, budget_bytes(config["kernel"]["memory_gb"]))
+        budget = budget_bytes(config["kernel"]["memory_gb"])
+        plan = train_plan(n, N, d, K, spec.regularizer, budget, device_kind(config["device"]))
         passes, keep = plan.passes, plan.keep_kernel
     except ValueError:  # does not fit: validation reports it; plan for the slowest case
         passes, keep = 8, False
@@ -128,7 +129,7 @@ def kernel_train_seconds(config: dict[str, Any], spec: Any, dataset: str) -> flo
     per_eval = 4 * n * N * K + 4 * K * N * N + (0 if keep else kernel)
     flops = 2 * n * n * d + build + spec.max_iter * EVALS_PER_ITER * per_eval
     flops += 2 * (n + shape.n_test) * N * d
-    return flops / FLOPS[_kind(config["device"])]
+    return flops / FLOPS[device_kind(config["device"])]
 
 
 def kernel_certify_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
@@ -137,7 +138,7 @@ def kernel_certify_seconds(config: dict[str, Any], spec: Any, dataset: str) -> f
     shape = DATASET_SHAPES[dataset]
     N = centers_used(spec.n_centers, shape.n_train)
     points = min(config["certify"]["n_points"], shape.n_test)
-    return points * EVALUATIONS * N * N / 2 / PAIRS_PER_SECOND[_kind(config["device"])]
+    return points * EVALUATIONS * N * N / 2 / PAIRS_PER_SECOND[device_kind(config["device"])]
 
 
 def kernel_attack_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
@@ -149,7 +150,7 @@ def kernel_attack_seconds(config: dict[str, Any], spec: Any, dataset: str) -> fl
     points = min(at["n_points"], shape.n_test)
     steps = at["max_steps"] * (1 + at["refine_steps"])
     flops = points * len(at["norms"]) * steps * 4 * N * shape.dim * shape.classes
-    return flops / FLOPS[_kind(config["device"])]
+    return flops / FLOPS[device_kind(config["device"])]
 
 
 def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> dict[str, int]:

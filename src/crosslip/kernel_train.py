@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from .config import KernelTrainSpec
 from .config import default as config_default
+from .device import host_tensor
 from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from .kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
 from .kernels import GaussianKernelModel, gamma_from_data, kernel_rows
@@ -104,19 +105,23 @@ def cross_lipschitz_gram_chunked(
             s1 = min(b1, s0 + rows)
             acc[s0 - b0 : s1 - b0].mul_(torch.mm(centers[s0:s1], centers.T, out=kbuf[: s1 - s0]))
         m[b0:b1].add_(acc)
-        del acc
+        del acc  # before the next pass allocates its own
     m.mul_(4 * gamma**2)
-    symmetrize_(m, rows)
+    symmetrize_(m, min(rows, N), scratch=bbuf)  # tiles of at most rows x N elements
     return m
 
 
-def symmetrize_(m: torch.Tensor, block: int) -> torch.Tensor:
-    """``m <- (m + m^T) / 2`` in place, in (block, block) tiles (no (N, N) temporary)."""
+def symmetrize_(m: torch.Tensor, block: int, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """``m <- (m + m^T) / 2`` in place, in (block, block) tiles: no (N, N) temporary. Each
+    tile's average goes to ``scratch`` (contiguous, at least ``block^2`` elements) where
+    given, else to one (block, block) temporary."""
     N = m.shape[0]
+    flat = None if scratch is None else scratch.view(-1)
     for i0 in range(0, N, block):
         for j0 in range(i0, N, block):
             upper, lower = m[i0 : i0 + block, j0 : j0 + block], m[j0 : j0 + block, i0 : i0 + block]
-            avg = 0.5 * (upper + lower.T)
+            out = None if flat is None else flat[: upper.numel()].view(upper.shape)
+            avg = torch.add(upper, lower.T, out=out).mul_(0.5)
             upper.copy_(avg)
             lower.copy_(avg.T)
     return m
@@ -147,13 +152,20 @@ def rkhs_norm(coef: torch.Tensor, kcc: torch.Tensor) -> torch.Tensor:
 
 
 def plan_for(
-    cfg: KernelTrainConfig, n: int, dim: int, num_classes: int, memory_gb: float | None = None
+    cfg: KernelTrainConfig,
+    n: int,
+    dim: int,
+    num_classes: int,
+    memory_gb: float | None = None,
+    device: torch.device | str = "cpu",
 ) -> TrainPlan:
-    """The chunk plan of a training job (:func:`crosslip.kernel_memory.train_plan`) within
-    ``memory_gb`` GiB (default: the schema's ``kernel.memory_gb``)."""
+    """The chunk plan of a training job on ``device``
+    (:func:`crosslip.kernel_memory.train_plan`) within ``memory_gb`` GiB (default: the
+    schema's ``kernel.memory_gb``)."""
     memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
     N = centers_used(cfg.n_centers, n)
-    return train_plan(n, N, dim, num_classes, cfg.regularizer, budget_bytes(memory_gb))
+    kind = torch.device(device).type
+    return train_plan(n, N, dim, num_classes, cfg.regularizer, budget_bytes(memory_gb), kind)
 
 
 def _errors(
@@ -169,8 +181,8 @@ def _errors(
     wrong = 0
     with torch.no_grad():
         for i in range(0, len(x), rows):
-            xb = torch.as_tensor(x[i : i + rows]).to(device=dev, dtype=c.dtype)
-            yb = torch.as_tensor(y[i : i + rows]).to(dev)
+            xb = host_tensor(x[i : i + rows]).to(device=dev, dtype=c.dtype)
+            yb = host_tensor(y[i : i + rows]).to(dev)
             if buf is None:
                 buf = torch.empty(min(rows, len(x)), c.shape[0], dtype=c.dtype, device=dev)
             kt = kernel_rows(xb, c, model.gamma, out=buf[: len(xb)], centers_sq=c_sq)
@@ -198,29 +210,29 @@ def train_kernel(
     ``seconds_per_lbfgs_iteration``; the same in CPU time of the process, ``cpu_seconds``,
     ``setup_cpu_seconds``, ``cpu_seconds_per_lbfgs_iteration``: meaningful on a shared
     machine) and the plan (``chunk_rows``, ``gram_block_rows``,
-    ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``; on
-    CUDA ``cuda_peak_gib``, the allocator's peak). Raises
+    ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``,
+    ``memory_device_reserve_gib``; on CUDA ``cuda_peak_gib``, the allocator's peak). Raises
     :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
     ``gamma``: the kernel width if already known (benchmarks), instead of ``a / rho^2``
     (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
     device = torch.device(device)
     dt = torch.float64
     n, dim = len(x_train), int(np.prod(np.shape(x_train)[1:]))
-    plan = plan_for(cfg, n, dim, num_classes, memory_gb)
+    plan = plan_for(cfg, n, dim, num_classes, memory_gb, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    xtr = torch.as_tensor(x_train).to(device=device, dtype=dt)
-    ytr = torch.as_tensor(y_train).to(device)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    xtr = host_tensor(x_train).to(device=device, dtype=dt)
+    ytr = host_tensor(y_train).to(device)
+    gen = torch.Generator("cpu").manual_seed(cfg.seed)  # drawn on the CPU: the same anywhere
     n_centers = plan.n_centers
-    pick = torch.randperm(n, generator=gen)[:n_centers].sort().values.to(device)
+    pick = torch.randperm(n, generator=gen, device="cpu")[:n_centers].sort().values.to(device)
     t0, c0 = time.perf_counter(), time.process_time()
     if gamma is None:
         gamma = gamma_from_data(
             xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1), chunk=plan.knn_rows
         )
     bandwidth_seconds = time.perf_counter() - t0
-    model = GaussianKernelModel(xtr[pick], num_classes, gamma).to(device)
+    model = GaussianKernelModel(xtr[pick], num_classes, gamma, copy=False)
     centers = model.centers
     # The (N, N) penalty matrix and Kt (n, N), fixed during training (Kt kept whole if it
     # fits, else recomputed per chunk); dropped after training.
@@ -238,8 +250,11 @@ def train_kernel(
 
     matrix_seconds = time.perf_counter() - t0 - bandwidth_seconds
     c_sq = (centers * centers).sum(1)
-    if plan.keep_kernel:
-        held["kt"] = kernel_rows(xtr, centers, gamma, centers_sq=c_sq)
+    if plan.keep_kernel:  # built in chunks: no (n, d) temporary beside it
+        held["kt"] = torch.empty(n, n_centers, dtype=dt, device=device)
+        for i0 in range(0, n, plan.rows):
+            out = held["kt"][i0 : i0 + plan.rows]
+            kernel_rows(xtr[i0 : i0 + plan.rows], centers, gamma, out=out, centers_sq=c_sq)
     else:
         held["buffer"] = torch.empty(plan.rows, n_centers, dtype=dt, device=device)
     step = n if plan.keep_kernel else plan.rows

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .device import host_tensor
+
 
 class GaussianKernelModel(nn.Module):
     """``f_j(x) = sum_r coef[j, r] exp(-gamma ||x - x_r||_2^2)`` (Section 2.2, Gaussian kernel).
@@ -24,12 +26,16 @@ class GaussianKernelModel(nn.Module):
     (the paper's ``alpha``), initialised to zeros. ``hyper`` holds the JSON-serialisable
     constructor arguments other than the centers, so that a model can be saved as weights only
     (state dict + ``hyper``) and rebuilt as ``GaussianKernelModel(torch.zeros(n_centers,
-    in_dim), num_classes, gamma)`` followed by ``load_state_dict``.
+    in_dim), num_classes, gamma)`` followed by ``load_state_dict``. ``copy=False`` keeps
+    ``centers`` itself (a floating-point tensor the caller does not use otherwise) instead of
+    a copy: one (n, d) array less while the model is built.
     """
 
-    def __init__(self, centers: torch.Tensor, num_classes: int, gamma: float) -> None:
+    def __init__(
+        self, centers: torch.Tensor, num_classes: int, gamma: float, *, copy: bool = True
+    ) -> None:
         super().__init__()
-        centers = torch.as_tensor(centers)
+        centers = host_tensor(centers)
         if centers.ndim != 2 or centers.shape[0] < 1:
             raise ValueError(f"centers must have shape (n, d) with n >= 1, got {centers.shape}")
         if not centers.is_floating_point():
@@ -39,7 +45,7 @@ class GaussianKernelModel(nn.Module):
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
         n, d = centers.shape
-        self.register_buffer("centers", centers.detach().clone())
+        self.register_buffer("centers", centers.detach().clone() if copy else centers.detach())
         self.coef = nn.Parameter(
             torch.zeros(num_classes, n, dtype=centers.dtype, device=centers.device)
         )
@@ -99,19 +105,32 @@ def knn_mean_distance(x_train: torch.Tensor, neighbours: int = 40, chunk: int = 
     training points (the point itself excluded by index, so duplicates count as neighbours
     at distance 0): the mean over all ``n * neighbours`` distances.
 
-    Computed in chunks of ``chunk`` rows with :func:`torch.cdist` (float64), so memory is
-    ``O(chunk * n)``.
+    ``x_train`` (n, d), a tensor (its device is used) or an array (on the CPU). Computed in
+    float64 in chunks of ``chunk`` rows, as :func:`kernel_rows` computes kernel values: one
+    (chunk, d) x (d, n) product into a (chunk, n) buffer gives the squared distances
+    ``|x_i|^2 + |x_j|^2 - 2 <x_i, x_j>`` (clamped at 0), the point itself is set to
+    infinity, and the square roots of the ``neighbours`` smallest per row are summed. Memory:
+    the buffer, the ``n`` squared norms and :func:`torch.topk`'s working memory; no (n, d)
+    temporary (:mod:`crosslip.kernel_memory` counts ``3 chunk n`` elements for this phase).
     """
-    x = torch.as_tensor(x_train).to(torch.float64)
+    x = host_tensor(x_train).to(torch.float64)
     n = x.shape[0]
     if not 1 <= neighbours <= n - 1:
         raise ValueError(f"need 1 <= neighbours <= n - 1 = {n - 1}, got {neighbours}")
+    chunk = max(1, min(chunk, n))
+    sq = torch.empty(n, dtype=x.dtype, device=x.device)
+    for i in range(0, n, chunk):
+        sq[i : i + chunk] = (x[i : i + chunk] * x[i : i + chunk]).sum(1)
+    buf = torch.empty(chunk, n, dtype=x.dtype, device=x.device)
     total = 0.0
     for i in range(0, n, chunk):
         rows = x[i : i + chunk]
-        dist = torch.cdist(rows, x)  # (b, n)
-        dist[torch.arange(len(rows)), torch.arange(i, i + len(rows))] = torch.inf  # self
-        total += dist.topk(neighbours, dim=1, largest=False).values.sum().item()
+        b = len(rows)
+        dist = torch.mm(rows, x.T, out=buf[:b]).mul_(-2.0)
+        dist.add_(sq[i : i + b, None]).add_(sq[None, :]).clamp_min_(0.0)
+        dist[:, i : i + b].diagonal().fill_(torch.inf)  # the point itself
+        nearest = dist.topk(neighbours, dim=1, largest=False).values
+        total += nearest.sqrt_().sum().item()
     return total / (n * neighbours)
 
 

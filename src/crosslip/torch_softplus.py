@@ -107,8 +107,9 @@ def _build(
     threshold: float,
 ) -> TorchSoftplusNet:
     h, d = U.shape
-    net = TorchSoftplusNet(d, W.shape[0], h, beta, threshold, b is not None, c is not None)
-    net = net.to(dtype=U.dtype, device=U.device)
+    with torch.device(U.device):  # built where its weights are, whatever the default
+        net = TorchSoftplusNet(d, W.shape[0], h, beta, threshold, b is not None, c is not None)
+    net = net.to(dtype=U.dtype)
     with torch.no_grad():
         net.hidden_layer.weight.copy_(U)
         net.output_layer.weight.copy_(W)

@@ -224,5 +224,5 @@ def project_box_reference(
                 rest -= w[i]
             for i in idx:
                 delta[i] = -math.copysign(min(s * a[i], room[i]), vr[i])
-        out[r] = torch.tensor(delta, dtype=x.dtype)
+        out[r] = torch.tensor(delta, dtype=x.dtype, device=x.device)
     return out

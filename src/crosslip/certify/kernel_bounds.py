@@ -143,6 +143,7 @@ import numpy as np
 import torch
 
 from ..config import default as config_default
+from ..device import host_tensor
 from ..kernel_memory import CertifyPlan, budget_bytes, certify_plan
 from ..kernels import GaussianKernelModel
 from ..progress import Progress
@@ -454,7 +455,8 @@ def plan_for(
 
 
 def _empty_result() -> dict[str, torch.Tensor]:
-    f, i = torch.zeros(0, dtype=DTYPE), torch.zeros(0, dtype=torch.long)
+    f = torch.zeros(0, dtype=DTYPE, device="cpu")  # the results are CPU tensors
+    i = torch.zeros(0, dtype=torch.long, device="cpu")
     keys = ("pred", "margin", "guarantee_local", "radius_local", "bound_class", "evaluations")
     return dict(zip(keys, (i, f, f, f, i, i), strict=True))
 
@@ -511,6 +513,7 @@ def certify_kernel(
             for key, val in certificate_columns(pred, m_hat, cert).items():
                 out.setdefault(key, []).append(val.cpu())
             progress.update(len(xb))
+            del bound, kern, cert  # before the next chunk builds its own (the plan's count)
     return {key: torch.cat(val) for key, val in out.items()}
 
 
@@ -525,7 +528,7 @@ def prop22_reference(
     X = model.centers.detach().to(DTYPE).cpu().numpy()
     A = model.coef.detach().to(DTYPE).cpu().numpy()
     gamma, R, c = float(model.gamma), float(r), int(pred)
-    xv = torch.as_tensor(x).detach().to(DTYPE).cpu().numpy().reshape(-1)
+    xv = host_tensor(x).detach().to(DTYPE).cpu().numpy().reshape(-1)
     diff = xv[None, :] - X  # rows x - x_r, (n, d)
     P = diff @ diff.T  # <x - x_r, x - x_s>
     sq = np.diag(P).copy()  # ||x - x_r||^2

@@ -35,7 +35,7 @@ def prop23_reference(
     shift = r * U.norm(dim=1)
     s_hi = torch.sigmoid(alpha * (z + shift))
     s_lo = torch.sigmoid(alpha * (z - shift))
-    out = torch.zeros(W.shape[0], dtype=U.dtype)
+    out = torch.zeros(W.shape[0], dtype=U.dtype, device=U.device)
     for j in range(W.shape[0]):
         if j == c:
             continue
@@ -54,13 +54,13 @@ def certify_prop23_reference(net: SoftplusNet, x: torch.Tensor, rtol: float = 1e
     U, W = net.U.detach(), net.W.detach()
     b = net.hidden_bias().detach()
     G = U @ U.T
-    out = torch.empty(len(x), dtype=torch.float64)
+    out = torch.empty(len(x), dtype=torch.float64, device=U.device)
     with torch.no_grad():
         for i in range(len(x)):
             xi = x[i].double()
             logits = net(xi[None])
             c = int(logits.argmax(1))
-            m = margins(logits, torch.tensor([c]))
+            m = margins(logits, torch.tensor([c], device=logits.device))
 
             def lip(idx: torch.Tensor, r: torch.Tensor, xi=xi, c=c) -> torch.Tensor:
                 return prop23_reference(U, W, b, net.alpha, G, xi, c, float(r[0]))[None]

@@ -85,8 +85,8 @@ def require_float64(dtype: torch.dtype) -> None:
 
 
 def spectral_norm_upper(U: torch.Tensor) -> torch.Tensor:
-    r"""A rigorous upper bound on ``||U||_2`` (0-d float64 tensor) for the float64 matrix
-    ``U`` (H, d), valid in real arithmetic.
+    r"""A rigorous upper bound on ``||U||_2`` (0-d float64 tensor on ``U``'s device,
+    computed on the CPU) for the float64 matrix ``U`` (H, d), valid in real arithmetic.
 
     ``s`` = the computed largest singular value (LAPACK, not itself a bound). With
     ``A = U`` or ``U^T`` so that ``G = A^T A`` is the smaller Gram matrix (n0 x n0) and ``k``
@@ -103,7 +103,7 @@ def spectral_norm_upper(U: torch.Tensor) -> torch.Tensor:
     """
     A = U.detach().to(device="cpu", dtype=DTYPE)
     if not torch.any(A != 0):
-        return torch.zeros((), dtype=DTYPE)
+        return torch.zeros((), dtype=DTYPE, device=U.device)
     if A.shape[0] < A.shape[1]:
         A = A.T
     k, n0 = A.shape
@@ -120,9 +120,10 @@ def spectral_norm_upper(U: torch.Tensor) -> torch.Tensor:
         if int(info) == 0 and bool(torch.isfinite(R).all()):
             rf2 = float((R * R).sum())
             err = (gamma(n0 + 1) * rf2 + UNIT * (t + diag_max) + gamma(k + 2) * fro2) * 2
-            return torch.tensor(math.sqrt(t + err + UNDERFLOW) * (1 + 4 * UNIT), dtype=DTYPE)
+            bound = math.sqrt(t + err + UNDERFLOW) * (1 + 4 * UNIT)
+            return torch.tensor(bound, dtype=DTYPE, device=U.device)
         t = t * (1 + step)
-    return torch.tensor(math.sqrt(fro2) * (1 + 4 * UNIT), dtype=DTYPE)
+    return torch.tensor(math.sqrt(fro2) * (1 + 4 * UNIT), dtype=DTYPE, device=U.device)
 
 
 @torch.no_grad()

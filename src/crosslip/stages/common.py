@@ -11,6 +11,7 @@ import torch
 
 from ..augment import center_crop
 from ..data import load_prepared
+from ..device import host_tensor
 
 
 def eval_indices(n_test: int, n_points: int, seed: int = 0) -> np.ndarray:
@@ -27,7 +28,7 @@ def eval_points(
     labels, test indices and image shape."""
     ds = load_prepared(data)
     idx = eval_indices(len(ds.y_test), n_points)
-    x, shape = torch.as_tensor(ds.x_test[idx]), tuple(ds.shape)
+    x, shape = host_tensor(ds.x_test[idx]), tuple(ds.shape)
     cfg = metrics.get("config", {})
     if cfg.get("setting") == "augment":
         x = center_crop(x, shape, cfg["crop"])

@@ -14,6 +14,7 @@ import torch
 
 from ..checkpoints import save_model
 from ..data import load_prepared
+from ..device import host_tensor
 from ..errors import ModelFileError
 from ..external import guarantees_of, load_external, model_format, sha256_of
 from ..families import EXTERNAL
@@ -60,7 +61,7 @@ def import_model_stage(
     source = str(entry["path"])
     model = load_external(entry)
     ds = load_prepared(data)
-    x = torch.as_tensor(ds.x_test)
+    x = host_tensor(ds.x_test)
     d, k = ds.dim, ds.num_classes
     shape_note = f"dataset {ds.name}: d = {d} ({'x'.join(map(str, ds.shape))}), K = {k}"
     hyper = getattr(model, "hyper", {})
@@ -75,7 +76,7 @@ def import_model_stage(
             f"{source}: the model returns scores of shape {tuple(logits.shape[1:])} per "
             f"image; {shape_note}"
         )
-    y = torch.as_tensor(ds.y_test)
+    y = host_tensor(ds.y_test)
     test_error = float((logits.argmax(1) != y).double().mean())
     fmt = model_format(entry)
     if fmt == "torchscript":
