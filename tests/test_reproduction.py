@@ -1034,6 +1034,42 @@ def close(shown: str, value: float, scale: float = 1.0) -> bool:
     return abs(float(text) - value * scale) <= 0.5 * 10**-digits + 1e-12
 
 
+def test_the_200_epoch_table_is_the_h100_summaries() -> None:
+    """The record's table of the 200-epoch H100 networks against the runs' own summary.csv
+    under ../shared, column by column; every column it shows is checked."""
+    md = committed_record()
+    units = [u for u in pool_runs(load_runs(DOCS)) if u.epochs == 200 and "H100" in u.device]
+    assert len(units) == 1, [u.name for u in units]
+    sources = sorted(H100_RUNS.glob("mnist-200*/tables/summary.csv"))
+    shared_file(H100_RUNS / "mnist-200" / "tables" / "summary.csv")
+    assert [s.parent.parent.name for s in sources] == ["mnist-200", "mnist-200b"]
+    csv = pd.concat([pd.read_csv(s) for s in sources]).set_index("model_id")
+    ((_, header, rows),) = md_tables(section(md, f"`{units[0].name}`: mnist, plain"))
+    label = {"none": "None", "dropout": "DO", "weight_decay": "WD", "cross_lipschitz": "CL"}
+    checks = {
+        "method": lambda c, r: c == label[r["regularizer"]],
+        "test error": lambda c, r: c.endswith("%") and close(c, r["test_error"], 100),
+        "mean L2 guarantee": lambda c, r: close(c, r["mean_guarantee_local"]),
+        "mean global guarantee": lambda c, r: close(c, r["mean_guarantee_global"]),
+        "Table 1 ratio": lambda c, r: (
+            close(c, r["mean_ratio_global_local"])
+            and c.endswith(f"(paper {P.TABLE1[('mnist', r['regularizer'])].text})")
+        ),
+        "upper bound, paper's procedure": lambda c, r: close(c, r["mean_upper_bound"]),
+        "upper bound, refined": lambda c, r: close(c, r["mean_upper_bound_l2_refined"]),
+        "refinement": lambda c, r: close(
+            c, r["mean_upper_bound_l2_refined"] / r["mean_upper_bound"] - 1, 100
+        ),
+        "correct points": lambda c, r: int(c) == r["n_correct"],
+    }
+    assert header[0] == "model" and set(header[1:]) == set(checks), header
+    assert sorted(row[0] for row in rows) == sorted(csv.index)
+    for row in rows:
+        source = csv.loc[row[0]]
+        for head, cell in zip(header[1:], row[1:], strict=True):
+            assert checks[head](cell, source), (row[0], head, cell)
+
+
 def test_committed_copies_are_their_sources() -> None:
     """Every table of a run exported from ../shared is a byte copy of the file it came
     from."""
@@ -1045,3 +1081,27 @@ def test_committed_copies_are_their_sources() -> None:
         for rel in run.meta["files"]:
             original = shared_file(source / rel)
             assert (run.folder / rel).read_bytes() == original.read_bytes(), (run.name, rel)
+
+
+def test_committed_record_says_where_each_run_ran_and_what_is_missing() -> None:
+    md = committed_record()
+    runs = section(md, "Runs")
+    for run in load_runs(DOCS):
+        gpu = "h100" in run.name
+        assert run.device == ("NVIDIA H100 80GB HBM3" if gpu else "CPU"), run.name
+        assert re.search(
+            rf"^\| {re.escape(run.name)}\s+\| {re.escape(run.device)}\s+\|", runs, re.M
+        )
+    missing = section(md, "Runs not yet made")
+    estimated = set()
+    for t in E.TARGETS:
+        part = section(md, f"`{t.key}`: {t.what}")
+        assert f"--configfile {' '.join(t.configs)}" in part, t.key
+        if re.search(r"Estimated time on one GPU: \*\*[≥≤]? ?\d", part):
+            estimated.add(t.key)
+        else:
+            assert "GPU: **–**" in part and "no committed GPU run measured them" in part, t.key
+    assert estimated >= {"mnist-200-settings", "mnist", "cifar10", "gtsrb", "mnist-kernel"}
+    assert "not measured on a GPU: these are the times of today's per-model jobs" in missing
+    for label in ["exp:NN-MNIST", "exp:NN-CIFAR", "exp:NN-GTSB", "exp:Kernel"]:
+        assert "would come from" in section(md, f"Figure `{label}`"), label
