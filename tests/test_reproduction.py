@@ -3,7 +3,9 @@ verdicts on constructed results, and the committed record against its committed 
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +25,19 @@ from crosslip.reproduction import (
     render,
     write_record,
 )
+from crosslip.reproduction import estimates as E
 from crosslip.reproduction import paper as P
 from crosslip.reproduction.__main__ import main as cli
-from crosslip.reproduction.export import job_seconds
+from crosslip.reproduction.claims import num, paper_illustration_means, pool_runs
+from crosslip.reproduction.export import job_seconds, machine_from_text
 from crosslip.reproduction.record import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-TEX = ROOT.parent / "shared" / "paper" / P.TEX_NAME
+SHARED = ROOT.parent / "shared"
+TEX = SHARED / "paper" / P.TEX_NAME
 DOCS = ROOT / "docs"
+#: The first GPU runs (docs/reproduction/mnist-h100-*/ were exported from them).
+H100_RUNS = SHARED / "gpu-runs" / "h100-0b2a5f5"
 
 
 # --------------------------------------------------------------------------------------
@@ -211,13 +218,23 @@ def model_row(
     }
 
 
+#: The plain networks of :func:`good_rows`: regularizer -> (lambda, test error, mean guarantee,
+#: mean upper bound, Table 1 ratio).
+GOOD_PLAIN = {
+    "none": (0.0, 0.0160, 0.55, 1.50, 0.70),
+    "dropout": (0.5, 0.0155, 0.56, 1.60, 0.47),
+    "weight_decay": (1e-4, 0.0158, 0.55, 1.55, 0.66),
+    "cross_lipschitz": (1e-3, 0.0150, 0.70, 2.00, 0.22),
+}
+
+
 def good_rows(ds: str = "mnist") -> list[dict]:
     """Models for which every claim of the paper holds."""
     rows = [
-        model_row(ds, "none", 0.0, 0.0160, 0.50, 1.50, ratio=0.70),
-        model_row(ds, "dropout", 0.5, 0.0155, 0.52, 1.60, ratio=0.47),
-        model_row(ds, "weight_decay", 1e-4, 0.0158, 0.51, 1.55, ratio=0.66),
-        model_row(ds, "cross_lipschitz", 1e-3, 0.0150, 0.60, 2.00, ratio=0.22),
+        model_row(ds, reg, lam, err, g, u, ratio=ratio)
+        for reg, (lam, err, g, u, ratio) in GOOD_PLAIN.items()
+    ]
+    rows += [
         # a worse CL model (higher test error) whose numbers must not be used (but whose
         # points count for "local beats global on every point")
         model_row(ds, "cross_lipschitz", 1e-2, 0.0300, 0.10, 0.20, ratio=0.95),
@@ -225,26 +242,13 @@ def good_rows(ds: str = "mnist") -> list[dict]:
         model_row(ds, "kernel_logreg", 1e-6, 0.0148, 0.058, 1.90, family="kernel", linf=0.36),
         model_row(ds, "kernel_cl", 1e-1, 0.0144, 0.045, 3.10, family="kernel", linf=0.52),
     ]
-    for reg, g, u in [
-        ("none", 0.6, 1.8),
-        ("dropout", 0.62, 1.9),
-        ("weight_decay", 0.6, 1.8),
-        ("cross_lipschitz", 0.7, 2.3),
-    ]:
-        lam = {"none": 0.0, "dropout": 0.5, "weight_decay": 1e-4, "cross_lipschitz": 1e-3}[reg]
-        rows.append(model_row(ds, reg, lam, 0.017, g, u, setting="adversarial", ratio=0.5))
+    for reg, (lam, err, g, u, _) in GOOD_PLAIN.items():
+        # adversarial training raises both bounds; augmentation changes them by < 10% and
+        # lowers the test error (the paper's CIFAR10 sentence); both slightly lower the error
         rows.append(
-            model_row(
-                ds,
-                reg,
-                lam,
-                0.012,
-                g / 0.6 * 0.5 * 1.04,
-                u / 1.8 * 1.5 * 0.97,
-                setting="augment",
-                ratio=0.5,
-            )
+            model_row(ds, reg, lam, err - 0.001, g * 1.25, u * 1.2, "adversarial", ratio=0.5)
         )
+        rows.append(model_row(ds, reg, lam, err - 0.003, g * 1.04, u * 0.97, "augment", ratio=0.5))
     return rows
 
 
@@ -254,8 +258,9 @@ def bad_rows(ds: str = "mnist") -> list[dict]:
         model_row(ds, "none", 0.0, 0.0160, 0.50, 1.50, ratio=0.60),
         model_row(ds, "dropout", 0.5, 0.0155, 0.52, 1.60, ratio=0.50),
         model_row(ds, "weight_decay", 1e-4, 0.0158, 0.51, 1.55, ratio=0.60),
-        # CL: 2% above the best other guarantee, and a ratio of 0.46, not 0.21
-        model_row(ds, "cross_lipschitz", 1e-3, 0.0150, 0.53, 2.00, ratio=0.46, above=3),
+        # CL: 2% above the best other guarantee, 1% above the best other upper bound, and a
+        # ratio of 0.46, not 0.21
+        model_row(ds, "cross_lipschitz", 1e-3, 0.0150, 0.53, 1.62, ratio=0.46, above=3),
         # kernel: K-SVM worse in test error than No Reg., K-CL not the largest upper bound
         model_row(ds, "kernel_logreg", 0.0, 0.0140, 0.030, 2.40, family="kernel"),
         model_row(ds, "kernel_logreg", 1e-6, 0.0148, 0.058, 1.90, family="kernel"),
@@ -323,8 +328,7 @@ def export(base: Path, name: str, rows: list[dict], docs: Path, **kw) -> Path:
         [cfg],
         f"snakemake --cores 2 --configfile {cfg.name}",
         docs=docs,
-        machine="test machine",
-        **kw,
+        **{"machine": "test machine", **kw},
     )
 
 
@@ -356,9 +360,11 @@ def test_export_copies_the_outputs_and_records_the_run(tmp_path: Path) -> None:
     assert run["models_trained"] == run["models_evaluated"] == len(good_rows())
     assert run["machine"] == "test machine" and run["wall_time_s"] == 123.0
     assert run["job_seconds"] == {
-        "certify": {"jobs": 1, "seconds": 3.0},
-        "train": {"jobs": 2, "seconds": 30.5},
+        "certify": {"jobs": 1, "seconds": 3.0, "each": {"mnist/m0": 3.0}},
+        "train": {"jobs": 2, "seconds": 30.5, "each": {"mnist/m0": 10.0, "mnist/m1": 20.5}},
     }
+    assert run["devices"] == {} and run["benchmarks"] == {} and run["pool"] is None
+    assert run["exported_from"] == str(tmp_path / "good" / "results")
     assert run["config"]["train"]["batch_size"] == 64  # schema default filled in
     assert run["config"]["kernel"]["n_centers"] == 2000
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["exported"])
@@ -416,9 +422,18 @@ def test_verdicts_on_constructed_runs(tmp_path: Path) -> None:
     plain_only = [r for r in good_rows() if r["setting"] == "plain" and r["family"] == "mlp"]
     export(tmp_path, "plain", plain_only, docs)
     v = verdicts_of(docs)
-    for claim in ["cl_mnist", "table1", "illustration"]:
+    for claim in [
+        "cl_mnist_upper",
+        "cl_mnist_guarantee",
+        "table1",
+        "local_factor",
+        "bounds_close",
+        "illustration",
+    ]:
         assert v[claim][("good", "mnist, plain")] == REPRODUCED, claim
         assert v[claim][("bad", "mnist, plain")] == NOT_REPRODUCED, claim
+    assert v["cl_mnist_error"][("good", "mnist, plain")] == REPRODUCED
+    assert v["kernel_vs_nets"][("good", "mnist, plain")] == REPRODUCED
     assert v["local_global"][("good", "mnist")] == REPRODUCED
     assert v["local_global"][("bad", "mnist")] == NOT_REPRODUCED
     assert v["kernel_order"][("good", "mnist")] == REPRODUCED
@@ -431,7 +446,8 @@ def test_verdicts_on_constructed_runs(tmp_path: Path) -> None:
     assert v["adversarial"][("plain", "–")] == NOT_RUN
     assert v["augment"][("plain", "–")] == NOT_RUN
     assert v["kernel_order"][("plain", "–")] == NOT_RUN
-    for claim in ["resnet", "gtsrb", "cifar_guarantee"]:
+    assert v["kernel_vs_nets"][("plain", "–")] == NOT_RUN
+    for claim in ["resnet", "resnet_error", "gtsrb", "gtsrb_guarantee", "cifar_guarantee"]:
         assert set(v[claim].values()) == {NOT_RUN}, claim
 
 
@@ -441,7 +457,7 @@ def test_competitive_test_error_is_required(tmp_path: Path) -> None:
     rows[3] = model_row("mnist", "cross_lipschitz", 1e-3, 0.0185, 0.60, 2.00, ratio=0.22)
     docs = tmp_path / "docs"
     export(tmp_path, "r", rows, docs)
-    (v,) = evaluate(load_runs(docs))["cl_mnist"]
+    (v,) = evaluate(load_runs(docs))["cl_mnist_error"]
     assert v.status == NOT_REPRODUCED
     assert v.gap() == ("test error of CL: 1.85% vs best 1.55%, needs ≤ best + 0.2 points (fails)")
 
@@ -618,3 +634,474 @@ def test_write_record_writes_the_rendered_text(tmp_path: Path) -> None:
     export(tmp_path, "good", good_rows(), docs)
     path = write_record(docs)
     assert path == docs / "reproduction.md" and path.read_text() == render(docs)
+
+
+# --------------------------------------------------------------------------------------
+# runs made elsewhere, pooled runs, devices
+# --------------------------------------------------------------------------------------
+def head_commit() -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def write_metrics(results: Path, devices: list[str]) -> None:
+    """``metrics.json`` of one model per device, as the training jobs write them."""
+    for i, device in enumerate(devices):
+        path = results / "models" / "mnist" / f"m{i}" / "metrics.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"model_id": f"m{i}", "device": device, "status": "ok"}))
+
+
+def test_export_of_a_run_made_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run copied from another machine: its commit, day, machine, devices and a
+    benchmark's output go into run.yaml; a commit the checkout lacks and a benchmark file
+    without a result are refused with one line."""
+    monkeypatch.chdir(ROOT)  # the checkout whose commits --commit names
+    res, cfg = make_results(tmp_path / "gpu", good_rows())
+    write_metrics(res, ["cuda", "cuda", "cpu"])
+    bench = tmp_path / "bench_kernel_scale.log"
+    bench.write_text('machine: x, 16 cores\n{"partial": 1}\n{"sizes": [], "device": "cuda"}\n')
+    docs = tmp_path / "docs"
+    head = head_commit()
+    code = cli(
+        [
+            "export",
+            *("--results", str(res), "--name", "gpu", "--config", str(cfg)),
+            *("--command", "snakemake --resources gpu=3", "--docs", str(docs)),
+            *("--machine", "{cpu: X, logical_cpus: 16, gpu: G, software: torch 9}"),
+            *("--commit", head[:9], "--ran-on", "2026-11-24", "--pool", "p"),
+            *("--benchmark", str(bench)),
+        ]
+    )
+    assert code == 0
+    run = yaml.safe_load((docs / "reproduction/gpu/run.yaml").read_text())
+    assert run["git"] == {"commit": head, "dirty": False}
+    assert run["results_written"] == "2026-11-24" and run["pool"] == "p"
+    assert run["machine"] == {"cpu": "X", "logical_cpus": 16, "gpu": "G", "software": "torch 9"}
+    assert run["devices"] == {"cpu": 1, "cuda": 2}
+    assert run["benchmarks"] == {"bench_kernel_scale": {"sizes": [], "device": "cuda"}}
+    assert machine_from_text("a laptop") == "a laptop"
+    (unit,) = pool_runs(load_runs(docs))
+    assert unit.device == "G" and unit.gpu_jobs == 3 and unit.epochs == 30
+    empty = tmp_path / "empty.log"
+    empty.write_text("no result here\n")
+    for kw, message in [
+        ({"commit": "0" * 40}, r"--commit 0{40}: not a commit of the checkout"),
+        ({"benchmarks": [empty]}, r"--benchmark .*empty.log: no line is a JSON object"),
+    ]:
+        with pytest.raises(ExportError, match=message) as err:
+            export_run(res, "x", [cfg], "c", docs=docs, machine="m", **kw)
+        assert "\n" not in str(err.value)
+    assert not (docs / "reproduction" / "x").exists()
+
+
+def test_device_of_a_run(tmp_path: Path) -> None:
+    """CPU or the GPU's name, from the models' metrics, else from the machine (runs exported
+    before the devices were recorded); ``–`` when run.yaml cannot tell."""
+    docs = tmp_path / "docs"
+    cpu_box = {"cpu": "X", "gpu": None}
+    gpu_box = {"cpu": "X", "gpu": "G"}
+    export(tmp_path, "text", good_rows(), docs)  # machine "test machine", no metrics
+    export(tmp_path, "cpu", good_rows(), docs, machine=cpu_box)
+    export(tmp_path, "gpu-old", good_rows(), docs, machine=gpu_box)
+    res, cfg = make_results(tmp_path / "forced", good_rows())
+    write_metrics(res, ["cpu"])  # a GPU machine, but the config said device: cpu
+    export_run(res, "forced", [cfg], "c", docs=docs, machine=gpu_box)
+    devices = {r.name: r.device for r in load_runs(docs)}
+    assert devices == {"cpu": "CPU", "forced": "CPU", "gpu-old": "G", "text": "–"}
+    md = render(docs)
+    runs = section(md, "Runs")
+    assert re.search(r"^\| gpu-old\s+\| G\s+\|", runs, flags=re.M), runs
+    assert re.search(r"^\| cpu\s+\| CPU\s+\|", runs, flags=re.M), runs
+    assert "gpu-old (G, 30 epochs)" in section(md, "Verdicts at a glance")
+
+
+def test_pooled_runs_are_evaluated_as_one(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    plain = [r for r in good_rows() if r["setting"] == "plain" and r["family"] == "mlp"]
+    export(tmp_path, "a", [r for r in plain if r["regularizer"] != "weight_decay"], docs, pool="p")
+    export(tmp_path, "b", [r for r in plain if r["regularizer"] == "weight_decay"], docs, pool="p")
+    export(tmp_path, "c", plain, docs)
+    units = pool_runs(load_runs(docs))
+    assert [(u.name, u.parts) for u in units] == [("a + b", ("a", "b")), ("c", ("c",))]
+    verdicts = evaluate(units)
+    (v,) = [v for v in verdicts["cl_mnist_guarantee"] if v.run == "a + b"]
+    assert "guarantee CL vs WD: 0.700 vs 0.550" in v.numbers()  # WD from run b
+    assert v.status == REPRODUCED
+    md = render(docs)
+    assert "runs [`a`](#run-a) + [`b`](#run-b)" in md
+    assert "- evaluated with the runs of pool `p` as `a + b`" in md
+    assert "### `a + b`: mnist, plain" in md
+
+
+def test_pooled_runs_must_share_their_settings(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    plain = [r for r in good_rows() if r["setting"] == "plain" and r["family"] == "mlp"]
+    export(tmp_path, "a", plain[:2], docs, pool="p")
+    other = {**CONFIG, "train": {**CONFIG["train"], "epochs": 200}}
+    export(tmp_path, "b", plain[2:], docs, pool="p", config=other)
+    with pytest.raises(ValueError, match=r"runs a and b share the pool 'p' but differ in config"):
+        pool_runs(load_runs(docs))
+    docs = tmp_path / "docs2"
+    export(tmp_path / "2", "a", plain, docs, pool="q")
+    export(tmp_path / "2", "b", plain[:1], docs, pool="q")
+    with pytest.raises(ValueError, match=r"pool 'q': model .* is in more than one run"):
+        render(docs)
+
+
+def test_bounds_close_and_the_refined_upper_bound(tmp_path: Path) -> None:
+    """An upper bound ×3.1 the guarantee fails "not too far away", ×3.0 holds; the refined
+    bound and its change are shown beside the paper's procedure."""
+    rows = [
+        model_row("mnist", "none", 0.0, 0.016, 0.50, 1.50, ratio=0.6),
+        model_row("mnist", "cross_lipschitz", 1e-3, 0.015, 0.50, 1.55, ratio=0.3),
+    ]
+    rows[1]["mean_upper_bound_l2_refined"] = 1.24
+    docs = tmp_path / "docs"
+    export(tmp_path, "r", rows, docs)
+    (v,) = evaluate(load_runs(docs))["bounds_close"]
+    assert [p.ok for p in v.parts] == [True, False]
+    assert v.gap() == "upper bound / guarantee of CL: 1.55 / 0.500 = ×3.10, needs ≤ ×3.00 (fails)"
+    row = v.details.set_index("method").loc["CL"]
+    assert (row["refined upper bound"], row["refinement"]) == ("1.24", "-20%")
+
+
+def test_the_papers_test_error_sentences_on_cifar10(tmp_path: Path) -> None:
+    """On CIFAR10 the settings claims also need a lower test error than plain (line 674)."""
+    docs = tmp_path / "docs"
+    rows = good_rows("cifar10")
+    export(tmp_path, "ok", rows, docs)
+    worse = [
+        {**r, "test_error": r["test_error"] + 0.01} if r["setting"] == "adversarial" else r
+        for r in rows
+    ]
+    export(tmp_path, "worse", worse, docs)
+    v = verdicts_of(docs)
+    assert v["adversarial"][("ok", "cifar10, plain vs adversarial")] == REPRODUCED
+    assert v["adversarial"][("worse", "cifar10, plain vs adversarial")] == NOT_REPRODUCED
+    assert v["augment"][("worse", "cifar10, plain vs augment")] == REPRODUCED
+    (gap,) = [x.gap() for x in evaluate(load_runs(docs))["adversarial"] if x.run == "worse"]
+    assert gap.startswith("test error None: 1.60% plain, 2.50% adversarial, needs lower (fails)")
+
+
+def test_resnet_and_gtsrb_claims_on_constructed_runs(tmp_path: Path) -> None:
+    """ResNets: CL's upper bound ×2 those of WD and DO at a higher test error (both
+    settings); GTSRB: WD's and CL's guarantees above DO's."""
+    rows = []
+    for setting in ["plain", "augment"]:
+        for reg, lam, err, upper in [
+            ("weight_decay", 1e-4, 0.08, 0.10),
+            ("dropout", 0.5, 0.07, 0.11),
+            ("cross_lipschitz", 1e-2, 0.09, 0.25),
+        ]:
+            rows.append(model_row("cifar10", reg, lam, err, 0.0, upper, setting, "resnet"))
+    for reg, lam, guar in [("weight_decay", 1e-4, 0.21), ("dropout", 0.5, 0.2)]:
+        rows.append(model_row("gtsrb", reg, lam, 0.05, guar, 1.0, ratio=0.5))
+    rows.append(model_row("gtsrb", "cross_lipschitz", 1e-3, 0.05, 0.19, 1.2, ratio=0.4))
+    docs = tmp_path / "docs"
+    export(tmp_path, "r", rows, docs)
+    v = verdicts_of(docs)
+    for setting in ["plain", "augment"]:
+        assert v["resnet"][("r", f"cifar10, {setting}")] == REPRODUCED
+        assert v["resnet_error"][("r", f"cifar10, {setting}")] == REPRODUCED
+    assert v["gtsrb_guarantee"][("r", "gtsrb")] == NOT_REPRODUCED
+    (g,) = evaluate(load_runs(docs))["gtsrb_guarantee"]
+    assert g.gap() == "guarantee CL vs DO: 0.190 vs 0.200 (fails)"
+
+
+# --------------------------------------------------------------------------------------
+# GPU-time estimates of the runs not yet made
+# --------------------------------------------------------------------------------------
+def gpu_run(base: Path, docs: Path, step_s: float = 0.002, bench: dict | None = None) -> None:
+    """An exported GPU run of the plain networks of :func:`good_rows` (30 epochs), whose
+    training jobs took ``30 x 938 x step_s`` seconds, certify jobs 1 ms and attack jobs 2 ms
+    per point (100 points)."""
+    rows = [r for r in good_rows() if r["setting"] == "plain" and r["family"] == "mlp"]
+    res, cfg = make_results(base, rows)
+    shutil.rmtree(res / "benchmarks")
+    write_metrics(res, ["cuda"])
+    for rule, secs in [("train", 30 * 938 * step_s), ("certify", 0.1), ("attack", 0.2)]:
+        for r in rows:
+            path = res / "benchmarks" / rule / "mnist" / f"{r['model_id']}.tsv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"s\th:m:s\n{secs}\t0:00:01\n")
+    files = []
+    if bench is not None:
+        files = [base / "bench_kernel_scale.log"]
+        files[0].write_text(json.dumps(bench) + "\n")
+    export_run(
+        res,
+        "gpu",
+        [cfg],
+        "snakemake --resources gpu=3",
+        docs=docs,
+        machine={"cpu": "X", "logical_cpus": 16, "gpu": "G"},
+        benchmarks=files,
+    )
+
+
+def test_measure_takes_the_seconds_per_step_and_point(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    assert E.measure(load_runs(tmp_path / "nothing")) is None
+    export(tmp_path, "cpu", good_rows(), docs, machine={"cpu": "X", "gpu": None})
+    assert E.measure(load_runs(docs)) is None, "CPU runs measure nothing"
+    gpu_run(tmp_path / "g", docs)
+    m = E.measure(load_runs(docs))
+    assert m is not None and m.runs == ("gpu",) and m.device == "G"
+    assert (m.gpu_jobs, m.epochs, m.cores) == (3, 30, 16)
+    assert m.step_s == pytest.approx(dict.fromkeys(GOOD_PLAIN, 0.002))
+    assert m.step_jobs == {"none": 1, "dropout": 1, "weight_decay": 1, "cross_lipschitz": 2}
+    assert (m.certify_s, m.attack_s) == (pytest.approx(0.001), pytest.approx(0.002))
+
+
+def test_estimate_of_a_config(tmp_path: Path) -> None:
+    """10 epochs of two networks, plain and augment: 4 x 10 x 938 steps x 2 ms of training,
+    4 x (100 x 1 ms + 200 x 2 ms) of evaluation, over 3 jobs at once; a lower bound, since
+    the augment step was not measured."""
+    docs = tmp_path / "docs"
+    gpu_run(tmp_path / "g", docs)
+    m = E.measure(load_runs(docs))
+    cfg = {
+        "datasets": ["mnist"],
+        "train": {
+            "epochs": 10,
+            "settings": ["plain", "augment"],
+            "grid": {
+                "none": {"lr": [0.2], "lambda": [0.0]},
+                "cross_lipschitz": {"lr": [0.2], "lambda": [1e-3]},
+            },
+        },
+        "certify": {"n_points": 100},
+        "attack": {"n_points": 200},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    target = E.Target("t", "a test", ("c.yaml",), "nothing")
+    e = E.estimate(target, m, tmp_path)
+    assert (e.trained, e.evaluated) == (4, 4)
+    assert e.job_s == pytest.approx(4 * 10 * 938 * 0.002 + 4 * (0.1 + 0.4))
+    assert e.gpu_s == pytest.approx(e.job_s / 3) and e.lower and e.summary.startswith("≥ ")
+    assert e.lines[0].startswith("mnist, plain: 2 networks (None 1, CL 1) × 10 epochs × 938")
+    assert "(at least: the augment step does more" in e.lines[1]
+    assert e.command == (
+        ".venv/bin/snakemake --profile profiles/local-gpu --cores 16 --resources gpu=3 "
+        '--configfile c.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
+    )
+    cfg["train"]["settings"] = ["plain"]
+    cfg["model"] = {"arch": "resnet"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    e = E.estimate(target, m, tmp_path)
+    assert e.gpu_s is None and e.summary == "–"
+    assert e.unmeasured == ["2 ResNets: no committed GPU run measured them"]
+
+
+def test_estimate_of_kernel_models_from_the_benchmark(tmp_path: Path) -> None:
+    """At most max_iter x 1.25 objective evaluations of the benchmark's seconds each, plus
+    set-up, per model; the best model per method certified at its seconds per point."""
+    size = {
+        "n_centers": 60000,
+        "lbfgs_iterations": 1,
+        "lbfgs_evaluations": 3,
+        "seconds_per_lbfgs_iteration": 15.0,
+        "setup_seconds": 1.0,
+        "certify_seconds_per_point": 2.0,
+    }
+    docs = tmp_path / "docs"
+    gpu_run(tmp_path / "g", docs, bench={"sizes": [size]})
+    m = E.measure(load_runs(docs))
+    assert m.kernel == {60000: (5.0, 1.0, 2.0)}
+    cfg = {
+        "datasets": ["mnist"],
+        "train": {"grid": {}},
+        "kernel": {
+            "n_centers": 0,
+            "memory_gb": 70,
+            "max_iter": 8,
+            "grid": {
+                "kernel_logreg": {"a": [1.0], "lambda": [0.0, 1e-6]},
+                "kernel_cl": {"a": [1.0, 2.0], "lambda": [1e-2]},
+            },
+        },
+        "certify": {"models": "best", "n_points": 10},
+        "attack": {"n_points": 10},
+    }
+    (tmp_path / "k.yaml").write_text(yaml.safe_dump(cfg))
+    e = E.estimate(E.Target("k", "kernels", ("k.yaml",), "x", gpu_jobs=1), m, tmp_path)
+    assert (e.trained, e.evaluated) == (4, 3)
+    assert e.job_s == pytest.approx(4 * (10 * 5.0 + 1.0) + 3 * 10 * 2.0)
+    assert "--resources gpu=1" in e.command
+    assert e.unmeasured == [
+        "mnist, kernel attack: 3 models × 10 points at 60,000 expansion points: not measured"
+    ]
+
+
+def test_dataset_sizes_of_the_estimates_are_the_loaders() -> None:
+    from crosslip.data import cifar10, gtsrb
+
+    assert (E.TRAIN_POINTS["cifar10"], E.TEST_POINTS["cifar10"]) == cifar10.COUNTS
+    assert (E.TRAIN_POINTS["gtsrb"], E.TEST_POINTS["gtsrb"]) == gtsrb.COUNTS
+    assert E.TRAIN_POINTS["mnist"] == P.SETTINGS[("mnist", "n_train")].values[0]
+    assert E.TEST_POINTS["mnist"] == P.SETTINGS[("mnist", "n_test")].values[0]
+
+
+def test_authors_schedule_is_the_schema_default() -> None:
+    from crosslip.config import default
+
+    assert P.AUTHORS_LR_DECAY == (default("train.lr_decay"), tuple(default("train.lr_decay_at")))
+    assert P.AUTHORS_EPOCHS == default("train.epochs")
+
+
+# --------------------------------------------------------------------------------------
+# (iv) the committed record: its paper numbers, its GPU runs against their sources
+# --------------------------------------------------------------------------------------
+NUMBER = r"\d+(?:\.\d+)?(?:e[-+]?\d+)?%?"
+
+
+def md_tables(md: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Every Markdown table of ``md``: (the last non-empty line before it, its header, its
+    rows), cells stripped."""
+    out, lines = [], md.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|:"):
+            before = next((t for t in reversed(lines[:i]) if t.strip()), "")
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            out.append((before, header, rows))
+        else:
+            i += 1
+    return out
+
+
+def committed_record() -> str:
+    if not sorted((DOCS / "reproduction").glob("*/run.yaml")):
+        pytest.skip("no run is committed under docs/reproduction/ yet")
+    return (DOCS / "reproduction.md").read_text()
+
+
+def shared_file(path: Path) -> Path:
+    """``path`` under ../shared. A clone without ../shared beside it (outside the project's
+    machines) skips; ../shared without the file fails, as CI has it."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: the record's sources cannot be compared here")
+    assert path.is_file(), f"{path} is missing from {SHARED} (CI has it)"
+    return path
+
+
+def test_committed_record_regenerates_by_one_command() -> None:
+    committed_record()
+    assert cli(["render", "--docs", str(DOCS), "--check"]) == 0
+
+
+def test_every_paper_number_in_the_record_is_the_papers() -> None:
+    """Each number the record gives as the paper's (``paper X``, ``older table X``, the
+    cells of a ``paper`` column and of the paper's kernel table) is one of
+    :mod:`crosslip.reproduction.paper`'s, which the tests above find in the LaTeX source; a
+    setting's numbers are its stated values (or the authors' code's, where the paper is
+    silent)."""
+    md = committed_record()
+    numbers = {n.text.replace("\\%", "%") for n in P.all_numbers()}
+    numbers |= {num(v, 2) for v in paper_illustration_means().values()}
+    settings = {f"{v:g}" for s in P.SETTINGS.values() for v in s.values}
+    settings |= {str(P.AUTHORS_EPOCHS), "0.1", "0.01", "72%", "88%"}
+    quoted = re.findall(rf"\b(?:paper|older table) ({NUMBER})", md)
+    checked = len(quoted)
+    assert not set(quoted) - numbers - settings
+    for before, header, rows in md_tables(md):
+        is_settings = "this run" in header
+        for j, head in enumerate(header):
+            whole = before == "Paper:" and j > 0
+            if not (whole or head == "paper" or head.startswith("paper:")):
+                continue
+            for row in rows:
+                found = re.findall(NUMBER, row[j])
+                checked += len(found)
+                allowed = settings if is_settings else numbers
+                assert set(found) <= allowed, (head, row[j])
+    assert checked >= 100, "the record quotes the paper's numbers"
+    for n in [*P.TABLE1.values(), *P.KERNEL.values()]:
+        assert n.text.replace("\\%", "%") in md, n.source
+
+
+def close(shown: str, value: float, scale: float = 1.0) -> bool:
+    """``shown`` (a number as printed, maybe with % or a sign) is ``value * scale`` rounded
+    to its printed digits."""
+    text = re.match(rf"[-+]?{NUMBER}", shown).group(0).rstrip("%")
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value * scale) <= 0.5 * 10**-digits + 1e-12
+
+
+def test_the_200_epoch_table_is_the_h100_summaries() -> None:
+    """The record's table of the 200-epoch H100 networks against the runs' own summary.csv
+    under ../shared, column by column; every column it shows is checked."""
+    md = committed_record()
+    units = [u for u in pool_runs(load_runs(DOCS)) if u.epochs == 200 and "H100" in u.device]
+    assert len(units) == 1, [u.name for u in units]
+    sources = sorted(H100_RUNS.glob("mnist-200*/tables/summary.csv"))
+    shared_file(H100_RUNS / "mnist-200" / "tables" / "summary.csv")
+    assert [s.parent.parent.name for s in sources] == ["mnist-200", "mnist-200b"]
+    csv = pd.concat([pd.read_csv(s) for s in sources]).set_index("model_id")
+    ((_, header, rows),) = md_tables(section(md, f"`{units[0].name}`: mnist, plain"))
+    label = {"none": "None", "dropout": "DO", "weight_decay": "WD", "cross_lipschitz": "CL"}
+    checks = {
+        "method": lambda c, r: c == label[r["regularizer"]],
+        "test error": lambda c, r: c.endswith("%") and close(c, r["test_error"], 100),
+        "mean L2 guarantee": lambda c, r: close(c, r["mean_guarantee_local"]),
+        "mean global guarantee": lambda c, r: close(c, r["mean_guarantee_global"]),
+        "Table 1 ratio": lambda c, r: (
+            close(c, r["mean_ratio_global_local"])
+            and c.endswith(f"(paper {P.TABLE1[('mnist', r['regularizer'])].text})")
+        ),
+        "upper bound, paper's procedure": lambda c, r: close(c, r["mean_upper_bound"]),
+        "upper bound, refined": lambda c, r: close(c, r["mean_upper_bound_l2_refined"]),
+        "refinement": lambda c, r: close(
+            c, r["mean_upper_bound_l2_refined"] / r["mean_upper_bound"] - 1, 100
+        ),
+        "correct points": lambda c, r: int(c) == r["n_correct"],
+    }
+    assert header[0] == "model" and set(header[1:]) == set(checks), header
+    assert sorted(row[0] for row in rows) == sorted(csv.index)
+    for row in rows:
+        source = csv.loc[row[0]]
+        for head, cell in zip(header[1:], row[1:], strict=True):
+            assert checks[head](cell, source), (row[0], head, cell)
+
+
+def test_committed_copies_are_their_sources() -> None:
+    """Every table of a run exported from ../shared is a byte copy of the file it came
+    from."""
+    runs = [r for r in load_runs(DOCS) if str(r.meta.get("exported_from", "")).startswith("../")]
+    if not runs:
+        pytest.skip("no committed run was exported from beside the checkout")
+    for run in runs:
+        source = ROOT / run.meta["exported_from"]
+        for rel in run.meta["files"]:
+            original = shared_file(source / rel)
+            assert (run.folder / rel).read_bytes() == original.read_bytes(), (run.name, rel)
+
+
+def test_committed_record_says_where_each_run_ran_and_what_is_missing() -> None:
+    md = committed_record()
+    runs = section(md, "Runs")
+    for run in load_runs(DOCS):
+        gpu = "h100" in run.name
+        assert run.device == ("NVIDIA H100 80GB HBM3" if gpu else "CPU"), run.name
+        assert re.search(
+            rf"^\| {re.escape(run.name)}\s+\| {re.escape(run.device)}\s+\|", runs, re.M
+        )
+    missing = section(md, "Runs not yet made")
+    estimated = set()
+    for t in E.TARGETS:
+        part = section(md, f"`{t.key}`: {t.what}")
+        assert f"--configfile {' '.join(t.configs)}" in part, t.key
+        if re.search(r"Estimated time on one GPU: \*\*[≥≤]? ?\d", part):
+            estimated.add(t.key)
+        else:
+            assert "GPU: **–**" in part and "no committed GPU run measured them" in part, t.key
+    assert estimated >= {"mnist-200-settings", "mnist", "cifar10", "gtsrb", "mnist-kernel"}
+    assert "not measured on a GPU: these are the times of today's per-model jobs" in missing
+    for label in ["exp:NN-MNIST", "exp:NN-CIFAR", "exp:NN-GTSB", "exp:Kernel"]:
+        assert "would come from" in section(md, f"Figure `{label}`"), label

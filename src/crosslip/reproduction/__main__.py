@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .export import ExportError, export_run
+from .export import ExportError, export_run, machine_from_text
 from .record import RECORD_NAME, render, write_record
 
 
@@ -23,9 +23,28 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--command", required=True, help="the exact command that ran it")
     ex.add_argument(
         "--machine",
-        help="description of the machine that ran it (default: this machine's CPU, memory and GPU)",
+        help="the machine that ran it, as text or a YAML mapping {cpu, logical_cpus, "
+        "memory_gib, gpu, software} (default: this machine's CPU, memory and GPU)",
     )
     ex.add_argument("--wall-time", type=float, help="elapsed seconds of the run, if known")
+    ex.add_argument(
+        "--commit",
+        help="a run made elsewhere: the commit it ran at, unchanged (default: this HEAD)",
+    )
+    ex.add_argument(
+        "--ran-on",
+        help="a run made elsewhere: when it ran (default: the time summary.csv was written)",
+    )
+    ex.add_argument(
+        "--benchmark",
+        nargs="+",
+        default=[],
+        help="outputs of benchmarks/*.py run on the same machine (kept in run.yaml)",
+    )
+    ex.add_argument(
+        "--pool",
+        help="a label shared by runs the record evaluates as one (same settings, other models)",
+    )
     ex.add_argument("--docs", default="docs", help="docs folder (default: docs)")
     ex.add_argument("--force", action="store_true", help="replace an existing run folder")
     re_ = sub.add_parser("render", help=f"regenerate docs/{RECORD_NAME} from docs/reproduction/")
@@ -44,9 +63,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.config,
                 args.command,
                 args.docs,
-                args.machine,
+                None if args.machine is None else machine_from_text(args.machine),
                 args.wall_time,
                 args.force,
+                commit=args.commit,
+                results_written=args.ran_on,
+                pool=args.pool,
+                benchmarks=args.benchmark,
             )
         except ExportError as err:
             print(f"crosslip.reproduction export: {err}", file=sys.stderr)

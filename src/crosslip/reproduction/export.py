@@ -3,8 +3,13 @@
 A run folder holds copies of the workflow's tables and figures and a ``run.yaml`` that says
 how they were made: the config files (their content), the effective config (schema defaults
 filled in by :func:`crosslip.config.validate`), the command, epochs, evaluated points per
-model, the machine, dates, the git commit, and the Snakemake benchmark seconds per rule. The
-record (:mod:`crosslip.reproduction.record`) is rendered from these folders alone.
+model, the machine, the devices the models were trained on (their ``metrics.json``), dates,
+the git commit, and the Snakemake benchmark seconds per rule and per job. The record
+(:mod:`crosslip.reproduction.record`) is rendered from these folders alone.
+
+A run made on another machine and copied here (only its tables, ``metrics.json`` files and
+benchmark files kept) exports the same way: ``commit`` names the commit it ran at,
+``results_written`` the day it ran, ``machine`` that machine (docs/reproduction-record.md).
 
 Torch is imported only to name a GPU, and only when torch is installed.
 """
@@ -12,6 +17,7 @@ Torch is imported only to name a GPU, and only when torch is installed.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -81,40 +87,94 @@ def machine_description() -> dict[str, Any]:
     return {"cpu": cpu, "logical_cpus": n_cpu, "memory_gib": mem, "gpu": gpu}
 
 
-def git_state(root: Path) -> dict[str, Any]:
+def _git(root: Path, *args: str) -> str | None:
+    """``git -C root <args>``'s output, ``None`` when git fails (or outside a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state(root: Path, commit: str | None = None) -> dict[str, Any]:
     """``{"commit": <HEAD>, "dirty": <uncommitted changes to tracked files>}`` of the checkout
-    at ``root`` (``None`` values outside a git checkout)."""
+    at ``root`` (``None`` values outside a git checkout).
 
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
-            )
-        except (OSError, subprocess.CalledProcessError):
-            return None
-        return out.stdout.strip()
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    With ``commit`` (a run made elsewhere, at that commit, unchanged): that commit in full
+    and ``dirty: False``; :class:`ExportError` when the checkout does not have it."""
+    if commit is not None:
+        full = _git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+        if not full:
+            raise ExportError(f"--commit {commit}: not a commit of the checkout at {root}")
+        return {"commit": full, "dirty": False}
+    head = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": head, "dirty": None if status is None else bool(status)}
 
 
-def job_seconds(results: Path) -> dict[str, dict[str, float]]:
-    """Per rule, the number of jobs and the sum of their ``s`` (wall seconds of each job)
-    from Snakemake's benchmark files ``results/benchmarks/<rule>/**/*.tsv``. Jobs that ran
-    in parallel are summed, so this is job time, not the run's elapsed time."""
-    out: dict[str, dict[str, float]] = {}
+def job_seconds(results: Path) -> dict[str, dict[str, Any]]:
+    """Per rule, from Snakemake's benchmark files ``results/benchmarks/<rule>/**/*.tsv``: the
+    number of jobs, the sum of their ``s`` (wall seconds of each job), and ``each``: every
+    job's seconds by its file's path below the rule's folder without ``.tsv`` (for the
+    training of a model, ``<dataset>/<model id>``). Jobs that ran in parallel are summed, so
+    ``seconds`` is job time, not the run's elapsed time."""
+    out: dict[str, dict[str, Any]] = {}
     bench = results / "benchmarks"
     for tsv in sorted(bench.glob("*/**/*.tsv")):
-        rule = tsv.relative_to(bench).parts[0]
+        rule, *rest = tsv.relative_to(bench).with_suffix("").parts
         try:
-            s = pd.read_csv(tsv, sep="\t")["s"].astype(float)
+            s = float(pd.read_csv(tsv, sep="\t")["s"].astype(float).sum())
         except (KeyError, ValueError, pd.errors.ParserError) as err:
             raise ExportError(f"{tsv}: not a Snakemake benchmark file (column 's'): {err}") from err
-        entry = out.setdefault(rule, {"jobs": 0, "seconds": 0.0})
+        entry = out.setdefault(rule, {"jobs": 0, "seconds": 0.0, "each": {}})
         entry["jobs"] += 1
-        entry["seconds"] = round(entry["seconds"] + float(s.sum()), 1)
+        entry["seconds"] = round(entry["seconds"] + s, 1)
+        entry["each"]["/".join(rest)] = round(s, 2)
     return out
+
+
+def devices_used(results: Path) -> dict[str, int]:
+    """How many trained models name each device in ``models/<dataset>/<model>/metrics.json``
+    (``{"cuda": 3}``); empty when no metrics file names one."""
+    out: dict[str, int] = {}
+    for path in sorted(results.glob("models/*/*/metrics.json")):
+        try:
+            device = json.loads(path.read_text()).get("device")
+        except (OSError, ValueError) as err:
+            raise ExportError(f"{path}: not a JSON metrics file: {err}") from err
+        if device:
+            out[str(device)] = out.get(str(device), 0) + 1
+    return out
+
+
+def benchmark_result(path: Path) -> dict[str, Any]:
+    """The result of a ``benchmarks/*.py`` run from its output: the last line that is a JSON
+    object (each benchmark prints one last)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise ExportError(f"--benchmark {path}: cannot read it: {err}") from err
+    for line in reversed(lines):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    raise ExportError(f"--benchmark {path}: no line is a JSON object (a benchmark's output)")
+
+
+def machine_from_text(text: str) -> str | dict[str, Any]:
+    """``--machine``: a YAML mapping (``{cpu: ..., logical_cpus: 16, gpu: ...}``, the keys of
+    :func:`machine_description` and ``software``) or free text."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return data if isinstance(data, dict) else text
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -162,9 +222,13 @@ def export_run(
     configs: list[Path | str],
     command: str,
     docs: Path | str = "docs",
-    machine: str | None = None,
+    machine: str | dict[str, Any] | None = None,
     wall_time_s: float | None = None,
     force: bool = False,
+    commit: str | None = None,
+    results_written: str | None = None,
+    pool: str | None = None,
+    benchmarks: list[Path | str] | None = None,
 ) -> Path:
     """Copy the tables and figures of the finished run in ``results`` into
     ``<docs>/reproduction/<name>/`` and write its ``run.yaml``; return that folder.
@@ -172,7 +236,14 @@ def export_run(
     ``configs``: the ``--configfile`` files of the run, in order; ``command``: the exact
     command line; ``machine``: a description of the machine that ran it (default: this one,
     :func:`machine_description`); ``wall_time_s``: the run's elapsed seconds, if known.
-    An existing run folder is replaced only with ``force``.
+    For a run made elsewhere: ``commit``, the commit it ran at, unchanged (default: this
+    checkout's HEAD, :func:`git_state`); ``results_written``, when it ran (default: the
+    modification time of its ``summary.csv``). ``pool``: a label shared by runs that the
+    record evaluates together as one (the same settings, other models; see
+    :func:`crosslip.reproduction.claims.pool_runs`). ``benchmarks``: outputs of
+    ``benchmarks/*.py`` run on the same machine, kept in run.yaml by file name (the record's
+    estimates read ``bench_kernel_scale``). An existing run folder is replaced only with
+    ``force``.
     """
     results, docs = Path(results), Path(docs)
     if not NAME_RE.match(name):
@@ -190,6 +261,8 @@ def export_run(
         if not path.is_file():
             raise ExportError(f"--config {path}: no such file")
     cfg = effective_config(config_paths)
+    git = git_state(Path.cwd(), commit)
+    benches = {Path(b).stem: benchmark_result(Path(b)) for b in benchmarks or []}
     summary = pd.read_csv(summary_path)
     dest = docs / "reproduction" / name
     if dest.exists():
@@ -204,7 +277,9 @@ def export_run(
             shutil.copyfile(src, target)
             copied.append(str(src.relative_to(results)))
     evaluated = summary[summary["n_eval"] > 0]
-    mtime = dt.datetime.fromtimestamp(summary_path.stat().st_mtime, tz=dt.UTC)
+    if results_written is None:
+        mtime = dt.datetime.fromtimestamp(summary_path.stat().st_mtime, tz=dt.UTC)
+        results_written = mtime.strftime("%Y-%m-%d %H:%M UTC")
     run = {
         "name": name,
         "command": command,
@@ -215,11 +290,15 @@ def export_run(
         "models_evaluated": len(evaluated),
         "evaluated_points_per_model": sorted({int(n) for n in evaluated["n_eval"]}),
         "machine": machine if machine is not None else machine_description(),
-        "results_written": mtime.strftime("%Y-%m-%d %H:%M UTC"),
+        "devices": devices_used(results),
+        "results_written": results_written,
         "exported": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "git": git_state(Path.cwd()),
+        "exported_from": _shown(results),
+        "git": git,
+        "pool": pool,
         "wall_time_s": wall_time_s,
         "job_seconds": job_seconds(results),
+        "benchmarks": benches,
         "files": copied,
         "config": cfg,
     }

@@ -308,26 +308,59 @@ PAPER_DATASET = {"mnist": "mnist", "mnist5k": "mnist", "cifar10": "cifar10", "gt
 @dataclass(frozen=True)
 class PaperClaim:
     """A statement of Section 5: ``quote`` is its text as in the source (whitespace
-    normalised), starting on ``line``."""
+    normalised), starting on ``line``; ``evidence`` says where the paper shows it (its
+    numbers, or a figure whose images are not in the source)."""
 
     key: str
     title: str
     quote: str
     line: int
     more: tuple[tuple[str, int], ...] = ()  # further sentences saying the same: (quote, line)
+    evidence: str = ""
 
+
+_MNIST_TREND = (
+    "For MNIST there is a clear trend that our Cross-Lipschitz regularization improves the "
+    "robustness of the resulting classifier while having competitive resp. better test error."
+)
+_MNIST_CAPTION = (
+    (
+        "The Cross-Lipschitz regularization leads to better robustness with similar or better "
+        "prediction performance.",
+        703,
+    ),
+)
+_FIG_MNIST = "Figure exp:NN-MNIST (its images are not in the source: no numbers)"
+_FIG_CIFAR = "Figure exp:NN-CIFAR (no numbers in the source)"
+_FIG_GTSRB = "Figure exp:NN-GTSB (no numbers in the source)"
+_FIG_RESNET = "Figure exp:ResNets-plain-augm (no numbers in the source)"
 
 CLAIMS: dict[str, PaperClaim] = {
     c.key: c
     for c in [
         PaperClaim(
-            "cl_mnist",
-            "Cross-Lipschitz improves guarantees and upper bounds on MNIST at "
-            "competitive test error",
-            "For MNIST there is a clear trend that our Cross-Lipschitz regularization "
-            "improves the robustness of the resulting classifier while having competitive "
-            "resp. better test error.",
+            "cl_mnist_upper",
+            "MNIST: Cross-Lipschitz improves the upper bounds",
+            _MNIST_TREND,
             672,
+            _MNIST_CAPTION,
+            _FIG_MNIST + ", left column",
+        ),
+        PaperClaim(
+            "cl_mnist_guarantee",
+            "MNIST: Cross-Lipschitz improves the guarantees",
+            _MNIST_TREND,
+            672,
+            _MNIST_CAPTION,
+            _FIG_MNIST + ", right column",
+        ),
+        PaperClaim(
+            "cl_mnist_error",
+            "MNIST: Cross-Lipschitz has competitive or better test error",
+            _MNIST_TREND,
+            672,
+            _MNIST_CAPTION,
+            _FIG_MNIST + ", horizontal axes",
         ),
         PaperClaim(
             "local_global",
@@ -336,6 +369,7 @@ CLAIMS: dict[str, PaperClaim] = {
             "Cross-Lipschitz constant was \\emph{always} worse than when using the local "
             "Cross-Lipschitz constant across all regularizers and data sets.",
             650,
+            evidence="the text only",
         ),
         PaperClaim(
             "table1",
@@ -343,6 +377,30 @@ CLAIMS: dict[str, PaperClaim] = {
             "We show the average ratio $\\frac{\\alpha_{\\textrm{global}}}"
             "{\\alpha_{\\textrm{local}}}$ of the robustness guarantees",
             662,
+            evidence="Table 1 (tex line 658)",
+        ),
+        PaperClaim(
+            "local_factor",
+            "The local guarantee is up to eight times the global one",
+            "The guarantees using the local Cross-Lipschitz constant are up to eight times "
+            "better than with the global one.",
+            663,
+            (
+                (
+                    "Table \\ref{tab:LocalGlobal} shows that the guarantees using the local "
+                    "Cross-Lipschitz can be up to eight times better than for the global one.",
+                    650,
+                ),
+            ),
+            "Table 1 (tex line 658): its smallest ratio per dataset",
+        ),
+        PaperClaim(
+            "bounds_close",
+            "The guarantees and the upper bounds are not too far away",
+            "We want to highlight that our guarantees (lower bounds) and the upper bounds from "
+            "the adversarial samples are not too far away.",
+            675,
+            evidence="Figures exp:NN-MNIST and exp:NN-CIFAR (no numbers in the source)",
         ),
         PaperClaim(
             "kernel_order",
@@ -351,6 +409,15 @@ CLAIMS: dict[str, PaperClaim] = {
             "against adversarial samples (upper bounds, larger is better) compared to the "
             "standard regularization.",
             633,
+            evidence="the kernel table (tex lines 619-622)",
+        ),
+        PaperClaim(
+            "kernel_vs_nets",
+            "Kernel models have weaker guarantees than the networks",
+            "The robustness guarantee is weaker than for neural networks but this is most "
+            "likely due to the relatively loose bound.",
+            634,
+            evidence="the kernel table (tex lines 619-622) beside Figure exp:NN-MNIST",
         ),
         PaperClaim(
             "adversarial",
@@ -365,6 +432,7 @@ CLAIMS: dict[str, PaperClaim] = {
                     674,
                 ),
             ),
+            _FIG_MNIST + ", bottom row; " + _FIG_CIFAR,
         ),
         PaperClaim(
             "augment",
@@ -378,6 +446,7 @@ CLAIMS: dict[str, PaperClaim] = {
                     674,
                 ),
             ),
+            _FIG_MNIST + ", middle row; " + _FIG_CIFAR,
         ),
         PaperClaim(
             "cifar_guarantee",
@@ -386,6 +455,7 @@ CLAIMS: dict[str, PaperClaim] = {
             "augmented task in test error and upper bounds but is not significantly better "
             "in the robustness guarantees.",
             673,
+            evidence=_FIG_CIFAR,
         ),
         PaperClaim(
             "gtsrb",
@@ -395,6 +465,15 @@ CLAIMS: dict[str, PaperClaim] = {
             "compared to weight decay but dropout achieves significantly better prediction "
             "performance and has similar upper bounds.",
             826,
+            evidence=_FIG_GTSRB,
+        ),
+        PaperClaim(
+            "gtsrb_guarantee",
+            "GTSRB: weight decay and Cross-Lipschitz have slightly better guarantees than dropout",
+            "The robustness guarantees for weight decay and Cross-Lipschitz are slightly better "
+            "than for dropout.",
+            827,
+            evidence=_FIG_GTSRB,
         ),
         PaperClaim(
             "resnet",
@@ -404,6 +483,14 @@ CLAIMS: dict[str, PaperClaim] = {
             "factor of 2 to 3 both in the plain setting (right) and with data augmentation "
             "(left).",
             847,
+            evidence=_FIG_RESNET,
+        ),
+        PaperClaim(
+            "resnet_error",
+            "ResNets: Cross-Lipschitz pays with a slightly worse test error",
+            "This comes at a price of a slightly worse test performance.",
+            847,
+            evidence=_FIG_RESNET,
         ),
         PaperClaim(
             "illustration",
@@ -411,6 +498,7 @@ CLAIMS: dict[str, PaperClaim] = {
             "This effect is strongest for our Kernel-CL, which also requires the strongest "
             "modification to generate the adversarial sample.",
             727,
+            evidence="the nine illustrated samples (Figure fig:adv and after it)",
         ),
     ]
 }
@@ -441,3 +529,6 @@ FIGURES: dict[str, tuple[str, list[str]]] = {
 
 #: Not in the paper: the authors' code (max-andr/cross-lipschitz) trains 200 epochs by default.
 AUTHORS_EPOCHS = 200
+#: Not in the paper: the authors' learning-rate schedule, (factor, fractions of the updates):
+#: x0.1 at 72% and again at 88% (the schema's defaults ``train.lr_decay``/``lr_decay_at``).
+AUTHORS_LR_DECAY = (0.1, (0.72, 0.88))

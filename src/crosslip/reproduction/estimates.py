@@ -1,0 +1,375 @@
+"""GPU time of the runs the record lacks, estimated from the job seconds of committed GPU runs.
+
+Today every network trains in a Snakemake job of its own, and is certified and attacked in two
+more (``train``, ``certify``, ``attack``). A committed run made on a GPU records each job's
+seconds (run.yaml ``job_seconds.<rule>.each``, from Snakemake's benchmark files). From the GPU
+runs with the most epochs, :func:`measure` takes
+
+* per regularizer, the seconds per SGD step of a training job: its seconds over
+  ``epochs x ceil(training points / batch size)`` (start-up included, so slightly high);
+* the seconds per evaluated point of a certify job and of an attack job;
+* how many jobs shared the GPU (``--resources gpu=N`` of its command).
+
+:func:`estimate` applies them to a config (:data:`TARGETS`: the presets and reproduction
+configs not yet run): the training grid the workflow would train
+(:func:`crosslip.config.training_grid`), each network's epochs x steps x the measured seconds
+per step of its regularizer, plus its certify and attack points x the measured seconds per
+point, summed (job time) and divided by N (the time on one GPU, N jobs at once, as measured).
+
+Kernel models come from the ``bench_kernel_scale`` benchmark kept with a GPU run (run.yaml
+``benchmarks``): seconds per L-BFGS objective evaluation and per certified point at the
+config's number of expansion points; training is bounded by L-BFGS's most evaluations
+(``torch.optim.LBFGS``: ``max_eval`` = 1.25 x ``max_iter``), so its figure is an upper bound.
+
+What the measurements cannot say is said beside the number: the augment and adversarial
+settings (only plain steps were measured: their estimate is a lower bound), other datasets
+(the step time measured on MNIST is assumed, at batch size 64 the GPU is far from busy),
+attacks on kernel models and ResNets (not measured by a committed run: no estimate).
+Training many networks in one job (grid-batched) is not what these runs measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import config as crosslip_config
+from ..selection import method_of
+from .claims import LABEL, NET_ORDER, Run, duration
+from .export import ExportError, effective_config
+
+#: Training and test points of the registered datasets (crosslip.data: the IDX files of
+#: MNIST, ``cifar10.COUNTS``, ``gtsrb.COUNTS``; tests/test_reproduction.py checks them).
+TRAIN_POINTS = {"mnist": 60000, "cifar10": 50000, "gtsrb": 39209}
+TEST_POINTS = {"mnist": 10000, "cifar10": 10000, "gtsrb": 12630}
+#: The offline MNIST mirror beside the checkout (a GPU machine may reach nothing else).
+MNIST_MIRROR = "../shared/data/mnist"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A run the record lacks: ``configs`` (relative to the repository) in ``--configfile``
+    order, and what it would add to the record."""
+
+    key: str
+    what: str
+    configs: tuple[str, ...]
+    adds: str
+    figures: tuple[str, ...] = ()  # the paper's figures (labels) it would make
+    gpu_jobs: int | None = None  # jobs sharing the GPU, where not as measured
+
+
+TARGETS = [
+    Target(
+        "mnist-200-settings",
+        "MNIST: the five networks of the 200-epoch runs in the three settings",
+        ("config/reproduction/mnist_200_gpu.yaml",),
+        "claims 'Adversarial training improves both bounds' and 'Data augmentation leaves "
+        "robustness unchanged' at 200 epochs; Figure exp:NN-MNIST's middle and bottom rows",
+        ("exp:NN-MNIST",),
+    ),
+    Target(
+        "mnist",
+        "MNIST preset: the paper's 26 networks in the three settings, 200 epochs",
+        ("config/presets/mnist.yaml",),
+        "Figure exp:NN-MNIST in full; every MNIST network claim on the paper's grid",
+        ("exp:NN-MNIST",),
+    ),
+    Target(
+        "cifar10",
+        "CIFAR-10 preset: 26 networks in the three settings",
+        ("config/presets/cifar10.yaml",),
+        "Table 1's CIFAR10 row; Figure exp:NN-CIFAR; the CIFAR10 claims",
+        ("exp:NN-CIFAR",),
+    ),
+    Target(
+        "gtsrb",
+        "GTSRB preset: 26 networks, plain",
+        ("config/presets/gtsrb.yaml",),
+        "Figure exp:NN-GTSB; the GTSRB claims",
+        ("exp:NN-GTSB",),
+    ),
+    Target(
+        "mnist-kernel",
+        "Kernel models at the paper's scale: all 60,000 expansion points, the paper's grid",
+        ("config/presets/mnist_kernel.yaml",),
+        "the kernel table and Figure exp:Kernel at the paper's scale",
+        ("exp:Kernel",),
+        1,  # a kernel model of 60,000 expansion points fills most of an 80 GB GPU
+    ),
+    Target(
+        "cifar10-resnet",
+        "ResNet-32 on CIFAR-10, plain and augment, 160 epochs",
+        ("config/presets/cifar10_resnet.yaml",),
+        "Figure exp:ResNets-plain-augm; the ResNet claims",
+        ("exp:ResNets-plain-augm",),
+    ),
+]
+
+
+@dataclass
+class Measured:
+    """Per-job costs measured on a GPU (see the module docstring)."""
+
+    runs: tuple[str, ...]
+    device: str
+    cores: int | None
+    gpu_jobs: int
+    epochs: int
+    step_s: dict[str, float]  # regularizer -> mean seconds per SGD step of its jobs
+    step_jobs: dict[str, int]  # regularizer -> training jobs behind step_s
+    certify_s: float  # seconds per certified point (mean over jobs)
+    attack_s: float  # seconds per attacked point
+    eval_jobs: int
+    #: expansion points -> (seconds per L-BFGS objective evaluation, set-up seconds, seconds
+    #: per certified point), from bench_kernel_scale; ``kernel_run`` names its run
+    kernel: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    kernel_run: str = ""
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def measure(runs: list[Run]) -> Measured | None:
+    """The per-job costs from the committed GPU runs with per-job seconds and the most
+    epochs (``None`` when there is none)."""
+    gpu = [
+        r
+        for r in runs
+        if r.device not in ("CPU", "–")
+        and r.epochs
+        and "each" in (r.meta.get("job_seconds") or {}).get("train", {})
+    ]
+    if not gpu:
+        return None
+    top = max(r.epochs for r in gpu)
+    use = [r for r in gpu if r.epochs == top]
+    steps: dict[str, list[float]] = {}
+    cert: list[float] = []
+    att: list[float] = []
+    for run in use:
+        s = run.summary
+        keys = s["dataset"] + "/" + s["model_id"]
+        method = dict(zip(keys, s["method"], strict=True))
+        points = dict(zip(keys, s["n_eval"], strict=True))
+        batch = run.meta["config"]["train"]["batch_size"]
+        jobs = run.meta["job_seconds"]
+        for key, sec in jobs["train"]["each"].items():
+            ds = key.split("/")[0]
+            if key not in method or ds not in TRAIN_POINTS:
+                continue  # not a model of the summary, or a dataset of unknown size
+            n_steps = math.ceil(TRAIN_POINTS[ds] / batch)
+            steps.setdefault(method[key], []).append(sec / (top * n_steps))
+        for rule, out in [("certify", cert), ("attack", att)]:
+            for key, sec in (jobs.get(rule) or {}).get("each", {}).items():
+                if points.get(key, 0) > 0:
+                    out.append(sec / points[key])
+    machine = use[0].meta.get("machine")
+    kernel, kernel_run = {}, ""
+    for run in gpu:
+        bench = (run.meta.get("benchmarks") or {}).get("bench_kernel_scale")
+        for row in (bench or {}).get("sizes", []):
+            per_eval = (row["seconds_per_lbfgs_iteration"] * row["lbfgs_iterations"]) / row[
+                "lbfgs_evaluations"
+            ]
+            kernel[int(row["n_centers"])] = (
+                per_eval,
+                row["setup_seconds"],
+                row["certify_seconds_per_point"],
+            )
+            kernel_run = run.name
+    if not steps:
+        return None
+    return Measured(
+        runs=tuple(r.name for r in use),
+        device=use[0].device,
+        cores=machine.get("logical_cpus") if isinstance(machine, dict) else None,
+        gpu_jobs=max(r.gpu_jobs or 1 for r in use),
+        epochs=top,
+        step_s={m: _mean(v) for m, v in steps.items()},
+        step_jobs={m: len(v) for m, v in steps.items()},
+        certify_s=_mean(cert) if cert else float("nan"),
+        attack_s=_mean(att) if att else float("nan"),
+        eval_jobs=len(cert),
+        kernel=kernel,
+        kernel_run=kernel_run,
+    )
+
+
+@dataclass
+class Estimate:
+    """A target's models, its command, and the estimate with its arithmetic (``lines``).
+    ``job_s``/``gpu_s`` are ``None`` when nothing in it was measured; ``lower`` marks a
+    lower bound; ``unmeasured`` lists what the numbers leave out."""
+
+    target: Target
+    command: str
+    trained: int = 0
+    evaluated: int = 0
+    lines: list[str] = field(default_factory=list)
+    job_s: float | None = None
+    gpu_s: float | None = None
+    lower: bool = False
+    unmeasured: list[str] = field(default_factory=list)
+    summary: str = "–"  # the estimate in a few words
+
+
+def command(target: Target, m: Measured, cfg: dict[str, Any]) -> str:
+    """The command that makes ``target`` (its effective config ``cfg``) on a machine like
+    the measured one, reading MNIST from the mirror beside the checkout."""
+    cmd = (
+        f".venv/bin/snakemake --profile profiles/local-gpu --cores {m.cores or 'all'} "
+        f"--resources gpu={target.gpu_jobs or m.gpu_jobs} "
+        f"--configfile {' '.join(target.configs)}"
+    )
+    mirrors = (cfg.get("data") or {}).get("mirrors") or {}
+    if "mnist" in crosslip_config.dataset_names(cfg) and "mnist" not in mirrors:
+        cmd += f' --config \'data={{"mirrors": {{"mnist": "{MNIST_MIRROR}"}}}}\''
+    return cmd
+
+
+def estimate(target: Target, m: Measured, root: Path) -> Estimate:
+    """The GPU time of ``target`` from ``m`` (module docstring), its configs read under
+    ``root``. Raises :class:`~crosslip.reproduction.export.ExportError` for a config that
+    is missing or invalid."""
+    cfg = effective_config([root / c for c in target.configs])
+    datasets = crosslip_config.dataset_names(cfg)
+    est = Estimate(target, command(target, m, cfg))
+    grid = crosslip_config.training_grid(cfg)
+    best_only = cfg["certify"]["models"] == "best"
+    # (dataset, setting) -> regularizer -> (epochs, steps per epoch) of each network
+    nets: dict[tuple[str, str], dict[str, list[tuple[int, int]]]] = {}
+    evaluated: set[tuple[str, str, str, str]] = set()
+    kernels: dict[tuple[str, int], list[int]] = {}  # (dataset, centres) -> max_iter of each
+    other: dict[str, int] = {}
+    for ds in datasets:
+        for model_id, spec in grid.items():
+            est.trained += 1
+            if isinstance(spec, crosslip_config.KernelTrainSpec):
+                kind, setting = "kernel", "plain"
+            else:
+                kind, setting = spec.arch, spec.setting
+            method = method_of({"regularizer": spec.regularizer, "lam": spec.lam})
+            evaluated.add((ds, kind, setting, method if best_only else model_id))
+            if kind == "kernel":
+                centers = spec.n_centers or TRAIN_POINTS.get(ds, 0)
+                if centers in m.kernel:
+                    kernels.setdefault((ds, centers), []).append(spec.max_iter)
+                    continue
+            if kind != "mlp" or spec.regularizer not in m.step_s or ds not in TRAIN_POINTS:
+                other[kind] = other.get(kind, 0) + 1
+                continue
+            per_epoch = math.ceil(TRAIN_POINTS[ds] / spec.batch_size)
+            nets.setdefault((ds, setting), {}).setdefault(spec.regularizer, []).append(
+                (spec.epochs, per_epoch)
+            )
+    est.evaluated = len(evaluated)
+    train_s = 0.0
+    for (ds, setting), regs in nets.items():
+        secs = sum(m.step_s[r] * e * k for r, v in regs.items() for e, k in v)
+        train_s += secs
+        every = [x for v in regs.values() for x in v]
+        counts = ", ".join(f"{LABEL[r]} {len(regs[r])}" for r in NET_ORDER if r in regs)
+        rates = ", ".join(f"{LABEL[r]} {1000 * m.step_s[r]:.2f}" for r in NET_ORDER if r in regs)
+        line = (
+            f"{ds}, {setting}: {len(every)} networks ({counts}) × {_values(e for e, _ in every)} "
+            f"epochs × {_values(k for _, k in every)} steps = {sum(e * k for e, k in every):,} "
+            f"SGD steps, × ms per step ({rates}) = {duration(secs)} of training jobs"
+        )
+        if setting != "plain":
+            est.lower = True
+            line += (
+                f" (at least: the {setting} step does more, not measured; the plain step's time)"
+            )
+        if ds != "mnist":
+            line += " (assumes the step time measured on MNIST)"
+        est.lines.append(line)
+    mlp_eval = [e for e in evaluated if e[1] == "mlp" and e[0] in TEST_POINTS]
+    eval_s = 0.0
+    for ds in sorted({e[0] for e in mlp_eval}):
+        k = sum(1 for e in mlp_eval if e[0] == ds)
+        pc = min(cfg["certify"]["n_points"], TEST_POINTS[ds])
+        pa = min(cfg["attack"]["n_points"], TEST_POINTS[ds])
+        secs = k * (pc * m.certify_s + pa * m.attack_s)
+        eval_s += secs
+        est.lines.append(
+            f"{ds}, certify and attack: {k} networks × ({pc:,} points × "
+            f"{1000 * m.certify_s:.2f} ms + {pa:,} points × {1000 * m.attack_s:.2f} ms) = "
+            f"{duration(secs)} of jobs"
+            + ("" if ds == "mnist" else " (assumes the time per point measured on MNIST)")
+        )
+    kernel_train = kernel_cert = 0.0
+    for (ds, centers), iters in kernels.items():
+        per_eval, setup, per_point = m.kernel[centers]
+        evals = [i * 5 // 4 for i in iters]  # torch.optim.LBFGS's default max_eval
+        secs = sum(e * per_eval + setup for e in evals)
+        kernel_train += secs
+        est.lines.append(
+            f"{ds}, kernel models: {len(iters)} × (at most {_values(evals)} L-BFGS objective "
+            f"evaluations (max_iter {_values(iters)} × 1.25) × {per_eval:.2f} s + "
+            f"{setup:.2f} s set-up) at {centers:,} expansion points = at most "
+            f"{duration(secs)} of training jobs (bench_kernel_scale of run `{m.kernel_run}`: "
+            "Kernel-CL; Kernel-LogReg assumed to cost the same)"
+        )
+        k = sum(1 for e in evaluated if e[0] == ds and e[1] == "kernel")
+        pc = min(cfg["certify"]["n_points"], TEST_POINTS.get(ds, 0))
+        pa = min(cfg["attack"]["n_points"], TEST_POINTS.get(ds, 0))
+        secs = k * pc * per_point
+        kernel_cert += secs
+        est.lines.append(
+            f"{ds}, kernel certify: {k} models × {pc:,} points × {per_point:.2f} s = "
+            f"{duration(secs)} of jobs"
+        )
+        est.unmeasured.append(
+            f"{ds}, kernel attack: {k} models × {pa:,} points at {centers:,} expansion "
+            "points: not measured"
+        )
+    for kind, n in sorted(other.items()):
+        what = {"kernel": "kernel models", "resnet": "ResNets"}.get(kind, f"{kind} models")
+        est.unmeasured.append(f"{n} {what}: no committed GPU run measured them")
+    n = target.gpu_jobs or m.gpu_jobs
+    if kernels and not nets:
+        est.job_s = kernel_train + kernel_cert
+        est.gpu_s = est.job_s / n
+        est.summary = (
+            f"≤ {duration(kernel_train / n)} training + {duration(kernel_cert / n)} "
+            "certification, attacks not measured"
+        )
+        est.lines.append(
+            f"total: at most {duration(kernel_train)} training and {duration(kernel_cert)} "
+            f"certification jobs, {n} at a time on one GPU; the attacks come on top"
+        )
+    if nets:
+        est.job_s = train_s + eval_s + kernel_train + kernel_cert
+        est.gpu_s = est.job_s / n
+        least = "at least " if est.lower else ""
+        est.summary = ("≥ " if est.lower else "") + duration(est.gpu_s)
+        est.lines.append(
+            f"total: {least}{duration(est.job_s)} of job time / {n} jobs sharing the "
+            f"GPU = {least}{duration(est.gpu_s)} on one GPU"
+        )
+    return est
+
+
+def _values(xs: Iterable[int]) -> str:
+    """The distinct values, ``/``-separated (``200`` or ``160/200``)."""
+    return "/".join(f"{x:,}" for x in sorted(set(xs)))
+
+
+def estimates(runs: list[Run], root: Path) -> tuple[Measured | None, list[Estimate | str]]:
+    """The measurement and, per target, its estimate (or a one-line reason, such as a
+    config missing under ``root``)."""
+    m = measure(runs)
+    if m is None:
+        return None, []
+    out: list[Estimate | str] = []
+    for t in TARGETS:
+        try:
+            out.append(estimate(t, m, root))
+        except (ExportError, crosslip_config.ConfigError) as err:
+            out.append(f"{t.key}: {err}")
+    return m, out
