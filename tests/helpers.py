@@ -95,6 +95,24 @@ def dry_run_jobs(stdout: str) -> list[dict]:
     return jobs
 
 
+def stage_of(rule: str) -> str:
+    """The stage of a rule: a batched rule (``train_grid_*``, ``certify_grid_*``,
+    ``attack_grid_*``: crosslip.job_batches) counts as its per-model rule."""
+    return rule.split("_grid_")[0] if "_grid_" in rule else rule
+
+
+def trained_models(jobs: list[dict]) -> list[str]:
+    """The model ids that the training jobs of a dry-run listing (:func:`dry_run_jobs`)
+    train, one per model of a ``train`` job, every model of a batched one."""
+    return [
+        Path(out).parent.name
+        for job in jobs
+        if stage_of(job["rule"]) == "train"
+        for out in job["output"]
+        if out.endswith("model.pt")
+    ]
+
+
 def fields(text: str) -> dict[str, str]:
     """``a=1, b=x`` (a dry run's wildcards or resources) -> ``{"a": "1", "b": "x"}``."""
     return dict(item.split("=", 1) for item in text.split(", ")) if text else {}

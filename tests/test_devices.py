@@ -247,13 +247,6 @@ def test_the_stages_make_no_tensor_on_an_implicit_device(stage_data):
         assert_same(got, want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(RuntimeError, NotImplementedError),
-    reason="crosslip.train builds the net on the default device and moves it, and draws and "
-    "converts host data with torch.as_tensor / randperm without device= (train.py is being "
-    "rewritten; once it says where each tensor goes this test passes: remove the mark)",
-)
 def test_net_training_makes_no_tensor_on_an_implicit_device():
     gen = np.random.default_rng(8)
     x = gen.random((100, D)).astype(np.float32)

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.config import default
+from crosslip.config import default, training_grid, validate
 from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
-from .helpers import ROOT, dry_run_counts, snakemake_cmd
+from .helpers import ROOT, dry_run_counts, dry_run_jobs, snakemake_cmd, trained_models
 from .workflow_helpers import THREADS, TINY_RUN
 from .workflow_helpers import snakemake as snakemake_in
 
@@ -37,9 +37,14 @@ def test_default_config_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
+    # the five networks train as one batched model, the two kernel models one job each
+    assert sorted(trained_models(dry_run_jobs(proc.stdout))) == sorted(
+        training_grid(validate(yaml.safe_load((ROOT / "config.yaml").read_text())))
+    )
     for rule, count in [
         ("prepare_data", 1),
-        ("train", 7),
+        ("train", 2),
+        ("train_grid_mnist5k_plain_seed0", 1),
         ("certify", 7),
         ("attack", 7),
         ("instances", 7),
@@ -184,7 +189,15 @@ def test_tiny_run_writes_table_figure_logs(tiny_run):
         for fig in (res / "figures" / "bounds_vs_error").glob(f"*.{ext}"):
             assert fig.read_bytes()[:4] == magic
     assert (res / "logs" / "train" / "mnist5k" / "none-lr0.2-lam0-seed0.log").stat().st_size > 0
-    assert (res / "benchmarks" / "certify" / "mnist5k" / "none-lr0.2-lam0-seed0.tsv").exists()
+    # one benchmark file per job: the kernel models' and each setting's networks' batches
+    bench = res / "benchmarks"
+    for stage in ("certify_grid", "attack_grid"):
+        assert sorted(p.name for p in (bench / stage / "mnist5k").iterdir()) == [
+            "kernel-plain.tsv",
+            "mlp-adversarial.tsv",
+            "mlp-augment.tsv",
+            "mlp-plain.tsv",
+        ]
     assert not list(res.rglob("*.tmp")) and not list(res.rglob(".*.part"))
 
 
@@ -196,7 +209,9 @@ def test_tiny_run_logs_progress_and_draws_training_curves(tiny_run):
     assert "train: 1/1 epochs (100%)" in train_log and ", loss " in train_log
     assert "L-BFGS iterations" in (logs / "train" / "mnist5k" / f"{kern}.log").read_text()
     certify_log = (logs / "certify" / "mnist5k" / f"{net}.log").read_text()
-    assert "certify: 15/15 points (100%)" in certify_log
+    # certified in one job with the setting's other networks: its own lines only
+    assert certify_log.count("certify: 15/15 points (100%)") == 1
+    assert certify_log.count("mean local guarantee") == 1
     attack_log = (logs / "attack" / "mnist5k" / f"{net}.log").read_text()
     assert "attack L2: 15/15 points (100%)" in attack_log and "attack Linf: 15/15" in attack_log
     figures = sorted(p.name for p in (res / "figures" / "training").iterdir())
@@ -369,7 +384,8 @@ def test_preset_dry_run_lists_the_paper_grid(tmp_path, preset):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     counts = dry_run_counts(proc.stdout)
     n_models, n_evaluated, n_figures = PRESETS[preset]
-    assert counts["train"] == n_models, counts
+    trained = trained_models(dry_run_jobs(proc.stdout))
+    assert len(trained) == len(set(trained)) == n_models, counts
     if n_evaluated is None:  # the checkpoint decides after training: none listed yet
         assert counts["select_models"] == 1 and "certify" not in counts
     else:

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT, dry_run_counts, dry_run_jobs, fields, snakemake_cmd
+from .helpers import (
+    ROOT,
+    dry_run_counts,
+    dry_run_jobs,
+    fields,
+    snakemake_cmd,
+    stage_of,
+    trained_models,
+)
 
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
@@ -83,7 +91,7 @@ def test_slurm_dry_run_asks_a_gpu_for_the_device_jobs_only(tmp_path, fake_slurm,
         args += ["--configfile", str(preset)]
     jobs, out = dry_run(tmp_path / "work", *args, env=env)
     assert f"Using profiles {SLURM_PROFILE} and workflow specific profile" in out  # +default
-    rules = {job["rule"] for job in jobs}
+    rules = {stage_of(job["rule"]) for job in jobs}
     if preset is not None and "certify:\n  models: best" in preset.read_text():
         # the select_models checkpoint decides after training which models are evaluated
         assert {"prepare_data", "train", "select_models"} <= rules and "certify" not in rules
@@ -91,11 +99,11 @@ def test_slurm_dry_run_asks_a_gpu_for_the_device_jobs_only(tmp_path, fake_slurm,
         assert {"prepare_data", "train", "certify", "attack", "instances"} <= rules
     for job in jobs:
         res = job["resources"]
-        assert res.get("gpu", "0") == ("1" if job["rule"] in GPU_RULES else "0"), job
+        assert res.get("gpu", "0") == ("1" if stage_of(job["rule"]) in GPU_RULES else "0"), job
         assert "gres" not in res and "slurm_extra" not in res, job
         assert "mem_mb" in res and "runtime" in res and "cpus_per_task" in res, job
         assert "slurm_partition" not in res and "slurm_account" not in res, job  # env unset
-    trained = [job["wildcards"]["model"] for job in jobs if job["rule"] == "train"]
+    trained = trained_models(jobs)
     assert len(trained) == len(set(trained)) > 0
     # Planning needs no SLURM: nothing was submitted (the plugin only probes
     # `scontrol show config` for a default and carries on when that fails).
@@ -147,7 +155,8 @@ def test_local_gpu_profile_is_accepted_by_the_workflow(tmp_path, fake_slurm):
     assert "executor" not in profile  # local execution
     jobs, out = dry_run(tmp_path, "--profile", str(LOCAL_GPU_PROFILE), env=fake_slurm[0])
     assert f"Using profiles {LOCAL_GPU_PROFILE} and workflow specific profile" in out  # +default
-    assert {job["rule"] for job in jobs if job["resources"].get("gpu") == "1"} == GPU_RULES
+    on_gpu = {stage_of(job["rule"]) for job in jobs if job["resources"].get("gpu") == "1"}
+    assert on_gpu == GPU_RULES
 
 
 @pytest.mark.slow

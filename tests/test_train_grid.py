@@ -20,6 +20,7 @@ from crosslip.models import SoftplusNet, StackedSoftplusNet, class_gradients
 from crosslip.train import TrainConfig, train
 from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, train_grid
 
+from .device_checks import implicit_tensors_on_meta
 from .helpers import random_net, random_points
 
 
@@ -63,8 +64,8 @@ class Recorded(DropoutMasks):
 
     latest: Recorded | None = None
 
-    def __init__(self, specs, generator):
-        super().__init__(specs, generator)
+    def __init__(self, specs, device):
+        super().__init__(specs, device)
         self.draws: list[tuple[torch.Tensor | None, torch.Tensor | None]] = []
         Recorded.latest = self
 
@@ -132,7 +133,8 @@ def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monk
 
 @pytest.mark.parametrize("setting", ["plain", "augment", "adversarial"])
 def test_training_creates_every_tensor_on_the_device_it_means(setting, digits):
-    """With PyTorch's default device set to ``meta``, a tensor created without a device
+    """With PyTorch's default device set to ``meta`` (tests/device_checks.py), a tensor
+    created without a device
     lands there and fails as soon as it meets the data (as a CPU tensor would among CUDA
     tensors): both trainings run through and give what they give without the check."""
     x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
@@ -149,7 +151,7 @@ def test_training_creates_every_tensor_on_the_device_it_means(setting, digits):
         return alone + [r.model for r in train_grid(cfgs, *data, shape=(28, 28, 1))]
 
     plain = both()
-    with torch.device("meta"):
+    with implicit_tensors_on_meta():
         checked = both()
     for a, b in zip(plain, checked, strict=True):
         assert a.U.device.type == "cpu" and torch.equal(a.U, b.U)
@@ -168,29 +170,41 @@ def test_a_diverging_grid_point_stops_alone(digits, float64, monkeypatch):
         assert_same_training(result, train_alone(cfg, digits, monkeypatch, None))
 
 
-def test_dropout_masks_differ_between_grid_points_and_repeat_for_a_seed(digits):
+def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits):
+    """Each dropout network draws its masks from a generator of its own: different networks
+    get different masks, and one network gets the same masks in any batch (its weights do
+    not depend on the networks trained beside it)."""
     common = {"epochs": 1, "hidden": 12, "batch_size": 32, "seed": 2}
-    cfgs = [
+    a, b, plain, cl = (
         TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
-        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.5, **common),
         TrainConfig(regularizer="none", lr=0.2, **common),
-    ]
-    x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
-    first = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
-    recorded = Recorded.latest
-    a, b, plain = (next(i for i, s in enumerate(recorded.specs) if s is c) for c in cfgs)
-    second = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
-    for one, two in zip(first, second, strict=True):  # deterministic for a seed
-        assert torch.equal(one.model.U, two.model.U)
-    for inputs, hidden in recorded.draws:
-        assert not torch.equal(hidden[a], hidden[b]) and not torch.equal(inputs[a], inputs[b])
-        assert torch.equal(hidden[plain], torch.ones_like(hidden[plain]))  # no dropout
-        assert torch.equal(inputs[plain], torch.ones_like(inputs[plain]))
-        dropped = hidden[[a, b]]
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+    )
+    x, y, xt, yt = (v.astype(np.float32) if v.dtype == np.float64 else v for v in digits)
+
+    def masks_of(cfgs, cfg):
+        results = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
+        rec = Recorded.latest
+        g = next(i for i, s in enumerate(rec.specs) if s is cfg)
+        draws = [(i[g].clone(), h[g].clone()) for i, h in rec.draws]
+        return results[cfgs.index(cfg)], draws, rec
+
+    first, a_masks, rec = masks_of([a, b, plain], a)
+    again, a_again, _ = masks_of([cl, a], a)
+    for (i1, h1), (i2, h2) in zip(a_masks, a_again, strict=True):
+        assert torch.equal(i1, i2) and torch.equal(h1, h2)
+    torch.testing.assert_close(first.model.U, again.model.U, rtol=1e-5, atol=1e-6)
+    ga, gb, gp = (next(i for i, s in enumerate(rec.specs) if s is c) for c in (a, b, plain))
+    for inputs, hidden in rec.draws:
+        assert not torch.equal(hidden[ga], hidden[gb]) and not torch.equal(inputs[ga], inputs[gb])
+        assert torch.equal(hidden[gp], torch.ones_like(hidden[gp]))  # no dropout
+        assert torch.equal(inputs[gp], torch.ones_like(inputs[gp]))
+        dropped = hidden[[ga, gb]]
         assert 0.35 < (dropped > 0).float().mean().item() < 0.65
         assert set(dropped.unique().tolist()) == {0.0, 2.0}  # mask / keep
-    # the same spec, other masks: the two dropout networks come out different
-    assert not torch.equal(first[0].model.U, first[1].model.U)
+    second = train_grid([a, b, plain], x, y, xt, yt, 10)  # deterministic
+    assert torch.equal(second[0].model.U, first.model.U)
 
 
 def test_only_networks_that_share_their_settings_train_together():

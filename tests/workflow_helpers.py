@@ -109,6 +109,7 @@ SWEEP = {
     "datasets": ["mnist5k"],
     "model": {"hidden": 32},
     "train": {
+        "batch_grid": False,  # one job per model: the load test wants many jobs
         "epochs": 6,
         "grid": {
             "none": {"lr": [0.1, 0.2], "lambda": [0.0]},
@@ -122,7 +123,8 @@ SWEEP = {
 }
 DIVERGED = "weight_decay-lr1000-lam1-seed0"
 #: The pipeline tests' tiny run (conftest ``tiny_run``): 4 net regularizers x 3 settings and
-#: 3 kernel models, 15 certified and attacked points each.
+#: 3 kernel models, 15 certified and attacked points each; the networks of each setting
+#: trained as one model, each family and setting certified and attacked in one job.
 TINY_RUN = {
     "datasets": ["mnist5k"],
     "model": {"hidden": 16},
@@ -144,8 +146,10 @@ TINY_RUN = {
             "kernel_cl": {"a": [1.0], "lambda": [0.1]},
         },
     },
-    "certify": {"n_points": 15},
-    "attack": {"n_points": 15},
+    # every model of a family and setting certified (attacked) in one job: the batched
+    # path of the evaluation, and 8 jobs instead of 30
+    "certify": {"n_points": 15, "batch_models": True},
+    "attack": {"n_points": 15, "batch_models": True},
 }
 #: One thread per job: two jobs run at once on the 2 cores (and every run of a model uses
 #: the same number of threads, so that its floating-point results are reproducible). Last

@@ -32,6 +32,7 @@ for job in training_rules():
             code=code("train.py"),
             device=config["device"],
             memory_gb=config["kernel"]["memory_gb"],
+            batch_grid=config["train"]["batch_grid"],
         script:
             "../scripts/train.py"
 

@@ -28,6 +28,7 @@ def main() -> None:
                 device=snakemake.params.device,
                 memory_gb=snakemake.params.memory_gb,
                 code=snakemake.params.code,
+                grid=snakemake.params.batch_grid,
             )
         }
     else:

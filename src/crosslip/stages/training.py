@@ -44,10 +44,23 @@ def train_stage(
     device: str = "auto",
     memory_gb: float | None = None,
     code: str | None = None,
+    grid: bool = False,
 ) -> dict[str, Any]:
     """Train one grid point (a net by SGD or a kernel model by L-BFGS, within ``memory_gb``
     GiB of its device: config ``kernel.memory_gb``); write the model (weights-only file) and
-    its metrics JSON (with ``code``, the job's code digest, where given)."""
+    its metrics JSON (with ``code``, the job's code digest, where given). ``grid`` (config
+    ``train.batch_grid``): a one-hidden-layer network trains as a grid of one
+    (:func:`train_grid_stage`), so that it comes out as it would in any batch."""
+    if grid and params["regularizer"] not in KERNEL_REGULARIZERS:
+        spec = TrainConfig(**params)
+        if spec.arch == "mlp":
+            return train_grid_stage(
+                data,
+                {model_id: spec},
+                {model_id: (model_out, metrics_out)},
+                device=device,
+                code=code,
+            )[model_id]
     ds = load_prepared(data)
     args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if params["regularizer"] in KERNEL_REGULARIZERS:

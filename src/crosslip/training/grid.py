@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -87,20 +88,33 @@ def _span(regs: Sequence[str], name: str) -> slice | None:
     return slice(where[0], where[-1] + 1) if where else None
 
 
-class DropoutMasks:
-    """Inverted-dropout scales of a grid batch (``specs`` in stack order): for each grid
-    point with a keep probability below 1, a Bernoulli(keep) mask divided by keep
-    (``nn.Dropout``'s training-time map), drawn independently per grid point from
-    ``generator`` (on the training device); 1 where nothing is dropped. :meth:`scales` is
-    called once per step, after any adversarial samples are made; a subclass may record or
-    replay masks (:func:`train_grid`'s ``masks``)."""
+def dropout_seed(cfg: TrainConfig) -> int:
+    """The seed of a dropout network's masks: a fixed function of its seed, keep
+    probabilities and learning rate (CRC-32 of their text), so that its masks, hence its
+    weights, do not depend on the networks trained beside it."""
+    text = f"dropout {cfg.seed} {cfg.keep_input!r} {cfg.keep_hidden!r} {cfg.lr!r}"
+    return zlib.crc32(text.encode())
 
-    def __init__(self, specs: Sequence[TrainConfig], generator: torch.Generator) -> None:
+
+class DropoutMasks:
+    """Inverted-dropout scales of a grid batch (``specs`` in stack order) on ``device``:
+    for each grid point with a keep probability below 1, a Bernoulli(keep) mask divided by
+    keep (``nn.Dropout``'s training-time map) from a generator of its own
+    (:func:`dropout_seed`), so independent across grid points and the same whatever the
+    batch; 1 where nothing is dropped. :meth:`scales` is called once per step, after any
+    adversarial samples are made; a subclass may record or replay masks
+    (:func:`train_grid`'s ``masks``)."""
+
+    def __init__(self, specs: Sequence[TrainConfig], device: torch.device | str) -> None:
         self.specs = list(specs)
         self.keep_input = [c.keep_input for c in specs]
         self.keep_hidden = [c.keep_hidden for c in specs]
-        self.generator = generator
-        self._buffers: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
+        self.generators = {
+            g: torch.Generator(device=device).manual_seed(dropout_seed(c))
+            for g, c in enumerate(specs)
+            if c.keep_input < 1 or c.keep_hidden < 1
+        }
+        self._buffers: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _scale(
         self, keeps: list[float], n: int, width: int, like: torch.Tensor
@@ -110,15 +124,15 @@ class DropoutMasks:
             return None
         key = (len(keeps), n, width, like.dtype, like.device)
         if key not in self._buffers:  # made once: no copy from the host in later steps
-            index = torch.tensor(dropped, device=like.device)
-            keep = torch.tensor([keeps[i] for i in dropped], dtype=like.dtype, device=like.device)
-            self._buffers[key] = (index, keep[:, None, None], like.new_ones(len(keeps), n, width))
-        index, keep, scale = self._buffers[key]
-        draws = torch.rand(
-            len(dropped), n, width, generator=self.generator, dtype=like.dtype, device=like.device
-        )
-        scale = scale.clone()
-        scale[index] = (draws < keep).to(like.dtype) / keep
+            keep = torch.tensor(keeps, dtype=like.dtype, device=like.device)[:, None, None]
+            self._buffers[key] = (keep, like.new_ones(len(keeps), n, width))
+        keep, ones = self._buffers[key]
+        scale = ones.clone()
+        for g in dropped:
+            draws = torch.rand(
+                n, width, generator=self.generators[g], dtype=like.dtype, device=like.device
+            )
+            scale[g] = (draws < keep[g]).to(like.dtype) / keep[g]
         return scale
 
     def scales(
@@ -374,8 +388,8 @@ def train_grid(
     batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
     in the order given, each model on the CPU with the metrics of
     :func:`crosslip.train.train` (``seconds`` is the whole batch's) and ``grid_networks``
-    (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`, from a generator
-    seeded with ``seed + 2`` on ``device``); ``tags``: one name per network for its
+    (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`: a generator on
+    ``device`` per dropout network); ``tags``: one name per network for its
     progress lines (:data:`crosslip.progress.TAG`). ``cuda_graph``: on CUDA, replay the
     full batches' step as a CUDA graph (:class:`RecordedStep`); the metrics say whether it
     did (``cuda_graph``)."""
@@ -405,7 +419,7 @@ def train_grid(
     stack = StackedSoftplusNet(nets).to(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-    dropout = masks(specs, torch.Generator(device=device).manual_seed(seed + 2))
+    dropout = masks(specs, device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
     xtr_eval = center_crop(xtr, shape, shared["crop"]) if augmenting else xtr
