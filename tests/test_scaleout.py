@@ -124,7 +124,8 @@ def test_slurm_profile_site_settings_from_environment(tmp_path, fake_slurm):
     assert jobs
     for job in jobs:
         res = job["resources"]
-        assert res["slurm_partition"] == ("gpuq" if job["rule"] in GPU_RULES else "cpuq"), job
+        on_gpu = stage_of(job["rule"]) in GPU_RULES  # train_grid_*: train's partition
+        assert res["slurm_partition"] == ("gpuq" if on_gpu else "cpuq"), job
         assert res["slurm_account"] == "proj42", job
         # cpus_per_task follows the rule's threads (2 for train, certify, attack)
         assert res["cpus_per_task"] == job["threads"], job
