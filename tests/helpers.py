@@ -128,4 +128,9 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
     "bench_kernel_bound.py": [
         *("--centers", "60", "--points", "8", "--reference-points", "2", "--threads", "1")
     ],
+    "bench_min_norm.py": [
+        *("--dataset", "mnist5k", "--hidden", "32", "--epochs", "1", "--points", "12"),
+        *("--steps", "5", "--targets", "2", "--restarts", "1", "--refine-steps", "1"),
+        *("--check-points", "4", "--threads", "1"),
+    ],
 }
