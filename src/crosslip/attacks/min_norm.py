@@ -168,6 +168,7 @@ def _walk(
     eps = torch.linalg.vector_norm(delta, dim=1)
     found = torch.zeros(m, dtype=torch.bool, device=x.device)
     tiny = torch.finfo(x.dtype).tiny
+    diameter = (hi - lo) * x.shape[1] ** 0.5  # no sample in the box is farther from x
 
     def keep(delta: torch.Tensor, adv: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
         nrm = torch.linalg.vector_norm(delta, dim=1)
@@ -194,9 +195,9 @@ def _walk(
                 adv,
                 torch.minimum(eps * (1 - gamma), best),
                 torch.where(found, eps * (1 + gamma), to_boundary),
-            )
-            step = _cosine(*STEP, k, steps) * eps / gnorm
-            delta = delta - step[:, None] * grad
+            ).clamp(max=diameter)
+            step = _cosine(*STEP, k, steps) * eps
+            delta = delta - step[:, None] * (grad / gnorm[:, None])  # 0 where grad is 0
             scale = (eps / torch.linalg.vector_norm(delta, dim=1).clamp_min(tiny)).clamp(max=1)
             delta = (x + delta * scale[:, None]).clamp(lo, hi) - x
     adv, cls = _verify(model, x + delta, c)  # the last iterate
