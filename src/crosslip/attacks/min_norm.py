@@ -25,7 +25,7 @@ for ``c = argmax_j f_j(x)``, and reports, per point, the smallest *verified* sam
    else, once the row has been adversarial: ``eps <- eps (1 + gamma_k)`` (grow back); before
    that: ``eps <- (||delta|| + g / ||grad g||) (1 + gamma_k)``, the linearized distance to
    the boundary with an overshoot of ``gamma_k`` (without it the walk creeps up to a
-   boundary that curves away and never crosses it);
+   boundary that curves away and never crosses it); never above the box's diameter;
 3. step ``delta <- delta - a_k eps grad g / ||grad g||`` (a step relative to the budget,
    so the walk does not depend on the scale of the data), then project onto the ball
    ``||delta|| <= eps`` (rescale) and onto the box (clip).
@@ -57,9 +57,12 @@ margin is far above the rounding of a float64 forward pass, so a re-evaluation o
 sample (another batch, another order of the sums) finds the class changed too; it costs
 about 1e-9 relative in the norm. Every reported sample is checked once more at the end;
 points where nothing passes are failures (``norm`` inf, ``target`` and ``adv_class`` -1,
-``delta`` 0), never a sample that does not change the class. With ``start`` the result is
-never worse than ``start`` on the points where ``start``'s sample passes the same check
-(the first walk evaluates it before its first step).
+``delta`` 0), never a sample that does not change the class. A sample on the boundary
+(adversarial by less than the margin: a search's end, or ``start``'s) is enlarged to
+``delta (1 + tau)`` for the smallest ``tau`` of :data:`NUDGES` that passes. So with
+``start`` the result is never worse than ``start``'s sample where that passes the check (the
+first walk evaluates it before its first step), and at most ``1 + tau`` times it where it
+sits on the boundary (``tau`` 1e-12 to 1e-6 in the tests).
 
 Shapes: ``x`` (n, d); the model maps (m, d) to (m, K) logits and is differentiable (any
 ``nn.Module``: the one-hidden-layer nets, kernel models, ResNets on flat inputs). Batched
