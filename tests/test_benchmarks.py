@@ -170,6 +170,28 @@ def test_bench_grid_runs_on_the_cpu_and_ends_with_one_json_line():
     assert any(line.startswith("G =  3: batched") for line in out)
 
 
+@pytest.mark.slow  # a whole benchmark run: the full tier
+def test_bench_min_norm_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench(
+        "bench_min_norm.py", *TINY_BENCH_ARGS["bench_min_norm.py"], *("--device", "cpu")
+    )
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["points"] == 12 and res["network"] == "784-32-10"
+    assert res["min_norm_steps"] == 5 and res["check_points"] == 4
+    for key in ("paper_seconds", "refine_seconds", "min_norm_seconds", "check_seconds"):
+        assert math.isfinite(res[key]) and res[key] > 0, key
+    ratio = res["min_norm_seconds"] / (res["paper_seconds"] + res["refine_seconds"])
+    assert math.isclose(res["ratio_time_min_norm_to_paper_and_refined"], ratio)
+    means = res["mean_upper_bound"]
+    assert set(means) == {"paper", "refined", "min_norm"} and res["points_all_succeeded"] > 0
+    # from the refined samples: never worse (up to the nudge across the boundary)
+    assert means["min_norm"] <= means["refined"] * (1 + 1e-4) <= means["paper"] * (1 + 1e-4)
+    assert math.isclose(res["ratio_mean_min_norm_to_refined"], means["min_norm"] / means["refined"])
+    assert math.isclose(sum(res["share_best"].values()), 1.0)
+    assert any(line.startswith("min-norm attack (5 steps") for line in out)
+
+
 @pytest.mark.slow  # two pytest runs
 def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line():
     """The test-suite benchmark on one small test file, against the committed HEAD's copy of

@@ -194,6 +194,29 @@ def test_job_resources_follow_the_config():
     assert own["gpu"] == 0 and own["mem_mb"] >= 16 * 1024
 
 
+def test_attack_runtime_counts_the_minimal_norm_attack():
+    """The attack jobs' runtime follows the minimal-norm attack's iterations: an hour
+    without it (as before), more with it on many points on the CPU, and a day where the
+    model's size is unknown when the workflow is planned."""
+    cfg = validate({**preset(n_centers=20000, memory_gb=16), "device": "cpu"})
+    off = copy.deepcopy(cfg)
+    off["attack"]["min_norm_steps"] = 0
+    net, kernel = NetTrainSpec(epochs=3), training_grid(cfg)["kernel_cl-a1-lam0.01-seed0"]
+    assert job_resources(off, net, "mnist", "attack")["runtime"] == 60
+    on = job_resources(cfg, net, "mnist", "attack")["runtime"]
+    assert on > 60  # 10,000 points x 18 walks x 200 iterations of a 784-1024 net on a CPU
+    longer = copy.deepcopy(cfg)
+    longer["attack"]["min_norm_steps"] *= 2
+    assert job_resources(longer, net, "mnist", "attack")["runtime"] > on
+    few = copy.deepcopy(cfg)
+    few["attack"]["n_points"] = 100
+    assert job_resources(few, net, "mnist", "attack")["runtime"] == 60
+    assert job_resources(cfg, None, "mnist", "attack")["runtime"] == 24 * 60  # trained elsewhere
+    assert job_resources(cfg, net, "mydigits", "attack")["runtime"] == 24 * 60
+    k_off = job_resources(off, kernel, "mnist", "attack")["runtime"]
+    assert job_resources(cfg, kernel, "mnist", "attack")["runtime"] > k_off
+
+
 @pytest.mark.slow
 def test_dry_run_shows_the_resources_of_kernel_jobs(tmp_path):
     cfg = {

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 from crosslip.checkpoints import load_model, save_model
+from crosslip.config import default
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.kernels import GaussianKernelModel
@@ -21,7 +25,8 @@ from crosslip.pipeline import (
 )
 from crosslip.report import add_diverged, kernel_table, summarize, table1
 from crosslip.resnet import ResNet
-from crosslip.results_schema import INSTANCE_SCHEMA
+from crosslip.results_schema import INSTANCE_SCHEMA, L2_UPPER_METHODS
+from crosslip.stages.attack import best_l2_upper_bound
 
 from .helpers import random_net
 
@@ -95,7 +100,68 @@ def test_stages_write_the_instance_schema(tmp_path):
     for p in ("l2", "l1", "linf"):
         assert (df[f"guarantee_{p}_box"] >= df[f"guarantee_{p}"]).all()
         assert df[f"guarantee_{p}"].notna().all()
+    # the minimal-norm attack (on by default), from the refined samples, and the best bound
+    l2 = df[list(L2_UPPER_METHODS.values())]
+    mn, refined = df["upper_bound_l2_min_norm"], df["upper_bound_l2_refined"]
+    assert mn.notna().sum() >= refined.notna().sum() > 0
+    assert (mn[refined.notna()] <= refined.dropna() * (1 + 1e-4)).all()
+    assert (mn.dropna() >= df.loc[mn.notna(), "guarantee_l2_box"]).all()
+    assert np.array_equal(df["upper_bound_l2_best"], l2.min(axis=1), equal_nan=True)
+    found = df["upper_bound_l2_best"].notna()
+    chosen = [
+        df.loc[i, L2_UPPER_METHODS[m]]
+        for i, m in df.loc[found, "upper_bound_l2_best_method"].items()
+    ]
+    assert np.array_equal(chosen, df.loc[found, "upper_bound_l2_best"])
+    assert df.loc[~found, "upper_bound_l2_best_method"].isna().all()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_the_best_l2_upper_bound_is_the_smallest_and_names_the_earlier_method_on_a_tie():
+    nan = np.nan
+    df = pd.DataFrame(
+        {
+            "upper_bound": [1.0, 2.0, nan, 3.0, nan],
+            "upper_bound_l2_refined": [1.0, 1.5, nan, 3.0, nan],
+            "upper_bound_l2_min_norm": [1.0, 1.2, 0.7, 2.5, nan],
+        }
+    )
+    best, method = best_l2_upper_bound(df)
+    assert np.array_equal(best, [1.0, 1.2, 0.7, 2.5, nan], equal_nan=True)
+    assert list(method) == ["paper", "min_norm", "min_norm", "min_norm", None]
+    best, method = best_l2_upper_bound(df.drop(columns="upper_bound_l2_min_norm"))  # off
+    assert np.array_equal(best, [1.0, 1.5, nan, 3.0, nan], equal_nan=True)
+    assert list(method) == ["paper", "refined", None, "paper", None]
+    best, method = best_l2_upper_bound(df.iloc[:0])
+    assert best.shape == method.shape == (0,)
+
+
+def test_min_norm_steps_0_turns_the_attack_off(tmp_path):
+    data = tiny_dataset(tmp_path)
+    save_model(random_net(6, 3, 8, 0, 4.0).float(), tmp_path / "model.pt")
+    cfg = {"regularizer": "none", "lr": 0.1, "lam": 0.0, "seed": 0}
+    write_json(
+        {"status": "ok", "dataset": "toy", "model_id": "m", "config": cfg, "test_error": 0.5},
+        tmp_path / "metrics.json",
+    )
+    inputs = (data, tmp_path / "model.pt", tmp_path / "metrics.json", tmp_path / "a.parquet")
+    df = attack_stage(*inputs, n_points=6, rtol=1e-3, max_steps=20, norms=("l2",), min_norm_steps=0)
+    assert df["upper_bound_l2_min_norm"].isna().all()
+    both = df[["upper_bound", "upper_bound_l2_refined"]]
+    assert np.array_equal(df["upper_bound_l2_best"], both.min(axis=1), equal_nan=True)
+    assert set(df["upper_bound_l2_best_method"].dropna()) <= {"paper", "refined"}
+    df = attack_stage(*inputs, n_points=6, rtol=1e-3, max_steps=20, norms=("linf",))
+    assert df["upper_bound_l2_best"].isna().all()  # no L2: no best L2 bound
+    assert df["upper_bound_l2_best_method"].isna().all()
+    table = pq.read_table(tmp_path / "a.parquet")
+    assert table.schema.field("upper_bound_l2_best_method").type in (pa.string(), pa.null())
+
+
+def test_the_attack_stage_defaults_are_the_schemas():
+    """The library's defaults of the attack settings are the workflow's (the schema's)."""
+    params = inspect.signature(attack_stage).parameters
+    for key in ("refine_steps", "min_norm_steps", "min_norm_targets", "min_norm_restarts"):
+        assert params[key].default == default(f"attack.{key}"), key
 
 
 def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):
@@ -287,5 +353,10 @@ def test_a_resnet_trains_in_the_stage_and_gets_upper_bounds_but_no_guarantee(tmp
         max_steps=10,
         norms=("l2",),
         refine_steps=1,
+        min_norm_steps=20,
+        min_norm_restarts=1,
     )
     assert att["upper_bound"].notna().any()
+    ok = att["upper_bound_l2_refined"].notna()
+    mn, refined = att.loc[ok, "upper_bound_l2_min_norm"], att.loc[ok, "upper_bound_l2_refined"]
+    assert ok.any() and (mn <= refined * (1 + 1e-4)).all()

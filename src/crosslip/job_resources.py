@@ -18,7 +18,8 @@ workflow is planned.
   machine gave, see docs/kernels-at-scale.md; the GPU's a conservative share of an
   H100-class card), times :data:`SAFETY`; one-hidden-layer networks from the measured cost
   per training sample on that CPU (Cross-Lipschitz, the slowest regularizer); ResNets a
-  fixed day (not measured here).
+  fixed day (not measured here). The attack jobs of networks: an hour, or with the
+  minimal-norm attack its flop count (:func:`net_attack_minutes`).
 """
 
 from __future__ import annotations
@@ -141,16 +142,47 @@ def kernel_certify_seconds(config: dict[str, Any], spec: Any, dataset: str) -> f
     return points * EVALUATIONS * N * N / 2 / PAIRS_PER_SECOND[device_kind(config["device"])]
 
 
+def min_norm_walk_steps(config: dict[str, Any], classes: int) -> int:
+    """Iterations per point of the minimal-norm L2 attack
+    (:func:`crosslip.attacks.min_norm_attack`): ``attack.min_norm_steps`` for each of its
+    ``1 + min(targets, K - 1) + restarts`` walks; 0 when it is off or L2 is not attacked.
+    Each iteration is one forward and one backward pass of the model for one point."""
+    at = config["attack"]
+    if "l2" not in at["norms"] or at["min_norm_steps"] == 0:
+        return 0
+    walks = 1 + min(at["min_norm_targets"], classes - 1) + at["min_norm_restarts"]
+    return at["min_norm_steps"] * walks
+
+
 def kernel_attack_seconds(config: dict[str, Any], spec: Any, dataset: str) -> float:
     """Estimated seconds of the attacks on a kernel model: per point, norm and step of the
-    search (and of the refinement) one kernel row and the class gradients, ``4 N d K``."""
+    search (and of the refinement) one kernel row and the class gradients, ``4 N d K``; per
+    point and iteration of the minimal-norm attack a kernel row and its gradient, ``4 N d``."""
     shape = DATASET_SHAPES[dataset]
     N = centers_used(spec.n_centers, shape.n_train)
     at = config["attack"]
     points = min(at["n_points"], shape.n_test)
     steps = at["max_steps"] * (1 + at["refine_steps"])
     flops = points * len(at["norms"]) * steps * 4 * N * shape.dim * shape.classes
+    flops += points * min_norm_walk_steps(config, shape.classes) * 4 * N * shape.dim
     return flops / FLOPS[device_kind(config["device"])]
+
+
+def net_attack_minutes(config: dict[str, Any], spec: Any, dataset: str) -> int:
+    """Runtime (minutes) of the attacks on a network: an hour for the paper's search and
+    its refinement (as before); with the minimal-norm attack, for a one-hidden-layer net of
+    a registered dataset ``4 d H`` flops per point and iteration (a forward and a backward
+    pass) at :data:`FLOPS`, times :data:`SAFETY`, at least an hour; a ResNet, a model
+    trained elsewhere or a dataset of your own (size unknown here) a day."""
+    at = config["attack"]
+    if "l2" not in at["norms"] or at["min_norm_steps"] == 0:
+        return 60
+    if spec is None or dataset not in DATASET_SHAPES or getattr(spec, "arch", "mlp") != "mlp":
+        return 24 * 60
+    shape = DATASET_SHAPES[dataset]
+    points = min(at["n_points"], shape.n_test)
+    flops = points * min_norm_walk_steps(config, shape.classes) * 4 * shape.dim * spec.hidden
+    return _minutes(flops / FLOPS[_kind(config["device"])], 60)
 
 
 def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> dict[str, int]:
@@ -161,7 +193,10 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
     on_gpu = int(config["device"] != "cpu")
     if dataset not in DATASET_SHAPES:  # a dataset of your own: its shape is read by the job
         if not _is_kernel(spec):
-            return {"mem_mb": NET_MEM_MB, "runtime": 120 if stage == "train" else 60, "gpu": on_gpu}
+            runtime = {"train": 120, "certify": 60}.get(stage) or net_attack_minutes(
+                config, spec, dataset
+            )
+            return {"mem_mb": NET_MEM_MB, "runtime": runtime, "gpu": on_gpu}
         budget_mb = math.ceil(budget_bytes(config["kernel"]["memory_gb"]) / 2**20)
         host = PROCESS_MB + (0 if config["device"].startswith("cuda") else budget_mb)
         return {"mem_mb": host, "runtime": UNKNOWN_SHAPE_MINUTES, "gpu": on_gpu}
@@ -174,6 +209,12 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
         return {
             "mem_mb": _kernel_mem_mb(config, spec, dataset, stage),
             "runtime": _minutes(seconds, 60),
+            "gpu": on_gpu,
+        }
+    if stage == "attack":
+        return {
+            "mem_mb": NET_MEM_MB,
+            "runtime": net_attack_minutes(config, spec, dataset),
             "gpu": on_gpu,
         }
     if stage != "train":

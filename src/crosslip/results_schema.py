@@ -57,10 +57,13 @@ INSTANCE_SCHEMA = pa.schema(
         ("attack_target", pa.int64()),
         ("adv_class", pa.int64()),
         ("upper_bound_l2_refined", pa.float64()),
+        ("upper_bound_l2_min_norm", pa.float64()),
+        ("upper_bound_l2_best", pa.float64()),
         ("upper_bound_l1", pa.float64()),
         ("upper_bound_l1_refined", pa.float64()),
         ("upper_bound_linf", pa.float64()),
         ("upper_bound_linf_refined", pa.float64()),
+        ("upper_bound_l2_best_method", pa.string()),
         ("certify_seconds", pa.float64()),
         ("attack_seconds", pa.float64()),
     ]
@@ -95,10 +98,14 @@ GUARANTEE_COLUMNS = [
     *[c for c in MEAN_COLUMNS if c.startswith("guarantee_") and c != "guarantee_local"],
 ]
 #: Upper bounds (Section 4) besides the L2 paper procedure's ``upper_bound``: its
-#: refinement by re-linearization, the L1 and Linf searches and their refinements; the
-#: summary averages each over its successful attacks.
+#: refinement by re-linearization, the minimal-norm L2 attack
+#: (:func:`crosslip.attacks.min_norm_attack`), the smallest of the three L2 bounds, the L1
+#: and Linf searches and their refinements; the summary averages each over its successful
+#: attacks.
 UPPER_COLUMNS = [
     "upper_bound_l2_refined",
+    "upper_bound_l2_min_norm",
+    "upper_bound_l2_best",
     "upper_bound_l1",
     "upper_bound_l1_refined",
     "upper_bound_linf",
@@ -115,8 +122,17 @@ CERTIFY_COLUMNS = [
     *GUARANTEE_COLUMNS,
     "certify_seconds",
 ]
+#: The L2 upper bounds per method, in the order in which a tie goes to the earlier one: the
+#: paper's procedure, its refinement, the minimal-norm attack. ``upper_bound_l2_best`` is
+#: their minimum per point and ``upper_bound_l2_best_method`` the method that gave it.
+L2_UPPER_METHODS = {
+    "paper": "upper_bound",
+    "refined": "upper_bound_l2_refined",
+    "min_norm": "upper_bound_l2_min_norm",
+}
 #: Columns written by the attack stage, in order: the L2 paper procedure's bound, whether it
-#: succeeded, its target and the class reached, then :data:`UPPER_COLUMNS`.
+#: succeeded, its target and the class reached, then :data:`UPPER_COLUMNS` and the method of
+#: the best L2 bound.
 ATTACK_COLUMNS = [
     "test_index",
     "upper_bound",
@@ -124,6 +140,7 @@ ATTACK_COLUMNS = [
     "attack_target",
     "adv_class",
     *UPPER_COLUMNS,
+    "upper_bound_l2_best_method",
     "attack_seconds",
 ]
 

@@ -7,8 +7,11 @@
   (:func:`project_box`).
 * :mod:`.upper_bounds`: the paper's search for the decision boundary, minimum over targets,
   and a refinement by re-linearization; every sample is verified.
+* :mod:`.min_norm`: an iterative minimal-norm L2 attack (FMN walks with targets, restarts
+  and a warm start from the above), box-constrained and verified: the strongest upper bound.
 """
 
+from .min_norm import min_norm_attack
 from .projections import BoxProblem, project_box_reference
 from .single_rhs import project_box
 from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
@@ -16,6 +19,7 @@ from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
 __all__ = [
     "BoxProblem",
     "UpperBound",
+    "min_norm_attack",
     "project_box",
     "project_box_reference",
     "refine_upper_bound",

@@ -242,10 +242,12 @@ def refine_upper_bound(
     rtol: float = 1e-3,
     max_steps: int = 40,
     dtype: torch.dtype = torch.float64,
+    progress: bool = True,
 ) -> UpperBound:
     """Refine the successful samples of ``start`` by ``steps`` re-linearizations at the
     current adversarial point (module docstring). Never worse than ``start``. Each step
-    (all successful points at once) is reported to the ``"crosslip"`` logger."""
+    (all successful points at once) is reported to the ``"crosslip"`` logger unless
+    ``progress`` is off."""
     model = _prepare(model, x, dtype)
     dev = x.device
     x = x.to(dtype)
@@ -253,7 +255,9 @@ def refine_upper_bound(
     best.delta = best.delta.to(dtype)
     best.norm = best.norm.to(dtype)
     pred = best.pred
-    bar = Progress(f"refine {_norm_name(p)}", steps, "steps", every=1 / max(steps, 1))
+    bar = Progress(
+        f"refine {_norm_name(p)}", steps, "steps", every=1 / max(steps, 1), active=progress
+    )
     for _ in range(steps):
         idx = torch.nonzero(best.success).squeeze(1)
         if len(idx) == 0:
