@@ -182,7 +182,7 @@ def net_attack_minutes(config: dict[str, Any], spec: Any, dataset: str) -> int:
     shape = DATASET_SHAPES[dataset]
     points = min(at["n_points"], shape.n_test)
     flops = points * min_norm_walk_steps(config, shape.classes) * 4 * shape.dim * spec.hidden
-    return _minutes(flops / FLOPS[_kind(config["device"])], 60)
+    return _minutes(flops / FLOPS[device_kind(config["device"])], 60)
 
 
 def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -> dict[str, int]:
