@@ -81,8 +81,16 @@ class StackedSoftplusNet(nn.Module):
 
     def preactivation(self, x: torch.Tensor) -> torch.Tensor:
         """``z = U x + b`` of every network, shape (G, n, H), for ``x`` (n, d) (the same
-        points for every network) or (G, n, d) (points per network)."""
-        z = torch.matmul(x, self.U.mT)
+        points for every network) or (G, n, d) (points per network).
+
+        Computed as ``z^T = U x^T`` (a view of (G, H, n)), so that the gradient of ``U``,
+        ``dz^T x``, comes out in ``U``'s own layout, with no copy of the size of the stack's
+        weights; for shared points it is one (G H, d) x (d, n) product."""
+        size, h, d = self.U.shape
+        if x.dim() == 2:  # one (G H, d) x (d, n) product, and one for its gradient
+            z = (self.U.reshape(size * h, d) @ x.T).view(size, h, -1).mT
+        else:
+            z = torch.matmul(self.U, x.mT).mT
         return z if self.b is None else z + self.b[:, None, :]
 
     def sigma_prime(self, z: torch.Tensor) -> torch.Tensor:

@@ -246,7 +246,7 @@ class GridStep:
             stopped = ~self.alive
             for param, grad in zip(params, grads, strict=True):
                 view = (-1,) + (1,) * (param.dim() - 1)
-                param.addcmul_(grad.masked_fill(stopped.view(view), 0.0), self.neg_lr.view(view))
+                param.addcmul_(grad.masked_fill_(stopped.view(view), 0.0), self.neg_lr.view(view))
             self.updates.add_(self.alive)
             terms = torch.stack([loss.detach(), penalty.detach()])
             self.sums.add_(terms.masked_fill(stopped, 0).double(), alpha=y.shape[0])
