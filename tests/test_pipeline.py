@@ -296,7 +296,10 @@ def test_resnet_config_runs_end_to_end(tmp_path):
             "grid": {"cross_lipschitz": {"lr": [0.1], "lambda": [1e-3]}},
         },
         "certify": {"n_points": 5},
-        "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 1},
+        "attack": {
+            **{"n_points": 5, "norms": ["l2"], "refine_steps": 1},
+            **{"min_norm_steps": 10, "min_norm_targets": 2, "min_norm_restarts": 1},
+        },
     }
     proc = snakemake(tmp_path, "--cores", "2", *THREADS, config=cfg)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -333,7 +336,12 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
         "model": {"arch": "resnet", "resnet_blocks": 1},
         "train": {"epochs": 1, "batch_size": 8, "settings": ["plain", "augment"], "grid": regs},
         "certify": {"n_points": 3, "kinds": ["local"]},
-        "attack": {"n_points": 3, "norms": ["l2"], "refine_steps": 1},
+        # a short minimal-norm attack: its default 200 steps x 18 walks of a ResNet on the
+        # CPU took 5 minutes of this test
+        "attack": {
+            **{"n_points": 3, "norms": ["l2"], "refine_steps": 1},
+            **{"min_norm_steps": 10, "min_norm_targets": 2, "min_norm_restarts": 1},
+        },
     }
     proc = snakemake(tmp_path, "--cores", "2", *THREADS, config=cfg)  # 2 jobs at once
     assert proc.returncode == 0, proc.stdout + proc.stderr
