@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from crosslip.config import (
 )
 from crosslip.job_batches import needs_training, plan_batches
 
-from .helpers import ROOT, dry_run_jobs, fields, stage_of
+from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
 from .workflow_helpers import TINY_RUN, snakemake
 
 PRESETS = [*sorted((ROOT / "config" / "presets").glob("*.yaml")), ROOT / "config.yaml"]
@@ -257,3 +258,27 @@ def test_the_batched_rules_take_the_threads_and_resources_given_to_train(tmp_pat
         resources = fields(job["resources"])
         assert resources["runtime"] == "241" and resources["slurm_partition"] == "gpu"
         assert job.get("threads", "1") == "1"
+
+
+@pytest.mark.slow
+def test_the_mnist_preset_on_a_gpu_is_nine_jobs_of_models(tmp_path):
+    """config/overrides/gpu.yaml: the MNIST preset trains in one job per setting and
+    certifies and attacks in one job per setting; per model only the instances remain."""
+    preset = ROOT / "config" / "presets" / "mnist.yaml"
+    override = ROOT / "config" / "overrides" / "gpu.yaml"
+    proc = subprocess.run(
+        snakemake_cmd(tmp_path, "-n", "--configfile", str(preset), str(override)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = dry_run_jobs(proc.stdout)
+    by_stage: dict[str, list[str]] = {}
+    for job in jobs:
+        by_stage.setdefault(stage_of(job["rule"]), []).append(job["rule"])
+    settings = ("plain", "augment", "adversarial")
+    assert sorted(by_stage["train"]) == sorted(f"train_grid_mnist_{s}_seed0" for s in settings)
+    for stage in ("certify", "attack"):
+        assert sorted(by_stage[stage]) == sorted(f"{stage}_grid_mnist_mlp_{s}" for s in settings)
+    assert len(by_stage["instances"]) == len(trained_models(jobs)) == 78
