@@ -207,6 +207,23 @@ def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits
     assert torch.equal(second[0].model.U, first.model.U)
 
 
+def test_on_epoch_sees_every_epoch_in_the_callers_order_and_changes_nothing(digits, float64):
+    """The callback gets each epoch's networks in the order of ``cfgs`` (the stack orders
+    them by regularizer), the last ones equal to the results, and the training is the same
+    as without it."""
+    cfgs = grid("plain")
+    seen: list[tuple[int, list[SoftplusNet]]] = []
+    with_callback = train_grid(cfgs, *digits, 10, on_epoch=lambda e, nets: seen.append((e, nets)))
+    without = train_grid(cfgs, *digits, 10)
+    assert [e for e, _ in seen] == [1, 2, 3]
+    for _, nets in seen:
+        assert len(nets) == len(cfgs) and all(not net.training for net in nets)
+        assert [net.hyper["keep_hidden"] for net in nets] == [c.keep_hidden for c in cfgs]
+    for net, a, b in zip(seen[-1][1], with_callback, without, strict=True):
+        assert torch.equal(net.U, a.model.U) and torch.equal(net.W, a.model.W)
+        assert torch.equal(a.model.U, b.model.U) and torch.equal(a.model.W, b.model.W)
+
+
 def test_only_networks_that_share_their_settings_train_together():
     a = TrainConfig(regularizer="none", epochs=2, hidden=8)
     b = TrainConfig(**{**a.__dict__, "regularizer": "cross_lipschitz", "lam": 0.1, "lr": 0.5})

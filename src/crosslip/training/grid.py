@@ -29,7 +29,7 @@ import logging
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -383,6 +383,7 @@ def train_grid(
     masks: type[DropoutMasks] = DropoutMasks,
     tags: Sequence[str] | None = None,
     cuda_graph: bool = True,
+    on_epoch: Callable[[int, list[SoftplusNet]], None] | None = None,
 ) -> list[TrainResult]:
     """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
     batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
@@ -392,7 +393,10 @@ def train_grid(
     ``device`` per dropout network); ``tags``: one name per network for its
     progress lines (:data:`crosslip.progress.TAG`). ``cuda_graph``: on CUDA, replay the
     full batches' step as a CUDA graph (:class:`RecordedStep`); the metrics say whether it
-    did (``cuda_graph``)."""
+    did (``cuda_graph``). ``on_epoch``: called after every epoch as ``on_epoch(epoch,
+    networks)`` with the epochs done (1-based) and a copy of every network (on the CPU, in
+    eval mode, in the order of ``cfgs``; a diverged one holds its last weights), for
+    checkpoints or diagnostics along the way; it must not change the training's state."""
     shared = shared_settings(cfgs)
     order = sorted(range(len(cfgs)), key=lambda i: REGULARIZER_ORDER.index(cfgs[i].regularizer))
     specs = [cfgs[i] for i in order]
@@ -507,6 +511,10 @@ def train_grid(
                 epoch_seconds=seconds,
             )
         progress.update(1, networks_training=sum(alive))
+        if on_epoch is not None:
+            with torch.random.fork_rng(devices=[]):  # a copy's construction draws weights
+                copies = [stack.network(g).cpu().eval() for g in range(size)]
+            on_epoch(epoch + 1, [copies[order.index(i)] for i in range(size)])
         if not any(alive):
             break
     progress.close()
