@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -179,9 +180,13 @@ def main() -> None:
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--ascent-steps", type=int, default=30)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--verbose", action="store_true", help="training progress on stderr")
     add_device_argument(ap)
     add_threads_argument(ap)
     args = ap.parse_args()
+    if args.verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s")
+        logging.getLogger("crosslip").setLevel(logging.INFO)
     torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
     ds = load_dataset(args.dataset, mirror_dir=args.mirror)

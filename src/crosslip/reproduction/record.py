@@ -5,8 +5,9 @@ every table, figure and claim of Section 5, with a verdict per claim and run
 (:mod:`crosslip.reproduction.claims`; pooled runs evaluated as one), the settings, scale,
 device and command of each run, every evaluated network's numbers, how they move with the
 epochs, the runs not yet made with their command and estimated GPU time
-(:mod:`crosslip.reproduction.estimates`), and a section "Where we differ from the paper and
-why" built from the measured gaps and from the runs' settings compared with the paper's.
+(:mod:`crosslip.reproduction.estimates`), a section "Where we differ from the paper and
+why" built from the measured gaps and from the runs' settings compared with the paper's, and
+the studies made to explain a gap (:mod:`crosslip.reproduction.studies`).
 Every table is generated (``DataFrame.to_markdown``); the output depends on the run folders
 and the configs they name for the runs not yet made (``config/``), so rendering twice gives
 the same bytes.
@@ -37,6 +38,7 @@ from .claims import (
 )
 from .estimates import Estimate, Measured, estimates
 from .export import RUN_FILE
+from .studies import STUDIES_DIR, guarantee_gap_tables, load_studies, provenance
 from .paper import (
     AUTHORS_EPOCHS,
     AUTHORS_LR_DECAY,
@@ -497,6 +499,9 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
             "method": s["method"].map(LABEL),
             "test error": s["test_error"].map(pct),
             "mean L2 guarantee": s["mean_guarantee_local"].map(num),
+            "all points, errors 0": (
+                s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
+            ).map(num),
             "mean global guarantee": s["mean_guarantee_global"].map(num),
             "Table 1 ratio": [
                 _ratio_text(r, PAPER_DATASET.get(ds), m, setting)
@@ -518,7 +523,9 @@ def _networks_section(units: list[Run]) -> list[str]:
         "## Our networks, every evaluated model",
         "",
         "Each run's evaluated one-hidden-layer networks, straight from its `summary.csv`: "
-        "means over the correctly classified evaluated points. The upper bound by the "
+        "means over the correctly classified evaluated points, and the mean L2 guarantee "
+        "over all evaluated points with 0 for the misclassified ones (`all points, errors "
+        "0`: the other way the paper's figure may average). The upper bound by the "
         "paper's procedure (Section 4: linearize at the point, then search the decision "
         "boundary) and refined (re-linearized at the sample, `attack.refine_steps` times; "
         "never larger); `refinement` is the change from the one to the other. Table 1's "
@@ -862,6 +869,37 @@ def _differ_section(verdicts: dict[str, list[Verdict]], runs: list[Run]) -> list
     return out
 
 
+def _studies_section(docs: Path) -> list[str]:
+    """Every study under ``docs/reproduction/studies/`` (:mod:`.studies`): its hand-written
+    notes, then the tables generated from each of its results."""
+    studies = load_studies(docs / RUNS_DIR)
+    if not studies:
+        return []
+    out = [
+        "## Studies",
+        "",
+        f"Experiments made to explain a gap, each in `{RUNS_DIR}/{STUDIES_DIR}/<name>/`: the "
+        "notes are written by hand, every table is generated from the results (JSON) that "
+        "the study's script wrote.",
+        "",
+    ]
+    for study in studies:
+        out += [f"### {study.title}", ""]
+        if study.notes:
+            out += [
+                f"Notes of study `{study.name}` (`{STUDIES_DIR}/{study.name}/notes.md`, not "
+                "generated):",
+                "",
+                study.notes,
+                "",
+            ]
+        for file, entry in study.results.items():
+            out += [f"#### Result `{file}`", "", provenance(entry) + ".", ""]
+            for caption, frame in guarantee_gap_tables(entry["result"]):
+                out += [f"{caption}:", "", table(frame), ""]
+    return out
+
+
 def _settings_paragraph(run: Run) -> str:
     m, cfg = run.meta, run.meta["config"]
     train, cert, att = cfg["train"], cfg["certify"], cfg["attack"]
@@ -939,6 +977,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
         *_figures_section(runs, ests),
         *_missing_section(measured, ests),
         *_differ_section(verdicts, runs),
+        *_studies_section(docs),
     ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
