@@ -38,7 +38,6 @@ from .claims import (
 )
 from .estimates import Estimate, Measured, estimates
 from .export import RUN_FILE
-from .studies import STUDIES_DIR, guarantee_gap_tables, load_studies, provenance
 from .paper import (
     AUTHORS_EPOCHS,
     AUTHORS_LR_DECAY,
@@ -51,6 +50,7 @@ from .paper import (
     TABLE1,
     TEX_NAME,
 )
+from .studies import STUDIES_DIR, guarantee_gap_tables, load_studies, provenance
 
 RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
@@ -493,15 +493,14 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(NET_ORDER)}
     s = s.assign(_o=s["method"].map(order)).sort_values(["_o", "model_id"])
     refined = s.get("mean_upper_bound_l2_refined", pd.Series(float("nan"), index=s.index))
+    all_points = s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
     return pd.DataFrame(
         {
             "model": s["model_id"],
             "method": s["method"].map(LABEL),
             "test error": s["test_error"].map(pct),
             "mean L2 guarantee": s["mean_guarantee_local"].map(num),
-            "all points, errors 0": (
-                s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
-            ).map(num),
+            "all points, errors 0": all_points.map(num),
             "mean global guarantee": s["mean_guarantee_global"].map(num),
             "Table 1 ratio": [
                 _ratio_text(r, PAPER_DATASET.get(ds), m, setting)

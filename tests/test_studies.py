@@ -1,0 +1,169 @@
+"""Studies in the reproduction record (crosslip.reproduction.studies): a study's notes and
+the tables generated from its JSON results, the committed study results against their own
+identities, and the study script at a tiny size."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from crosslip.reproduction import render
+from crosslip.reproduction.studies import guarantee_gap_tables, load_studies
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ROOT / "docs" / "reproduction" / "studies"
+
+
+def row(network: str, regularizer: str, epoch: int, scale: float) -> dict:
+    """A study row whose figures are ``scale`` times a base (margin twice as much)."""
+    return {
+        "epoch": epoch,
+        "network": network,
+        "regularizer": regularizer,
+        "lr": 0.5,
+        "n_points": 10,
+        "n_correct": 9,
+        "test_error": 0.0125,
+        "mean_guarantee": 0.5 * scale,
+        "mean_guarantee_all_zero": 0.45 * scale,
+        "mean_guarantee_train": 0.6 * scale,
+        "gm_guarantee": 0.4 * scale,
+        "gm_margin": 4.0 * scale**2,
+        "gm_lip_point": 5.0 * scale,
+        "gm_growth": 2.0,
+        "mean_margin": 4.0,
+        "mean_lip_point": 5.0,
+        "mean_lip_radius": 10.0,
+        "mean_growth": 2.0,
+        "mean_first_order": 0.9 * scale,
+        "mean_ascent_growth": 1.1,
+        "mean_looseness": 1.8,
+        "mean_radius": 0.5,
+        "share_off": 0.5,
+        "share_on": 0.25,
+        "share_crossing": 0.125,
+        "median_unit_sharpness": 12.0,
+        "norm_w": 3.0,
+        "norm_u": 30.0,
+        "eval_seconds": 1.0,
+        **({"mean_upper_bound": 1.5 * scale, "attack_points": 10} if epoch == 2 else {}),
+    }
+
+
+def result() -> dict:
+    rows = [
+        row(name, reg, epoch, scale)
+        for epoch in (1, 2)
+        for name, reg, scale in [("none 0 lr 0.5", "none", 1.0), ("cl", "cross_lipschitz", 0.8)]
+    ]
+    return {
+        "machine": "a test machine",
+        "dataset": "mnist5k",
+        "n_train": 4000,
+        "epochs": 2,
+        "checkpoints": [1, 2],
+        "points": 10,
+        "train_points": 5,
+        "attack_points": 10,
+        "train_seconds": 120.0,
+        "eval_seconds": 60.0,
+        "rows": rows,
+    }
+
+
+def test_a_study_renders_its_notes_and_generated_tables(tmp_path: Path) -> None:
+    folder = tmp_path / "docs" / "reproduction" / "studies" / "gap"
+    folder.mkdir(parents=True)
+    (folder / "notes.md").write_text("# Why the gap\n\nA hypothesis, and its verdict.\n")
+    entry = {"command": "python study.py", "date": "today", "commit": "abc", "result": result()}
+    (folder / "run-a.json").write_text(json.dumps(entry))
+    (study,) = load_studies(tmp_path / "docs" / "reproduction")
+    assert (study.name, study.title) == ("gap", "Why the gap")
+    assert study.notes == "A hypothesis, and its verdict."
+    md = render(tmp_path / "docs", root=ROOT)
+    part = md[md.index("## Studies") :]
+    assert "### Why the gap" in part and "A hypothesis, and its verdict." in part
+    assert "#### Result `run-a.json`" in part and "`python study.py`; today, commit `abc`" in part
+    end, versus, trend = guarantee_gap_tables(result())
+    assert "epoch 2" in end[0] and list(end[1]["network"]) == ["none 0 lr 0.5", "cl"]
+    assert list(end[1]["upper bound"]) == ["1.50", "1.20"]
+    # CL against none at each epoch: 0.8 on the guarantee, 0.64 / 0.8 / 1 on its factors
+    assert list(versus[1]["epoch"]) == ["1", "2"]
+    assert list(versus[1]["guarantee"]) == ["×0.80", "×0.80"]
+    assert list(versus[1]["= gm margin"]) == ["×0.64", "×0.64"]
+    assert list(versus[1]["/ gm L(0)"]) == ["×0.80", "×0.80"]
+    assert list(versus[1]["/ gm growth"]) == ["×1.00", "×1.00"]
+    assert list(versus[1]["upper bound"]) == ["–", "×0.80"]
+    assert len(trend[1]) == 4
+    for _, frame in (end, versus, trend):
+        for cell in frame.iloc[0]:
+            assert str(cell) in part
+
+
+def test_no_study_no_section(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    assert "## Studies" not in render(tmp_path / "docs", root=ROOT)
+
+
+def committed() -> list[tuple[str, dict]]:
+    found = [(p.name, json.loads(p.read_text())) for p in sorted(STUDIES.glob("*/*.json"))]
+    if not found:
+        pytest.skip("no study result is committed")
+    return found
+
+
+def test_committed_study_results_add_up() -> None:
+    """The geometric mean of each network's guarantee is its margin's over L(0)'s over the
+    growth's (to the search's tolerance and the points that have all three), and the mean
+    over all points with 0 for errors is the mean over the correct ones times their share."""
+    for name, entry in committed():
+        for r in entry["result"]["rows"]:
+            rebuilt = r["gm_margin"] / r["gm_lip_point"] / r["gm_growth"]
+            assert math.isclose(rebuilt, r["gm_guarantee"], rel_tol=2e-3), (name, r["network"])
+            share = r["n_correct"] / r["n_points"]
+            assert math.isclose(
+                r["mean_guarantee_all_zero"], r["mean_guarantee"] * share, rel_tol=1e-9
+            )
+            assert r["mean_first_order"] >= r["mean_guarantee"]
+            assert r["gm_growth"] >= 1 and r["mean_ascent_growth"] >= 1
+
+
+@pytest.mark.slow  # trains a tiny grid: the full tier
+def test_the_study_script_runs_and_ends_with_one_json_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    argv, path = sys.argv, list(sys.path)
+    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+    sys.argv = [
+        "study_guarantee_gap.py",
+        *("--hidden", "16", "--epochs", "2", "--checkpoints", "1", "2", "--points", "20"),
+        *("--train-points", "8", "--attack-points", "6", "--ascent-steps", "3"),
+        *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--threads", "1"),
+        *("--device", "cpu", "--out", str(tmp_path / "r.json")),
+    ]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(ROOT / "benchmarks" / "study_guarantee_gap.py"), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+    res = json.loads(out.getvalue().splitlines()[-1])
+    assert res["device"] == "cpu" and res["checkpoints"] == [1, 2]
+    assert [(r["epoch"], r["regularizer"]) for r in res["rows"]] == [
+        (1, "none"),
+        (1, "cross_lipschitz"),
+        (2, "none"),
+        (2, "cross_lipschitz"),
+    ]
+    assert all("mean_upper_bound" in r for r in res["rows"] if r["epoch"] == 2)
+    assert json.loads((tmp_path / "r.json").read_text())["result"] == res
+    tables = guarantee_gap_tables(res)
+    assert len(tables) == 3
