@@ -611,6 +611,27 @@ def test_summary_counts_points_where_global_beats_local() -> None:
     assert np.isnan(summarize(df).iloc[0]["n_global_above_local"])
 
 
+def test_summary_says_how_often_each_l2_method_gave_the_best_upper_bound() -> None:
+    from crosslip.report import summarize
+    from crosslip.results_schema import INSTANCE_SCHEMA
+
+    n = 6
+    df = pd.DataFrame({c: [np.nan] * n for c in INSTANCE_SCHEMA.names})
+    df[["dataset", "model_id", "family", "regularizer", "setting", "status"]] = [
+        *("d", "m", "mlp", "none", "plain", "ok")
+    ]
+    df[["lr", "lam", "seed", "test_error"]] = [0.2, 0.0, 0, 0.1]
+    df["correct"] = [True, True, True, True, True, False]
+    # the wrong point's method and the point where every attack failed do not count
+    df["upper_bound_l2_best_method"] = ["min_norm", "min_norm", "refined", None, "paper", "paper"]
+    row = summarize(df).iloc[0]
+    assert row["share_best_l2_paper"] == pytest.approx(0.25)
+    assert row["share_best_l2_refined"] == pytest.approx(0.25)
+    assert row["share_best_l2_min_norm"] == pytest.approx(0.5)
+    df["upper_bound_l2_best_method"] = None
+    assert np.isnan(summarize(df).iloc[0]["share_best_l2_min_norm"])
+
+
 # --------------------------------------------------------------------------------------
 # (iii) the committed record is what its committed data render to
 # --------------------------------------------------------------------------------------
@@ -1062,6 +1083,14 @@ def test_the_200_epoch_table_is_the_h100_summaries() -> None:
         "upper bound, refined": lambda c, r: close(c, r["mean_upper_bound_l2_refined"]),
         "refinement": lambda c, r: close(
             c, r["mean_upper_bound_l2_refined"] / r["mean_upper_bound"] - 1, 100
+        ),
+        # these runs predate the minimal-norm attack: their summaries have no such column
+        "upper bound, minimal-norm attack": lambda c, r: (
+            c == "–" and "mean_upper_bound_l2_min_norm" not in r
+        ),
+        "best upper bound": lambda c, r: c == "–" and "mean_upper_bound_l2_best" not in r,
+        "best by paper / refined / min-norm": lambda c, r: (
+            c == "–" and "share_best_l2_min_norm" not in r
         ),
         "correct points": lambda c, r: int(c) == r["n_correct"],
     }

@@ -54,7 +54,20 @@ def row(network: str, regularizer: str, epoch: int, scale: float) -> dict:
         "norm_w": 3.0,
         "norm_u": 30.0,
         "eval_seconds": 1.0,
-        **({"mean_upper_bound": 1.5 * scale, "attack_points": 10} if epoch == 2 else {}),
+        **(
+            {
+                "attack_points": 10,
+                "mean_upper_bound": 1.5 * scale,
+                "mean_upper_bound_refined": 1.4 * scale,
+                "mean_upper_bound_min_norm": 1.3 * scale,
+                "mean_upper_bound_best": 1.25 * scale,
+                "share_best_paper": 0.1,
+                "share_best_refined": 0.2,
+                "share_best_min_norm": 0.7,
+            }
+            if epoch == 2
+            else {}
+        ),
     }
 
 
@@ -94,14 +107,18 @@ def test_a_study_renders_its_notes_and_generated_tables(tmp_path: Path) -> None:
     assert "#### Result `run-a.json`" in part and "`python study.py`; today, commit `abc`" in part
     end, versus, trend = guarantee_gap_tables(result())
     assert "epoch 2" in end[0] and list(end[1]["network"]) == ["none 0 lr 0.5", "cl"]
-    assert list(end[1]["upper bound"]) == ["1.50", "1.20"]
+    assert list(end[1]["upper bound, paper's procedure"]) == ["1.50", "1.20"]
+    assert list(end[1]["minimal-norm attack"]) == ["1.30", "1.04"]
+    assert list(end[1]["best upper bound"]) == ["1.25", "1.00"]
+    assert list(end[1]["best by paper / refined / min-norm"]) == ["10% / 20% / 70%"] * 2
     # CL against none at each epoch: 0.8 on the guarantee, 0.64 / 0.8 / 1 on its factors
     assert list(versus[1]["epoch"]) == ["1", "2"]
     assert list(versus[1]["guarantee"]) == ["×0.80", "×0.80"]
     assert list(versus[1]["= gm margin"]) == ["×0.64", "×0.64"]
     assert list(versus[1]["/ gm L(0)"]) == ["×0.80", "×0.80"]
     assert list(versus[1]["/ gm growth"]) == ["×1.00", "×1.00"]
-    assert list(versus[1]["upper bound"]) == ["–", "×0.80"]
+    assert list(versus[1]["upper bound, paper's"]) == ["–", "×0.80"]
+    assert list(versus[1]["best upper bound"]) == ["–", "×0.80"]
     assert len(trend[1]) == 4
     for _, frame in (end, versus, trend):
         for cell in frame.iloc[0]:
@@ -163,7 +180,13 @@ def test_the_study_script_runs_and_ends_with_one_json_line(tmp_path: Path) -> No
         (2, "none"),
         (2, "cross_lipschitz"),
     ]
-    assert all("mean_upper_bound" in r for r in res["rows"] if r["epoch"] == 2)
+    last = [r for r in res["rows"] if r["epoch"] == 2]
+    for r in last:
+        # every method found bounds, and the shares of the methods add up to 1
+        means = [r[f"mean_upper_bound{k}"] for k in ("", "_refined", "_min_norm", "_best")]
+        assert all(0 < m < math.inf for m in means), means
+        shares = [r[f"share_best_{k}"] for k in ("paper", "refined", "min_norm")]
+        assert math.isclose(sum(shares), 1.0)
     assert json.loads((tmp_path / "r.json").read_text())["result"] == res
     tables = guarantee_gap_tables(res)
     assert len(tables) == 3

@@ -4,7 +4,9 @@ Means of guarantees and upper bounds are taken over the *correctly classified* e
 points (a guarantee certifies the decision, which is only worth certifying when right);
 ``attack_success_rate`` is over the same points, and ``mean_upper_bound`` (and every other
 upper-bound mean) averages the successful attacks only; ``max_ratio_global_local`` and
-``n_global_above_local`` are taken over the same points. A diverged model keeps its row
+``n_global_above_local`` are taken over the same points. ``share_best_l2_<method>`` is how
+often each L2 method (:data:`~crosslip.results_schema.L2_UPPER_METHODS`) gave the smallest
+verified upper bound, over the same points where one did. A diverged model keeps its row
 with status ``diverged`` and empty means.
 """
 
@@ -21,7 +23,13 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from .io import atomic_path
-from .results_schema import MEAN_COLUMNS, MODEL_KEYS, UPPER_COLUMNS, model_keys
+from .results_schema import (
+    L2_UPPER_METHODS,
+    MEAN_COLUMNS,
+    MODEL_KEYS,
+    UPPER_COLUMNS,
+    model_keys,
+)
 from .selection import method_of
 
 SUMMARY_COLUMNS = [
@@ -32,6 +40,7 @@ SUMMARY_COLUMNS = [
     "mean_upper_bound",
     "attack_success_rate",
     *[f"mean_{c}" for c in UPPER_COLUMNS],
+    *[f"share_best_l2_{m}" for m in L2_UPPER_METHODS],
     "max_ratio_global_local",
     "n_global_above_local",
 ]
@@ -87,6 +96,16 @@ def _n_global_above_local(ok: pd.DataFrame) -> float:
     return float((both["guarantee_global"] > both["guarantee_local"]).sum())
 
 
+def _best_shares(ok: pd.DataFrame) -> dict[str, float]:
+    """How often each L2 method gave the smallest verified upper bound, over the points of
+    ``ok`` where one did (NaN when none did)."""
+    best = ok["upper_bound_l2_best_method"].dropna()
+    return {
+        f"share_best_l2_{m}": (best == m).mean() if len(best) else float("nan")
+        for m in L2_UPPER_METHODS
+    }
+
+
 def summarize(instances: pd.DataFrame) -> pd.DataFrame:
     """One row per model: test error and mean bounds (see module docstring)."""
     rows = []
@@ -101,6 +120,7 @@ def summarize(instances: pd.DataFrame) -> pd.DataFrame:
                 "mean_upper_bound": ok["upper_bound"].mean(),
                 "attack_success_rate": ok["attack_success"].mean() if len(ok) else float("nan"),
                 **{f"mean_{c}": ok[c].mean() for c in UPPER_COLUMNS},
+                **_best_shares(ok),
                 "max_ratio_global_local": ok["ratio_global_local"].max(),
                 "n_global_above_local": _n_global_above_local(ok),
             }
