@@ -249,8 +249,10 @@ def test_failed_attacks_count_in_the_success_rate_not_in_the_mean():
     )
     for col in {*MEAN_COLUMNS, *UPPER_COLUMNS} - {"guarantee_local"}:
         df[col] = np.nan
+    df["upper_bound_l2_best_method"] = ["paper", "paper", None, None, "paper", None]
     row = summarize(df).iloc[0]
     assert row["n_eval"] == 6 and row["n_correct"] == 4
+    assert row["share_best_l2_paper"] == 1.0  # of the 2 correct points with a bound
     assert row["attack_success_rate"] == 0.5  # 2 of the 4 correct points; failures count
     assert row["mean_upper_bound"] == 2.0  # (1 + 3) / 2: successes only, misclassified out
     assert row["mean_guarantee_local"] == 0.875  # includes the 0 guarantee
