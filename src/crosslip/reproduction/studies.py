@@ -14,6 +14,7 @@ per network and checkpoint (:func:`guarantee_gap_tables`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,38 +70,67 @@ def _shares(row: dict[str, Any]) -> str:
     return " / ".join(f"{100 * row[k]:.0f}%" for k in keys)
 
 
+#: How a study row shows in each column of the guarantee-gap tables.
+_COLUMNS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "network": _net,
+    "epoch": lambda r: str(r["epoch"]),
+    "test error": lambda r: pct(r["test_error"]),
+    "guarantee": lambda r: num(r["mean_guarantee"]),
+    "all points, errors 0": lambda r: num(r["mean_guarantee_all_zero"]),
+    "on training points": lambda r: num(r["mean_guarantee_train"]),
+    "upper bound, paper's procedure": lambda r: num(r.get("mean_upper_bound")),
+    "refined": lambda r: num(r.get("mean_upper_bound_refined")),
+    "minimal-norm attack": lambda r: num(r.get("mean_upper_bound_min_norm")),
+    "best upper bound": lambda r: num(r.get("mean_upper_bound_best")),
+    "best by paper / refined / min-norm": lambda r: _shares(r),
+    "first-order m/L(0)": lambda r: num(r["mean_first_order"]),
+    "gm guarantee": lambda r: num(r["gm_guarantee"]),
+    "gm margin": lambda r: num(r["gm_margin"]),
+    "gm L(0)": lambda r: num(r["gm_lip_point"]),
+    "gm L(R*)/L(0)": lambda r: num(r["gm_growth"]),
+    "real growth (ascent)": lambda r: num(r["mean_ascent_growth"]),
+    "Prop. 2.3 / ascent": lambda r: num(r["mean_looseness"]),
+    "units off / on / crossing": lambda r: (
+        f"{r['share_off']:.2f} / {r['share_on']:.2f} / {r['share_crossing']:.2f}"
+    ),
+    "median α‖u_r‖": lambda r: num(r["median_unit_sharpness"]),
+}
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    """The ``columns`` (names of :data:`_COLUMNS`) of ``rows``, one table row each."""
+    return pd.DataFrame({c: [_COLUMNS[c](r) for r in rows] for c in columns})
+
+
 def guarantee_gap_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     """The tables of one ``study_guarantee_gap.py`` result, each with its caption: the
     networks at the last checkpoint, each network against no regularization at the same
     learning rate and epoch, and every checkpoint."""
     rows = result["rows"]
     last = max(r["epoch"] for r in rows)
-    final = [r for r in rows if r["epoch"] == last]
-    end = pd.DataFrame(
-        {
-            "network": [_net(r) for r in final],
-            "test error": [pct(r["test_error"]) for r in final],
-            "guarantee": [num(r["mean_guarantee"]) for r in final],
-            "all points, errors 0": [num(r["mean_guarantee_all_zero"]) for r in final],
-            "on training points": [num(r["mean_guarantee_train"]) for r in final],
-            "upper bound, paper's procedure": [num(r.get("mean_upper_bound")) for r in final],
-            "refined": [num(r.get("mean_upper_bound_refined")) for r in final],
-            "minimal-norm attack": [num(r.get("mean_upper_bound_min_norm")) for r in final],
-            "best upper bound": [num(r.get("mean_upper_bound_best")) for r in final],
-            "best by paper / refined / min-norm": [_shares(r) for r in final],
-            "first-order m/L(0)": [num(r["mean_first_order"]) for r in final],
-            "gm guarantee": [num(r["gm_guarantee"]) for r in final],
-            "gm margin": [num(r["gm_margin"]) for r in final],
-            "gm L(0)": [num(r["gm_lip_point"]) for r in final],
-            "gm L(R*)/L(0)": [num(r["gm_growth"]) for r in final],
-            "real growth (ascent)": [num(r["mean_ascent_growth"]) for r in final],
-            "Prop. 2.3 / ascent": [num(r["mean_looseness"]) for r in final],
-            "units off / on / crossing": [
-                f"{r['share_off']:.2f} / {r['share_on']:.2f} / {r['share_crossing']:.2f}"
-                for r in final
-            ],
-            "median α‖u_r‖": [num(r["median_unit_sharpness"]) for r in final],
-        }
+    end = _frame(
+        [r for r in rows if r["epoch"] == last],
+        [
+            "network",
+            "test error",
+            "guarantee",
+            "all points, errors 0",
+            "on training points",
+            "upper bound, paper's procedure",
+            "refined",
+            "minimal-norm attack",
+            "best upper bound",
+            "best by paper / refined / min-norm",
+            "first-order m/L(0)",
+            "gm guarantee",
+            "gm margin",
+            "gm L(0)",
+            "gm L(R*)/L(0)",
+            "real growth (ascent)",
+            "Prop. 2.3 / ascent",
+            "units off / on / crossing",
+            "median α‖u_r‖",
+        ],
     )
     base = {(r["lr"], r["epoch"]): r for r in rows if r["regularizer"] == "none"}
     versus = []
@@ -126,21 +156,19 @@ def guarantee_gap_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame
                 ),
             }
         )
-    trend = pd.DataFrame(
-        {
-            "network": [_net(r) for r in rows],
-            "epoch": [str(r["epoch"]) for r in rows],
-            "test error": [pct(r["test_error"]) for r in rows],
-            "guarantee": [num(r["mean_guarantee"]) for r in rows],
-            "gm margin": [num(r["gm_margin"]) for r in rows],
-            "gm L(0)": [num(r["gm_lip_point"]) for r in rows],
-            "gm L(R*)/L(0)": [num(r["gm_growth"]) for r in rows],
-            "real growth (ascent)": [num(r["mean_ascent_growth"]) for r in rows],
-            "units off / on / crossing": [
-                f"{r['share_off']:.2f} / {r['share_on']:.2f} / {r['share_crossing']:.2f}"
-                for r in rows
-            ],
-        }
+    trend = _frame(
+        rows,
+        [
+            "network",
+            "epoch",
+            "test error",
+            "guarantee",
+            "gm margin",
+            "gm L(0)",
+            "gm L(R*)/L(0)",
+            "real growth (ascent)",
+            "units off / on / crossing",
+        ],
     )
     return [
         (f"At the last checkpoint (epoch {last})", end),
