@@ -37,10 +37,8 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from crosslip.config import training_grid, validate
+from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.device import (
     add_device_argument,
@@ -50,24 +48,15 @@ from crosslip.device import (
     synchronize,
 )
 from crosslip.models import SoftplusNet, StackedSoftplusNet
+from crosslip.op_count import OpCount
 from crosslip.regularizers import cross_lipschitz_flops
 from crosslip.train import GradientDescent, TrainConfig, objective_terms, train
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
 
 ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10
 FULL_MNIST = 60000
-
-
-def mnist_grid(hidden: int, epochs: int) -> list[TrainConfig]:
-    """The plain setting's networks of the MNIST preset, Cross-Lipschitz first."""
-    config = yaml.safe_load((ROOT / "config" / "presets" / "mnist.yaml").read_text())
-    config["train"]["settings"] = ["plain"]
-    config.setdefault("model", {})["hidden"] = hidden
-    config["train"]["epochs"] = epochs
-    grid = training_grid(validate(config))
-    specs = sorted(grid.values(), key=lambda s: (s.regularizer != "cross_lipschitz", s.lr, s.lam))
-    return specs
 
 
 def step_flops(spec: TrainConfig, n: int, d: int) -> int:
@@ -93,22 +82,6 @@ def gemm_rate(shapes: list[tuple[int, int, int]], device: torch.device, repeats:
     return best
 
 
-class _Count(TorchDispatchMode):
-    """Counts the operations that compute (views and allocations left out)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if not (
-            func.is_view or name.startswith(("aten::empty", "aten::detach", "aten::_unsafe_view"))
-        ):
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
     """(operations of one batched step of ``specs``, of one separate step of each, summed)."""
     specs = sorted(specs, key=lambda s: REGULARIZER_ORDER.index(s.regularizer))
@@ -116,18 +89,18 @@ def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> 
     nets = [SoftplusNet(d, K, h, keep_hidden=s.keep_hidden, keep_input=s.keep_input) for s in specs]
     nets = [net.to(x.device) for net in nets]
     batched = GridStep(StackedSoftplusNet(nets).to(x.device), specs)
-    with _Count() as one:
+    with OpCount() as one:
         batched(x, y)
     separate = 0
     for spec, net in zip(specs, nets, strict=True):
         opt = GradientDescent(net.parameters(), lr=spec.lr)
-        with _Count() as each:
+        with OpCount() as each:
             ce, pen = objective_terms(net, x, y, spec)
             opt.zero_grad()
             (ce + spec.lam * pen).backward()
             opt.step()
-        separate += each.count
-    return one.count, separate
+        separate += each.ops
+    return one.ops, separate
 
 
 def main() -> None:
@@ -145,7 +118,7 @@ def main() -> None:
     ds = load_dataset("mnist5k")
     x, y = ds.x_train[: args.points], ds.y_train[: args.points]
     data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
-    grid = mnist_grid(args.hidden, args.epochs)
+    grid = preset_networks(PRESET, "plain", args.hidden, args.epochs)
     n, d = len(x), x.shape[1]
     batch = grid[0].batch_size
     res: dict = {

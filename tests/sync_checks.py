@@ -19,19 +19,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-HOST_READING_OPS = frozenset(
-    {
-        "aten._local_scalar_dense",
-        "aten.nonzero",
-        "aten.nonzero_static",
-        "aten.masked_select",
-        "aten._unique",
-        "aten._unique2",
-        "aten.unique_dim",
-        "aten.unique_consecutive",
-        "aten.repeat_interleave",
-    }
-)
+from crosslip.op_count import HOST_READING_OPS
+
 HOST_COPYING_METHODS = frozenset({"tolist", "numpy", "cpu"})
 
 

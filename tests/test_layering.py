@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.io",
         "crosslip.device",
         "crosslip.progress",
-    ),  # vocabulary, files, progress lines
+        "crosslip.op_count",
+    ),  # vocabulary, files, progress lines, operation counts
     ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
     (
         "crosslip.config",

@@ -661,6 +661,20 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
     return grid
 
 
+def preset_networks(
+    preset: Path | str, setting: str, hidden: int, epochs: int
+) -> list[NetTrainSpec]:
+    """The networks that the config file ``preset`` trains in ``setting``, with
+    ``model.hidden`` and ``train.epochs`` replaced: Cross-Lipschitz first, then by learning
+    rate and lambda (the grids the benchmarks time)."""
+    config = yaml.safe_load(Path(preset).read_text())
+    config["train"]["settings"] = [setting]
+    config.setdefault("model", {})["hidden"] = hidden
+    config["train"]["epochs"] = epochs
+    nets = [s for s in training_grid(validate(config)).values() if isinstance(s, NetTrainSpec)]
+    return sorted(nets, key=lambda s: (s.regularizer != "cross_lipschitz", s.lr, s.lam))
+
+
 def spec_params(spec: NetTrainSpec | KernelTrainSpec) -> dict[str, Any]:
     """A spec as the plain dict a training job receives (``params.hyper``)."""
     return asdict(spec)
