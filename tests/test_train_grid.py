@@ -1,11 +1,11 @@
 """A grid trained as one batched model equals the same networks trained one by one.
 
 In float64 on the CPU, every regularizer (none, weight decay, dropout, Cross-Lipschitz) in
-every setting (plain, augment, adversarial), with different learning rates and lambdas in
-one batch: parameters to 1e-10 after a few epochs, the same curves and test errors. Dropout
-is compared under the same masks: the batched run records its masks and the separate run of
-each dropout network replays them. A diverging grid point stops as it would alone while the
-others go on.
+every setting (plain, augment, adversarial with either attack), with different learning
+rates and lambdas in one batch: parameters to 1e-10 after a few epochs, the same curves and
+test errors. Dropout is compared under the same masks: the batched run records its masks
+and the separate run of each dropout network replays them. A diverging grid point stops as
+it would alone while the others go on.
 """
 
 from __future__ import annotations
@@ -44,9 +44,19 @@ def float64():
     torch.set_default_dtype(before)
 
 
+#: The settings, adversarial training with each of its attacks (``train.adv_attack``).
+SETTINGS = ["plain", "augment", "adversarial", "adversarial-search"]
+
+
+def setting_fields(setting: str) -> dict[str, str]:
+    """``setting`` (one of :data:`SETTINGS`) as TrainConfig fields."""
+    name, _, attack = setting.partition("-")
+    return {"setting": name, **({"adv_attack": attack} if attack else {})}
+
+
 def grid(setting: str, **common) -> list[TrainConfig]:
     """Every regularizer, two learning rates, two lambdas: one batch of 7 networks."""
-    common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 5, "setting": setting}
+    common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 5, **setting_fields(setting)}
     common["crop"] = 20
     return [
         TrainConfig(regularizer="cross_lipschitz", lam=1e-2, lr=0.5, **common),
@@ -116,7 +126,7 @@ def assert_same_training(batched, alone):
         assert cb["penalty"] == pytest.approx(ca["penalty"], rel=1e-10, abs=1e-300)
 
 
-@pytest.mark.parametrize("setting", ["plain", "augment", "adversarial"])
+@pytest.mark.parametrize("setting", SETTINGS)
 def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monkeypatch):
     cfgs = grid(setting)
     batched = train_grid(cfgs, *digits, 10, shape=(28, 28, 1), masks=Recorded)
@@ -131,14 +141,14 @@ def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monk
     assert not torch.equal(batched[1].model.U, batched[5].model.U)  # lr 0.2 and 0.5
 
 
-@pytest.mark.parametrize("setting", ["plain", "augment", "adversarial"])
+@pytest.mark.parametrize("setting", SETTINGS)
 def test_training_creates_every_tensor_on_the_device_it_means(setting, digits):
     """With PyTorch's default device set to ``meta`` (tests/device_checks.py), a tensor
     created without a device
     lands there and fails as soon as it meets the data (as a CPU tensor would among CUDA
     tensors): both trainings run through and give what they give without the check."""
     x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
-    common = {"epochs": 1, "hidden": 8, "batch_size": 32, "setting": setting, "crop": 20}
+    common = {"epochs": 1, "hidden": 8, "batch_size": 32, "crop": 20, **setting_fields(setting)}
     cfgs = [
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, **common),
         TrainConfig(regularizer="weight_decay", lam=1e-3, **common),
@@ -278,6 +288,15 @@ def test_the_step_reads_nothing_back_from_the_device():
     with no_host_reads():
         step(x, y)
     assert step.updates.tolist() == [1, 1, 1] and step.alive.all()
+    # with the one-step attack's samples made inside the step (adversarial training)
+    before = step.stack.U.detach().clone()
+    step = GridStep(step.stack, cfgs, adv_norm=float("inf"))
+    fractions = torch.rand(4, generator=torch.Generator().manual_seed(0), dtype=x.dtype)
+    samples = step.one_step_inputs(x, fractions)
+    assert samples.shape == (3, 8, 7) and not torch.equal(samples[:, :4], x[:4].expand(3, 4, 7))
+    with no_host_reads():
+        step(x, y, fractions=fractions)
+    assert step.updates.tolist() == [1, 1, 1] and not torch.equal(step.stack.U, before)
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,9 +330,12 @@ def test_a_batched_grid_on_cuda_reaches_the_test_errors_of_separate_trainings(se
 
 @pytest.mark.cuda
 @needs_cuda
-def test_the_recorded_cuda_step_trains_as_the_step_run_op_by_op():
+@pytest.mark.parametrize("setting", ["plain", "adversarial"])
+def test_the_recorded_cuda_step_trains_as_the_step_run_op_by_op(setting):
+    """The recorded step (in the adversarial setting with the one-step samples made inside
+    it) trains as the same step run op by op."""
     ds = load_dataset("mnist5k")
-    common = {"epochs": 2, "hidden": 64, "seed": 0}
+    common = {"epochs": 2, "hidden": 64, "seed": 0, "setting": setting}
     cfgs = [
         TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),

@@ -37,10 +37,12 @@ from .norms import NORMS
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
-#: Section 5's settings of the networks, initialisations, norms of adversarial training.
+#: Section 5's settings of the networks, initialisations, norms and attacks of adversarial
+#: training (``train.adv_attack``: crosslip.training.adversarial).
 SETTINGS = ("plain", "augment", "adversarial")
 INITS = ("authors", "pytorch")
 ADV_NORM_NAMES = tuple(NORMS)
+ADV_ATTACKS = ("one_step", "search")
 
 __all__ = ["KERNEL_REGULARIZERS", "NET_REGULARIZERS", "ConfigError", "validate"]
 
@@ -446,12 +448,14 @@ class NetTrainSpec:
     crop: int = _default_field("train.crop")
     adv_norm: str = _default_field("train.adv_norm")
     adv_fraction: float = _default_field("train.adv_fraction")
+    adv_attack: str = _default_field("train.adv_attack")
 
     def __post_init__(self) -> None:
         _one_of("regularizer", self.regularizer, NET_REGULARIZERS)
         _one_of("arch", self.arch, ARCHS)
         _one_of("setting", self.setting, SETTINGS)
         _one_of("adv_norm", self.adv_norm, ADV_NORM_NAMES)
+        _one_of("adv_attack", self.adv_attack, ADV_ATTACKS)
         _one_of("init", self.init, INITS)
         if self.regularizer in ("none", "dropout") and self.lam != 0:
             raise ConfigError(f"regularizer {self.regularizer!r} takes lambda = 0 (got {self.lam})")
@@ -613,6 +617,7 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
         crop=tr["crop"],
         adv_norm=tr["adv_norm"],
         adv_fraction=float(tr["adv_fraction"]),
+        adv_attack=tr["adv_attack"],
     )
     for setting in tr["settings"]:
         for reg, spec in net_grid(config, setting).items():

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .attacks import upper_bound
+from .attacks import one_step, upper_bound
 from .augment import augment, center_crop
 from .config import NetTrainSpec
 from .errors import ConfigError
@@ -96,16 +96,54 @@ def objective_terms(
     return ce, x.new_zeros(())
 
 
-def adversarial_batch(net: torch.nn.Module, xb: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """``xb`` with its first ``adv_fraction`` replaced by adversarial samples (see
-    :func:`train`); the model is attacked in eval mode (no dropout) and left in train mode."""
-    m = math.ceil(cfg.adv_fraction * len(xb))
+def adversarial_rows(cfg: TrainConfig, n: int) -> int:
+    """How many points of a batch of ``n`` adversarial training replaces:
+    ``ceil(adv_fraction n)``."""
+    return math.ceil(cfg.adv_fraction * n)
+
+
+def adversarial_fractions(
+    cfg: TrainConfig, batches: int, generator: torch.Generator
+) -> torch.Tensor | None:
+    """The one-step attack's fractions ``r`` of one epoch (:mod:`crosslip.attacks.one_step`),
+    (batches, ceil(adv_fraction batch_size)), float64 on the CPU, uniform in [0, 1) from
+    ``generator`` (the training seed's, shared by every network of that seed, like the batch
+    order); row ``b`` serves batch ``b`` (a shorter last batch uses its first entries).
+    None unless the network trains adversarially with ``adv_attack`` ``one_step``."""
+    if cfg.setting != "adversarial" or cfg.adv_attack != "one_step":
+        return None
+    m = adversarial_rows(cfg, cfg.batch_size)
+    return torch.rand(batches, m, generator=generator, dtype=torch.float64, device="cpu")
+
+
+def adversarial_generator(seed: int) -> torch.Generator:
+    """The generator of :func:`adversarial_fractions` for a training seed (``seed + 2``; the
+    batch order draws from ``seed``, the augmentations from ``seed + 1``)."""
+    return torch.Generator(device="cpu").manual_seed(seed + 2)
+
+
+def adversarial_batch(
+    net: torch.nn.Module,
+    xb: torch.Tensor,
+    cfg: TrainConfig,
+    fractions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``xb`` (n, d) with its first ``adv_fraction`` replaced by adversarial samples of
+    ``net`` in ``adv_norm`` (see :func:`train`), made in eval mode (no dropout); the model is
+    left in train mode. ``adv_attack`` ``one_step`` takes the fractions ``r`` (at least m)
+    of :func:`adversarial_fractions`."""
+    m = adversarial_rows(cfg, len(xb))
     if m == 0:
         return xb
+    p = norm_p(cfg.adv_norm)
     net.eval()
-    ub = upper_bound(
-        net, xb[:m], p=norm_p(cfg.adv_norm), rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False
-    )
+    if cfg.adv_attack == "one_step":
+        if fractions is None:
+            raise ValueError("the one-step attack needs its fractions (adversarial_fractions)")
+        first = one_step(net, xb[:m], fractions[:m].to(xb.device), p)
+        net.train()
+        return torch.cat([first, xb[m:]])
+    ub = upper_bound(net, xb[:m], p=p, rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False)
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -165,10 +203,13 @@ def train(
     Settings (Section 5): ``plain``; ``augment``: every batch is augmented
     (:func:`crosslip.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
     error is on center crops, the model takes crops); ``adversarial``: the first
-    ``adv_fraction`` of every batch is replaced by box-constrained adversarial samples of the
-    current model in the ``adv_norm`` (:func:`crosslip.attacks.upper_bound`, the paper's
-    procedure with rtol 1e-2 and 10 bisection steps to keep a step cheap; a point whose
-    attack fails stays as it is), with their true labels.
+    ``adv_fraction`` of every batch is replaced by box-constrained samples of the current
+    model in the ``adv_norm``, with their true labels: ``adv_attack`` ``one_step`` (the
+    authors' code, :mod:`crosslip.attacks.one_step`: one step towards the runner-up class
+    for a random fraction of the gap, the fractions of each epoch drawn by
+    :func:`adversarial_fractions`) or ``search`` (:func:`crosslip.attacks.upper_bound`, the
+    paper's evaluation procedure with rtol 1e-2 and 10 bisection steps; a point whose attack
+    fails stays as it is).
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
@@ -180,6 +221,7 @@ def train(
     torch.manual_seed(cfg.seed)
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     aug_gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)
+    adv_gen = adversarial_generator(cfg.seed)
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
         raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
@@ -214,14 +256,15 @@ def train(
         t_epoch = time.perf_counter()
         net.train()
         perm = torch.randperm(n, generator=gen, device="cpu").to(device)
+        fractions = adversarial_fractions(cfg, batches, adv_gen)
         tot_loss = tot_pen = 0.0
-        for i in range(0, n, cfg.batch_size):
+        for b, i in enumerate(range(0, n, cfg.batch_size)):
             idx = perm[i : i + cfg.batch_size]
             xb, yb = xtr[idx], ytr[idx]
             if augmenting:
                 xb = augment(xb, shape, aug_gen, size=cfg.crop, colour=shape[2] == 3)
             elif cfg.setting == "adversarial":
-                xb = adversarial_batch(net, xb, cfg)
+                xb = adversarial_batch(net, xb, cfg, None if fractions is None else fractions[b])
             ce, pen = objective_terms(net, xb, yb, cfg)
             loss = ce + cfg.lam * pen
             if not math.isfinite(loss.item()):

@@ -9,9 +9,12 @@
   and a refinement by re-linearization; every sample is verified.
 * :mod:`.min_norm`: an iterative minimal-norm L2 attack (FMN walks with targets, restarts
   and a warm start from the above), box-constrained and verified: the strongest upper bound.
+* :mod:`.one_step`: the authors' adversarial-training samples, one step towards the
+  runner-up class for a random fraction of the gap (fixed shapes, no host reads).
 """
 
 from .min_norm import min_norm_attack
+from .one_step import one_step, one_step_stacked
 from .projections import BoxProblem, project_box_reference
 from .single_rhs import project_box
 from .upper_bounds import UpperBound, refine_upper_bound, upper_bound
@@ -20,6 +23,8 @@ __all__ = [
     "BoxProblem",
     "UpperBound",
     "min_norm_attack",
+    "one_step",
+    "one_step_stacked",
     "project_box",
     "project_box_reference",
     "refine_upper_bound",

@@ -13,8 +13,12 @@ many kernel launches as one network). Each grid point keeps its own
 * learning rate and schedule (``lr_decay`` after each fraction ``lr_decay_at`` of the
   updates);
 * dropout masks, drawn independently per grid point (:class:`DropoutMasks`);
-* adversarial samples in the adversarial setting: the paper's attack on its own network
-  (:func:`crosslip.attacks.upper_bound` with ``groups``);
+* adversarial samples in the adversarial setting, made on its own network: the authors'
+  one step towards the runner-up class (``adv_attack`` ``one_step``,
+  :func:`crosslip.attacks.one_step_stacked`, part of the step: fixed shapes, so a CUDA
+  graph records it with the update) or the paper's search
+  (``search``, :func:`crosslip.attacks.upper_bound` with ``groups``, op by op before the
+  step);
 * divergence: a grid point whose loss is not finite stops at that update, as a training of
   its own would, and the others go on.
 
@@ -37,14 +41,22 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..attacks import upper_bound
+from ..attacks import one_step_stacked, upper_bound
 from ..augment import augment, center_crop
 from ..errors import ConfigError
 from ..models import SoftplusNet, StackedSoftplusNet
 from ..norms import norm_p
 from ..progress import Progress
 from ..regularizers import cross_lipschitz_closed_form
-from ..train import TrainConfig, TrainResult, error_rate, lr_decay_updates
+from ..train import (
+    TrainConfig,
+    TrainResult,
+    adversarial_fractions,
+    adversarial_generator,
+    adversarial_rows,
+    error_rate,
+    lr_decay_updates,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -101,8 +113,8 @@ class DropoutMasks:
     for each grid point with a keep probability below 1, a Bernoulli(keep) mask divided by
     keep (``nn.Dropout``'s training-time map) from a generator of its own
     (:func:`dropout_seed`), so independent across grid points and the same whatever the
-    batch; 1 where nothing is dropped. :meth:`scales` is called once per step, after any
-    adversarial samples are made; a subclass may record or replay masks
+    batch; 1 where nothing is dropped. :meth:`scales` is called once per step (the masks
+    do not depend on the adversarial samples); a subclass may record or replay masks
     (:func:`train_grid`'s ``masks``)."""
 
     def __init__(self, specs: Sequence[TrainConfig], device: torch.device | str) -> None:
@@ -162,10 +174,20 @@ class GridStep:
       the penalty (row 1) since the last :meth:`reset_sums`, the epoch's curve;
     * ``neg_lr`` (G,): minus each grid point's current learning rate (the schedule sets
       it between steps, :meth:`set_learning_rates`).
+
+    ``adv_norm`` (p, or None): with the one-step attack's fractions, the step first makes
+    each grid point's adversarial samples (:func:`crosslip.attacks.one_step_stacked`), so
+    that they are part of what is recorded.
     """
 
-    def __init__(self, stack: StackedSoftplusNet, cfgs: Sequence[TrainConfig]) -> None:
+    def __init__(
+        self,
+        stack: StackedSoftplusNet,
+        cfgs: Sequence[TrainConfig],
+        adv_norm: float | None = None,
+    ) -> None:
         self.stack = stack
+        self.adv_norm = adv_norm
         p = stack.U
         opts = {"dtype": p.dtype, "device": p.device}
         regs = [c.regularizer for c in cfgs]
@@ -221,14 +243,19 @@ class GridStep:
         y: torch.Tensor,
         input_scale: torch.Tensor | None = None,
         hidden_scale: torch.Tensor | None = None,
+        fractions: torch.Tensor | None = None,
     ) -> None:
-        """Forward, backward and update of every grid point on the batch ``(x, y)``.
+        """Forward, backward and update of every grid point on the batch ``(x, y)``; with
+        ``fractions`` (m,), the first m points of ``x`` (n, d) are first replaced by each
+        grid point's one-step samples (:meth:`one_step_inputs`).
 
         The penalties read their grid points' weights as leaves of their own (views of
         the stack's, without a graph to it), whose gradients are then added to those
         slices of the stack's gradients in place: a penalty of a few grid points costs no
         gradient of the whole stack's size (as differentiating a slice would)."""
         stack = self.stack
+        if fractions is not None:
+            x = self.one_step_inputs(x, fractions)
         pieces = [
             (stack.U[a:b].detach().requires_grad_(), stack.W[a:b].detach().requires_grad_())
             for a, b, _ in self.pieces
@@ -250,6 +277,16 @@ class GridStep:
             self.updates.add_(self.alive)
             terms = torch.stack([loss.detach(), penalty.detach()])
             self.sums.add_(terms.masked_fill(stopped, 0).double(), alpha=y.shape[0])
+
+    def one_step_inputs(self, x: torch.Tensor, fractions: torch.Tensor) -> torch.Tensor:
+        """The batch of every grid point, (G, n, d): ``x`` (n, d) with its first m =
+        len(fractions) points replaced by that grid point's one-step samples in the norm
+        ``adv_norm`` (no dropout; fixed shapes, nothing read back to the host)."""
+        if self.adv_norm is None:
+            raise ValueError("this step makes no adversarial samples (adv_norm is None)")
+        size, (n, d), m = self.stack.size, x.shape, fractions.shape[0]
+        first = one_step_stacked(self.stack, x[:m], fractions, self.adv_norm)
+        return torch.cat([first, x[m:].expand(size, n - m, d)], dim=1)
 
     def state(self) -> list[torch.Tensor]:
         """Every tensor a step changes: the weights and the bookkeeping."""
@@ -327,13 +364,13 @@ def grid_errors(stack: StackedSoftplusNet, x: torch.Tensor, y: torch.Tensor) -> 
 def adversarial_inputs(
     stack: StackedSoftplusNet, xb: torch.Tensor, cfg: TrainConfig
 ) -> torch.Tensor:
-    """The batch of every grid point, (G, n, d): ``xb`` (n, d) with its first
-    ``adv_fraction`` replaced by box-constrained adversarial samples of that grid point's
-    network (the paper's attack with rtol 1e-2 and 10 bisection steps, as
+    """The batch of every grid point for ``adv_attack`` ``search``, (G, n, d): ``xb`` (n, d)
+    with its first ``adv_fraction`` replaced by box-constrained adversarial samples of that
+    grid point's network (the paper's attack with rtol 1e-2 and 10 bisection steps, as
     :func:`crosslip.train.adversarial_batch` for one network; a point whose attack fails
     stays as it is). All G networks are attacked in one batch of G x m rows."""
     size, (n, d) = stack.size, xb.shape
-    m = math.ceil(cfg.adv_fraction * n)
+    m = adversarial_rows(cfg, n)
     if m == 0:
         return xb.expand(size, n, d)
     rows = xb[:m].repeat(size, 1)  # row r attacks grid point r // m
@@ -423,6 +460,8 @@ def train_grid(
     stack = StackedSoftplusNet(nets).to(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    adv_gen = adversarial_generator(seed)
+    one_step = setting == "adversarial" and shared["adv_attack"] == "one_step"
     dropout = masks(specs, device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
@@ -431,7 +470,7 @@ def train_grid(
     batches = math.ceil(n / batch_size)
     decay_after = [lr_decay_updates(c.lr_decay_at, epochs * batches) for c in specs]
     lrs = [c.lr for c in specs]
-    step = GridStep(stack, specs)
+    step = GridStep(stack, specs, norm_p(shared["adv_norm"]) if one_step else None)
     curves: list[list[dict[str, float]]] = [[] for _ in specs]
     status = ["ok"] * size
     progress = Progress(
@@ -457,14 +496,19 @@ def train_grid(
         alive_before = step.alive.tolist()
         perm = torch.randperm(n, generator=gen, device="cpu").to(device)
         xperm, yperm = xtr[perm], ytr[perm]
-        for i in range(0, n, batch_size):
+        fractions = adversarial_fractions(specs[0], batches, adv_gen)
+        if fractions is not None:  # one copy per epoch
+            fractions = fractions.to(device, xtr.dtype)
+        for b, i in enumerate(range(0, n, batch_size)):
             xb, yb = xperm[i : i + batch_size], yperm[i : i + batch_size]
             if augmenting:
                 xb = augment(xb, shape, aug_gen, size=shared["crop"], colour=shape[2] == 3)
-            elif setting == "adversarial":
+            elif setting == "adversarial" and not one_step:
                 xb = adversarial_inputs(stack, xb, specs[0])
             input_scale, hidden_scale = dropout.scales(len(yb), xb.shape[-1], stack.U.shape[1], xb)
-            inputs = (xb, yb, input_scale, hidden_scale)
+            inputs: tuple[torch.Tensor | None, ...] = (xb, yb, input_scale, hidden_scale)
+            if fractions is not None:  # the samples are made inside the step
+                inputs += (fractions[b, : adversarial_rows(specs[0], len(yb))],)
             if graphs and len(yb) == batch_size and recorded is None:
                 recorded = record_step(step, *inputs)
                 graphs = recorded is not None
