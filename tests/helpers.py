@@ -152,6 +152,10 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
         *("--sizes", "1", "3", "--points", "96", "--rounds", "1", "--hidden", "16"),
         *("--threads", "1"),
     ],
+    "bench_adversarial.py": [
+        *("--sizes", "1", "3", "--points", "96", "--rounds", "1", "--steps", "1"),
+        *("--hidden", "16", "--threads", "1"),
+    ],
     "bench_min_norm.py": [
         *("--dataset", "mnist5k", "--hidden", "32", "--epochs", "1", "--points", "12"),
         *("--steps", "5", "--targets", "2", "--restarts", "1", "--refine-steps", "1"),

@@ -171,6 +171,34 @@ def test_bench_grid_runs_on_the_cpu_and_ends_with_one_json_line():
 
 
 @pytest.mark.slow  # a whole benchmark run: the full tier
+def test_bench_adversarial_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench(
+        "bench_adversarial.py", *TINY_BENCH_ARGS["bench_adversarial.py"], *("--device", "cpu")
+    )
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["grid"] == 26 and res["adversarial_rows"] == 32
+    assert set(res["sizes"]) == {"1", "3"}
+    for r in res["sizes"].values():
+        for kind in ("plain", "one_step", "search"):
+            assert r[f"{kind}_seconds_per_step"] > 0
+        assert math.isclose(
+            r["speedup_one_step_vs_search"],
+            r["search_seconds_per_step"] / r["one_step_seconds_per_step"],
+        )
+        # the plain step and the one-step attack read nothing back to the host (a recorded
+        # graph could not); the search does, to shrink its working set
+        assert r["host_reads_per_step_plain"] == r["host_reads_per_step_one_step"] == 0
+        assert r["host_reads_per_step_search"] > 0
+        assert r["ops_per_step_plain"] < r["ops_per_step_one_step"] < r["ops_per_step_search"]
+    one, three = res["sizes"]["1"], res["sizes"]["3"]
+    # batched: three networks make their samples with the operations of one
+    assert abs(three["ops_per_step_one_step"] - one["ops_per_step_one_step"]) <= 2
+    assert res["speedup_one_step_vs_search"] == three["speedup_one_step_vs_search"]
+    assert any(line.startswith("G =  3: plain") for line in out)
+
+
+@pytest.mark.slow  # a whole benchmark run: the full tier
 def test_bench_min_norm_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_min_norm.py", *TINY_BENCH_ARGS["bench_min_norm.py"], *("--device", "cpu")

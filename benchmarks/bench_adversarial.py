@@ -1,0 +1,192 @@
+"""Adversarial-training benchmark: a batched step of the MNIST grid with the authors' one-step
+samples against the same step with the paper's search, side by side with the plain step.
+
+The networks are those of the MNIST preset's adversarial setting
+(``config/presets/mnist.yaml``: 784-1024-10 softplus networks, no weight decay ...
+Cross-Lipschitz, two learning rates; 26 in all), first trained together for
+``--warm-epochs`` plain epochs on ``--points`` real digits, so that the attacks meet
+networks that have learned something (an attack on random weights ends early). For each
+size G of ``--sizes`` (the first G networks, Cross-Lipschitz first), one step on a batch of
+64 digits (float32; half of it replaced by adversarial samples in Linf) is timed in three
+kinds that take turns over ``--rounds`` rounds of ``--steps`` steps each:
+
+* **plain**: :class:`crosslip.training.grid.GridStep` on the batch as it is (the floor);
+* **one_step** (``train.adv_attack: one_step``, the default): the step makes each grid
+  point's samples itself (:func:`crosslip.attacks.one_step_stacked`), fixed shapes and no
+  read back to the host, so on CUDA the whole step is one recorded graph;
+* **search** (``train.adv_attack: search``): the paper's attack on every grid point
+  (:func:`crosslip.training.grid.adversarial_inputs`, rtol 1e-2, at most 10 bisection
+  steps), then the step.
+
+Figures per G and kind: seconds per step (median over the rounds), network-epochs per
+second (a network-epoch: 60,000 digits, one full MNIST epoch, for one network), the
+operations one step dispatches (each a kernel launch on a GPU; views and allocations not
+counted) and how many of them read a value back to the host (each one a stall of the GPU,
+and none allowed in a recorded graph): :class:`crosslip.op_count.OpCount`. The last line is
+one JSON object; ``speedup_one_step_vs_search`` and the ``ops_per_step_*`` are those of the
+largest G.
+Run: ``.venv/bin/python benchmarks/bench_adversarial.py [--device auto]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from crosslip.config import preset_networks
+from crosslip.data import load_dataset
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
+from crosslip.models import StackedSoftplusNet
+from crosslip.op_count import OpCount
+from crosslip.train import TrainConfig, adversarial_rows
+from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "config" / "presets" / "mnist.yaml"
+K = 10
+FULL_MNIST = 60000
+KINDS = ("plain", "one_step", "search")
+
+
+def warm_networks(specs: list[TrainConfig], data: tuple, device: torch.device) -> list:
+    """The networks of ``specs`` after their plain epochs (trained as one batched model)."""
+    plain = [TrainConfig(**{**s.__dict__, "setting": "plain"}) for s in specs]
+    return [r.model for r in train_grid(plain, *data, device=device)]
+
+
+def run_kind(
+    kind: str,
+    step: GridStep,
+    stack: StackedSoftplusNet,
+    spec: TrainConfig,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    fractions: torch.Tensor,
+) -> None:
+    """One step of ``kind`` on the batch."""
+    if kind == "plain":
+        step(xb, yb)
+    elif kind == "one_step":
+        step(xb, yb, fractions=fractions)
+    else:
+        step(adversarial_inputs(stack, xb, spec), yb)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 26], help="grid sizes G")
+    ap.add_argument("--points", type=int, default=2000, help="digits of the warm-up epochs")
+    ap.add_argument("--warm-epochs", type=int, default=1, help="plain epochs before timing")
+    ap.add_argument("--steps", type=int, default=5, help="steps timed per round and kind")
+    ap.add_argument("--rounds", type=int, default=3, help="turns of the three kinds")
+    ap.add_argument("--hidden", type=int, default=1024, help="hidden units (1024 in the paper)")
+    add_device_argument(ap)
+    add_threads_argument(ap)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    dev = resolve_device(args.device)
+    ds = load_dataset("mnist5k")
+    x, y = ds.x_train[: args.points], ds.y_train[: args.points]
+    grid = preset_networks(PRESET, "adversarial", args.hidden, args.warm_epochs)
+    largest = max(args.sizes)
+    nets = warm_networks(grid[:largest], (x, y, ds.x_test[:500], ds.y_test[:500], K), dev)
+    batch = grid[0].batch_size
+    m = adversarial_rows(grid[0], batch)
+    gen = torch.Generator().manual_seed(0)
+    batches = [
+        (
+            torch.as_tensor(x[i * batch : (i + 1) * batch], device=dev),
+            torch.as_tensor(y[i * batch : (i + 1) * batch], device=dev),
+            torch.rand(m, generator=gen).to(dev),
+        )
+        for i in range(args.steps)
+    ]
+    res: dict = {
+        "machine": describe_machine(dev),
+        "device": str(dev),
+        "hidden": args.hidden,
+        "batch": batch,
+        "adversarial_rows": m,
+        "adv_norm": grid[0].adv_norm,
+        "warm_epochs": args.warm_epochs,
+        "warm_points": len(x),
+        "grid": len(grid),
+        "sizes": {},
+    }
+    for size in args.sizes:
+        pairs = sorted(
+            zip(grid[:size], nets[:size], strict=True),
+            key=lambda pair: REGULARIZER_ORDER.index(pair[0].regularizer),
+        )  # a step's regularizers in contiguous slices
+        specs = [spec for spec, _ in pairs]
+        stack = StackedSoftplusNet([net for _, net in pairs]).to(dev)
+        step = GridStep(stack, specs, adv_norm=float("inf"))
+        per_step: dict[str, list[float]] = {k: [] for k in KINDS}
+        for kind in KINDS:  # warm-up: allocator, thread pools, cuBLAS
+            run_kind(kind, step, stack, specs[0], *batches[0])
+        for _ in range(args.rounds):
+            for kind in KINDS:
+                synchronize(dev)
+                t0 = time.perf_counter()
+                for xb, yb, fr in batches:
+                    run_kind(kind, step, stack, specs[0], xb, yb, fr)
+                synchronize(dev)
+                per_step[kind].append((time.perf_counter() - t0) / len(batches))
+        row: dict = {}
+        for kind in KINDS:
+            with OpCount() as count:
+                run_kind(kind, step, stack, specs[0], *batches[0])
+            seconds = statistics.median(per_step[kind])
+            row[f"{kind}_seconds_per_step"] = seconds
+            row[f"{kind}_network_epochs_per_second"] = size * batch / FULL_MNIST / seconds
+            row[f"ops_per_step_{kind}"] = count.ops
+            row[f"host_reads_per_step_{kind}"] = count.host_reads
+        row["speedup_one_step_vs_search"] = (
+            row["search_seconds_per_step"] / row["one_step_seconds_per_step"]
+        )
+        row["one_step_vs_plain"] = row["one_step_seconds_per_step"] / row["plain_seconds_per_step"]
+        row["search_vs_plain"] = row["search_seconds_per_step"] / row["plain_seconds_per_step"]
+        res["sizes"][str(size)] = row
+    top = res["sizes"][str(largest)]
+    res["speedup_one_step_vs_search"] = top["speedup_one_step_vs_search"]
+    for kind in KINDS:
+        res[f"ops_per_step_{kind}"] = top[f"ops_per_step_{kind}"]
+        res[f"host_reads_per_step_{kind}"] = top[f"host_reads_per_step_{kind}"]
+
+    print(f"machine: {res['machine']} (device {res['device']})")
+    print(
+        f"batch {batch} ({m} replaced, {res['adv_norm']}), hidden {args.hidden}; networks "
+        f"after {args.warm_epochs} plain epoch(s) on {len(x)} digits; "
+        f"{args.rounds} rounds x {args.steps} steps"
+    )
+    for size, r in res["sizes"].items():
+        print(
+            f"G = {size:>2}: "
+            + "; ".join(
+                f"{kind} {1e3 * r[f'{kind}_seconds_per_step']:.1f} ms/step "
+                f"({r[f'ops_per_step_{kind}']} ops, {r[f'host_reads_per_step_{kind}']} host "
+                "reads)"
+                for kind in KINDS
+            )
+        )
+        print(
+            f"        one_step x{r['speedup_one_step_vs_search']:.2f} faster than search; "
+            f"x{r['one_step_vs_plain']:.2f} (one_step) and x{r['search_vs_plain']:.2f} (search) "
+            "the plain step"
+        )
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
