@@ -156,6 +156,10 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
         *("--sizes", "1", "3", "--points", "96", "--rounds", "1", "--steps", "1"),
         *("--hidden", "16", "--threads", "1"),
     ],
+    "bench_compile.py": [
+        *("--sizes", "1", "2", "--steps", "2", "--rounds", "1", "--hidden", "16"),
+        *("--backend", "aot_eager", "--threads", "1"),  # inductor's C++ build: a minute
+    ],
     "bench_min_norm.py": [
         *("--dataset", "mnist5k", "--hidden", "32", "--epochs", "1", "--points", "12"),
         *("--steps", "5", "--targets", "2", "--restarts", "1", "--refine-steps", "1"),

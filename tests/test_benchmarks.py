@@ -199,6 +199,25 @@ def test_bench_adversarial_runs_on_the_cpu_and_ends_with_one_json_line():
 
 
 @pytest.mark.slow  # a whole benchmark run: the full tier
+def test_bench_compile_runs_on_the_cpu_and_ends_with_one_json_line():
+    out = run_bench("bench_compile.py", *TINY_BENCH_ARGS["bench_compile.py"], "--device", "cpu")
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["device"] == "cpu" and res["backend"] == "aot_eager" and res["hidden"] == 16
+    assert set(res["sizes"]) == {"1", "2"}
+    for r in res["sizes"].values():
+        assert r["eager_seconds_per_step"] > 0 and r["compiled_seconds_per_step"] > 0
+        assert math.isclose(
+            r["speedup_compiled_vs_eager"],
+            r["eager_seconds_per_step"] / r["compiled_seconds_per_step"],
+        )
+        # the same steps on the same weights: the compiled copy trained as the eager one
+        assert r["max_weight_difference"] < 1e-5
+    assert res["compile_seconds_cold"] == res["sizes"]["1"]["compile_seconds_first_call"]
+    assert res["speedup_compiled_vs_eager"] == res["sizes"]["2"]["speedup_compiled_vs_eager"]
+
+
+@pytest.mark.slow  # a whole benchmark run: the full tier
 def test_bench_min_norm_runs_on_the_cpu_and_ends_with_one_json_line():
     out = run_bench(
         "bench_min_norm.py", *TINY_BENCH_ARGS["bench_min_norm.py"], *("--device", "cpu")
