@@ -3,10 +3,10 @@ replayed as a CUDA graph must not do (a graph replays kernels; a value read in P
 shape that depends on values, would be frozen at the recording). On the CPU nothing needs a
 copy, so the check looks at the operations themselves:
 
-* the operators whose result goes to Python or whose output shape depends on the values:
-  ``aten._local_scalar_dense`` (``item()``, ``bool()``, ``int()``, ``float()`` of a tensor),
-  ``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing (which runs
-  ``nonzero``), ``repeat_interleave`` with tensor repeats;
+* the operators whose result goes to Python or whose output shape depends on the values
+  (:func:`crosslip.op_count.host_read`): ``aten._local_scalar_dense`` (``item()``,
+  ``bool()``, ``int()``, ``float()`` of a tensor), ``nonzero``, ``masked_select``,
+  ``unique``, boolean-mask indexing, ``repeat_interleave`` with tensor repeats;
 * the Tensor methods that copy to the host: ``tolist``, ``numpy``, ``cpu``.
 """
 
@@ -15,11 +15,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from crosslip.op_count import HOST_READING_OPS
+from crosslip.op_count import host_read
 
 HOST_COPYING_METHODS = frozenset({"tolist", "numpy", "cpu"})
 
@@ -30,13 +29,9 @@ class HostReadError(AssertionError):
 
 class _Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name.replace("::", ".")
-        if name in HOST_READING_OPS:
-            raise HostReadError(f"{name}: a value read back to the host (or a shape from values)")
-        if name in ("aten.index", "aten.index_put", "aten.index_put_") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ()
-        ):
-            raise HostReadError(f"{name} with a boolean mask: a shape from values")
+        why = host_read(func._schema.name.replace("::", "."), args)
+        if why is not None:
+            raise HostReadError(why)
         return func(*args, **(kwargs or {}))
 
 
