@@ -35,10 +35,11 @@ def fractions(m: int, seed: int) -> torch.Tensor:
 
 def test_the_runner_up_is_the_second_largest_logit():
     logits = torch.tensor([[0.1, 3.0, 2.0, -1.0], [5.0, 4.0, 4.5, 0.0]])
-    c, j = runner_up(logits)
+    c, j, gap = runner_up(logits)
     assert c.tolist() == [1, 0] and j.tolist() == [2, 2]
-    c, j = runner_up(logits.expand(3, 2, 4))  # a grid of networks: (G, m)
-    assert c.shape == j.shape == (3, 2) and j[2].tolist() == [2, 2]
+    torch.testing.assert_close(gap, torch.tensor([1.0, 0.5]))
+    c, j, gap = runner_up(logits.expand(3, 2, 4))  # a grid of networks: (G, m)
+    assert c.shape == j.shape == gap.shape == (3, 2) and j[2].tolist() == [2, 2]
 
 
 @pytest.mark.parametrize("p", NORMS)
@@ -51,9 +52,8 @@ def test_on_a_linear_model_the_step_closes_the_stated_fraction_of_the_gap_minima
     assert out.shape == x.shape and out.min() >= 0 and out.max() <= 1
     with torch.no_grad():
         before, after = model(x), model(out)
-    c, j = runner_up(before)
+    c, j, gap = runner_up(before)
     rows = torch.arange(m)
-    gap = before[rows, c] - before[rows, j]
     moved = (out != x).any(1)
     assert moved.sum() >= m // 2, "most steps of a random linear model fit in the box"
     # linear: the sample's gap is exactly (1 - r) times the gap at x

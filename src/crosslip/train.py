@@ -102,6 +102,11 @@ def adversarial_rows(cfg: TrainConfig, n: int) -> int:
     return math.ceil(cfg.adv_fraction * n)
 
 
+def makes_one_step_samples(cfg: TrainConfig) -> bool:
+    """Whether the network trains adversarially with ``adv_attack`` ``one_step``."""
+    return cfg.setting == "adversarial" and cfg.adv_attack == "one_step"
+
+
 def adversarial_fractions(
     cfg: TrainConfig, batches: int, generator: torch.Generator
 ) -> torch.Tensor | None:
@@ -109,8 +114,8 @@ def adversarial_fractions(
     (batches, ceil(adv_fraction batch_size)), float64 on the CPU, uniform in [0, 1) from
     ``generator`` (the training seed's, shared by every network of that seed, like the batch
     order); row ``b`` serves batch ``b`` (a shorter last batch uses its first entries).
-    None unless the network trains adversarially with ``adv_attack`` ``one_step``."""
-    if cfg.setting != "adversarial" or cfg.adv_attack != "one_step":
+    None unless :func:`makes_one_step_samples`."""
+    if not makes_one_step_samples(cfg):
         return None
     m = adversarial_rows(cfg, cfg.batch_size)
     return torch.rand(batches, m, generator=generator, dtype=torch.float64, device="cpu")
@@ -130,8 +135,8 @@ def adversarial_batch(
 ) -> torch.Tensor:
     """``xb`` (n, d) with its first ``adv_fraction`` replaced by adversarial samples of
     ``net`` in ``adv_norm`` (see :func:`train`), made in eval mode (no dropout); the model is
-    left in train mode. ``adv_attack`` ``one_step`` takes the fractions ``r`` (at least m)
-    of :func:`adversarial_fractions`."""
+    left in train mode. ``adv_attack`` ``one_step`` takes the fractions ``r`` (at least m,
+    on ``xb``'s device) of :func:`adversarial_fractions`."""
     m = adversarial_rows(cfg, len(xb))
     if m == 0:
         return xb
@@ -140,7 +145,7 @@ def adversarial_batch(
     if cfg.adv_attack == "one_step":
         if fractions is None:
             raise ValueError("the one-step attack needs its fractions (adversarial_fractions)")
-        first = one_step(net, xb[:m], fractions[:m].to(xb.device), p)
+        first = one_step(net, xb[:m], fractions[:m], p)
         net.train()
         return torch.cat([first, xb[m:]])
     ub = upper_bound(net, xb[:m], p=p, rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False)
@@ -257,6 +262,8 @@ def train(
         net.train()
         perm = torch.randperm(n, generator=gen, device="cpu").to(device)
         fractions = adversarial_fractions(cfg, batches, adv_gen)
+        if fractions is not None:  # one copy per epoch
+            fractions = fractions.to(device, xtr.dtype)
         tot_loss = tot_pen = 0.0
         for b, i in enumerate(range(0, n, cfg.batch_size)):
             idx = perm[i : i + cfg.batch_size]

@@ -33,11 +33,12 @@ from ..models import StackedSoftplusNet
 from .projections import BoxProblem
 
 
-def runner_up(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The predicted class ``c`` and the runner-up ``j`` (the two largest logits, ``c``
-    first) of every row of ``logits`` (..., K): two tensors of shape (...)."""
-    top = logits.topk(2, dim=-1).indices
-    return top[..., 0], top[..., 1]
+def runner_up(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The predicted class ``c``, the runner-up ``j`` (the two largest logits, ``c`` first)
+    and the gap ``f_c - f_j >= 0`` of every row of ``logits`` (..., K): three tensors of
+    shape (...); the gap keeps the logits' autograd graph."""
+    top = logits.topk(2, dim=-1)
+    return top.indices[..., 0], top.indices[..., 1], top.values[..., 0] - top.values[..., 1]
 
 
 def box_step(
@@ -73,9 +74,7 @@ def one_step(
     pass."""
     with torch.enable_grad():
         xa = x.detach().requires_grad_(True)
-        logits = model(xa)
-        c, j = runner_up(logits.detach())
-        gap = logits.gather(1, c[:, None]).squeeze(1) - logits.gather(1, j[:, None]).squeeze(1)
+        _, _, gap = runner_up(model(xa))
         (v,) = torch.autograd.grad(gap.sum(), xa)
     with torch.no_grad():
         return box_step(x, v, fractions.to(x.dtype) * gap.detach(), p, lo, hi)
@@ -96,12 +95,11 @@ def one_step_stacked(
     read back to the host (``x`` must lie in the box: it is not checked)."""
     logits, z = stack.logits_and_preactivation(x)  # (G, m, K), (G, m, H)
     size, m, h = z.shape
-    c, j = runner_up(logits)  # (G, m)
+    c, j, gap = runner_up(logits)  # (G, m) each
     w = stack.W  # (G, K, H)
     w_c = w.gather(1, c[:, :, None].expand(size, m, h))
     w_j = w.gather(1, j[:, :, None].expand(size, m, h))
     v = torch.matmul(stack.sigma_prime(z) * (w_c - w_j), stack.U)  # (G, m, d)
-    gap = logits.gather(2, c[:, :, None]).squeeze(2) - logits.gather(2, j[:, :, None]).squeeze(2)
     t = fractions.to(x.dtype) * gap
     d = x.shape[1]
     rows = x.expand(size, m, d).reshape(size * m, d)

@@ -56,6 +56,7 @@ from ..train import (
     adversarial_rows,
     error_rate,
     lr_decay_updates,
+    makes_one_step_samples,
 )
 
 LOG = logging.getLogger(__name__)
@@ -461,7 +462,7 @@ def train_grid(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     adv_gen = adversarial_generator(seed)
-    one_step = setting == "adversarial" and shared["adv_attack"] == "one_step"
+    one_step = makes_one_step_samples(specs[0])
     dropout = masks(specs, device)
     xtr = torch.as_tensor(x_train, device=device)
     ytr = torch.as_tensor(y_train, device=device)
