@@ -41,12 +41,7 @@ from .softplus_bounds import PreactivationRange, Prop23Bound
 SATURATED = 0.05
 
 
-def gradient_difference_norm(U: torch.Tensor, d: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """``||U^T (d * s)||_2`` (n,): the norm of ``grad f_j - grad f_c`` (eq. 5) for
-    ``d = w_j - w_c`` (n, H) and ``s = sigma'(z)`` (n, H), ``U`` (H, d)."""
-    return torch.linalg.vector_norm((d * s) @ U, dim=1)
-
-
+@torch.no_grad()
 def ascend_gradient_difference(
     net: SoftplusNet,
     x: torch.Tensor,
@@ -61,12 +56,12 @@ def ascend_gradient_difference(
 
     The gradient is in closed form: with ``g = U^T (d s)``, ``phi = ||g||^2``,
     ``dphi/dz_r = 2 (U g)_r d_r sigma''(z_r)``, ``sigma'' = alpha s (1 - s)``."""
-    U, b, a = net.U.detach(), net.hidden_bias().detach(), net.alpha
+    U, a = net.U, net.alpha
     y = x.clone()
     best = x.new_zeros(len(x))
     r = radius[:, None]
     for k in range(steps + 1):
-        s = torch.sigmoid(a * (y @ U.T + b))
+        s = net.sigma_prime(net.preactivation(y))
         g = (d * s) @ U
         best = torch.maximum(best, torch.linalg.vector_norm(g, dim=1))
         if k == steps:
@@ -103,9 +98,9 @@ def decompose(
     net = copy.deepcopy(net).to(dtype=torch.float64, device=x.device).eval()
     x = x.to(torch.float64)
     cert = certify_softplus(net, x, rtol=rtol, kinds=("local",))
-    U, W, b, a = net.U, net.W, net.hidden_bias(), net.alpha
-    z = x @ U.T + b
-    s = torch.sigmoid(a * z)
+    U, W = net.U, net.W
+    z = net.preactivation(x)
+    s = net.sigma_prime(z)
     logits = net(x)
     pred = cert["pred"].to(x.device)
     n, k = logits.shape
@@ -113,14 +108,13 @@ def decompose(
     others = logits.scatter(1, pred[:, None], -torch.inf)
     j = cert["bound_class"].to(x.device)
     j = torch.where(j >= 0, j, others.argmax(1))
-    margin = logits[rows, pred] - logits[rows, j]
-    lip0 = gradient_difference_norm(U, W[j] - W[pred], s)
-    # the first-order distance over every class: m_j / ||grad f_c - grad f_j|| at x
-    first = torch.full((n,), torch.inf, dtype=x.dtype, device=x.device)
-    for cls in range(k):
-        lip = gradient_difference_norm(U, W[cls] - W[pred], s)
-        m = logits[rows, pred] - logits[:, cls]
-        first = torch.where(pred != cls, torch.minimum(first, m / lip), first)
+    # margins m_j = f_c - f_j and L_j(0) = ||grad f_c - grad f_j|| at x, (n, K) each
+    grads = net.class_gradients(x)
+    lips = torch.linalg.vector_norm(grads - grads[rows, pred][:, None], dim=2)
+    margins = logits[rows, pred][:, None] - logits
+    margin, lip0 = margins[rows, j], lips[rows, j]
+    # the first-order distance over every class j != c
+    first = (margins / lips).scatter(1, pred[:, None], torch.inf).amin(1)
     radius = cert["radius_local"].to(x.device)
     finite = torch.isfinite(radius)
     r = torch.where(finite, radius, torch.zeros_like(radius))
