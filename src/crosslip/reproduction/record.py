@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..results_schema import L2_UPPER_METHODS
 from .claims import (
     CRITERIA,
     KERNEL_ORDER,
@@ -494,7 +495,7 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     s = s.assign(_o=s["method"].map(order)).sort_values(["_o", "model_id"])
     nan = pd.Series(float("nan"), index=s.index)
     refined = s.get("mean_upper_bound_l2_refined", nan)
-    shares = [s.get(f"share_best_l2_{m}", nan) for m in ("paper", "refined", "min_norm")]
+    shares = [s.get(f"share_best_l2_{m}", nan) for m in L2_UPPER_METHODS]
     all_points = s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
     return pd.DataFrame(
         {
