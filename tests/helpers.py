@@ -165,6 +165,11 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
         *("--steps", "5", "--targets", "2", "--restarts", "1", "--refine-steps", "1"),
         *("--check-points", "4", "--threads", "1"),
     ],
+    "bench_preset.py": [
+        *("--dataset", "mnist5k", "--hidden", "8", "--train-points", "128", "--epochs", "1"),
+        *("2", "--points", "4", "--models-per-setting", "2", "--startup-runs", "1"),
+        *("--threads", "1"),
+    ],
 }
 
 

@@ -259,3 +259,57 @@ def test_suite_times_runs_a_tier_beside_a_baseline_and_ends_with_one_json_line()
     assert 0 < fast["cpu_seconds"] and 0 < fast["baseline_cpu_seconds"]  # pytest's own at least
     assert math.isclose(fast["busy_cores"], fast["cpu_seconds"] / fast["seconds"])
     assert all(s["test"].startswith("tests/test_rounding.py::") for s in fast["slowest"])
+
+
+@pytest.mark.slow  # a whole benchmark run: the full tier
+def test_bench_preset_projects_the_whole_preset_from_its_measured_parts():
+    out = run_bench("bench_preset.py", *TINY_BENCH_ARGS["bench_preset.py"], "--device", "cpu")
+    assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
+    res = json.loads(out[-1])
+    assert res["configfiles"] == ["config/presets/mnist.yaml", "config/overrides/gpu.yaml"]
+    assert res["dataset"] == "mnist5k" and res["networks"] == 78 and res["hidden"] == 8
+    assert res["epochs"] == 200 and res["epochs_measured"] == [1, 2]
+    assert res["train_points_measured"] == 128 and res["eval_points_measured"] == 4
+    # the preset with the GPU override: a training, a certification and an attack job per
+    # setting; one job each per model without batches
+    assert set(res["settings"]) == {"plain", "augment", "adversarial"}
+    assert res["jobs"] == 9 and res["jobs_per_model"] == 3 * 78
+    steps = math.ceil(res["train_points"] / 64) / math.ceil(128 / 64)
+    for s in res["settings"].values():
+        assert s["networks"] == 26 and s["train_jobs"] == 1
+        assert len(s["models_evaluated"]) == 2 and 0 <= s["attack_min_norm_share"] <= 1
+        b = s["train_batched"]
+        t1, t2 = b["measured_seconds"]
+        assert math.isclose(b["seconds_per_epoch"], max(t2 - t1, 0) * steps)
+        assert math.isclose(b["fixed_seconds"], max(t1 - max(t2 - t1, 0), 0))
+        assert math.isclose(
+            b["projected_seconds"], b["fixed_seconds"] + 200 * b["seconds_per_epoch"]
+        )
+        each = s["train_per_model_each"]["projected_seconds"]
+        assert math.isclose(s["train_per_model_projected_seconds"], 26 * each)
+        points = res["eval_points"] / 4
+        assert math.isclose(
+            s["attack_projected_seconds"], 26 * s["attack_seconds_per_model"] * points
+        )
+        assert math.isclose(
+            s["certify_projected_seconds"], 26 * s["certify_seconds_per_model"] * points
+        )
+    stages = res["projected_seconds_by_stage"]
+    assert math.isclose(res["projected_preset_seconds"], sum(stages.values()))
+    assert math.isclose(stages["startup"], 9 * res["startup_seconds_per_job"])
+    per_model = res["projected_per_model_seconds_by_stage"]
+    assert per_model["certify"] == stages["certify"] and per_model["attack"] == stages["attack"]
+    assert math.isclose(per_model["startup"], 234 * res["startup_seconds_per_job"])
+    assert math.isclose(
+        res["speedup_vs_per_model"],
+        res["projected_per_model_seconds"] / res["projected_preset_seconds"],
+    )
+    assert res["within_target"] == (res["projected_preset_seconds"] <= 1800)
+    assert any(line.startswith("projected: train ") for line in out)
+
+
+def test_bench_preset_refuses_epochs_out_of_order(capsys):
+    with pytest.raises(SystemExit) as stop:
+        run_bench("bench_preset.py", "--epochs", "3", "3", "--device", "cpu")
+    assert stop.value.code == 2
+    assert "--epochs 3 3: give two epoch counts, 0 < E1 < E2" in capsys.readouterr().err

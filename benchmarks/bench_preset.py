@@ -1,0 +1,440 @@
+"""Preset benchmark: how long a whole preset takes on one device, projected from a measured
+part of each of its stages, against one process per model side by side.
+
+A preset (default ``config/presets/mnist.yaml`` with ``config/overrides/gpu.yaml``, merged
+as Snakemake merges several ``--configfile``) is too long to run inside one benchmark: the
+MNIST preset trains 78 networks for 200 epochs and certifies and attacks 10,000 points with
+each. This benchmark runs the workflow's own stage functions on a part of that work and
+projects the rest; every projection is linear in what it scales:
+
+* **training** (per setting, the workflow's jobs of :func:`crosslip.job_batches.plan_batches`
+  through :func:`crosslip.stages.training.train_grid_stage`): the setting's whole grid
+  trained as one batched model for ``E1`` and for ``E2`` epochs (``--epochs E1 E2``) on
+  ``--train-points`` digits; the difference gives the seconds per epoch, the rest the fixed
+  cost (set-up, the CUDA graph's recording, writing the models). Projected: fixed + epochs x
+  seconds per epoch x (full training set's steps / measured steps).
+* **per model, side by side** (``train.batch_grid: false``,
+  :func:`crosslip.stages.training.train_stage`): each model evaluated below also trained
+  alone for ``E1`` and ``E2`` epochs, projected in the same way, times the setting's grid.
+* **certification and attacks** (:func:`crosslip.stages.certification.certify_stage` and
+  :func:`crosslip.stages.attack.attack_stage`, the config's every setting: kinds, norms, the
+  refinement and the minimal-norm attack): ``--models-per-setting`` trained models spread
+  over the grid, each on ``--points`` evaluation points (default: the config's
+  ``n_points``); the mean per model, times the setting's models, times config points over
+  measured points. The first of them is attacked once more without the minimal-norm attack
+  (``min_norm_steps`` 0), which gives that attack's share. These models have trained for
+  ``E2`` epochs, not the preset's: an attack's cost depends a little on the margins.
+* **start-up**: a Python process that imports the stages and initialises the device,
+  timed (median of ``--startup-runs``), times the jobs on the device: batched (this config)
+  or one per model.
+
+Not counted: preparing the data (once), the tables and figures (CPU jobs), and Snakemake's
+own scheduling. The jobs are summed as if they ran one after another; a profile that lets
+two share the device (``--resources gpu=2``) can only be faster where the device is not
+full. The target is that of issue 24: the MNIST preset in 30 minutes on one H100
+(``--target-minutes``). ``--settings`` measures some settings only (the projection is then
+of those); ``--dataset`` and ``--hidden`` replace the preset's (tiny runs).
+The last line is one JSON object; ``projected_preset_seconds`` and
+``speedup_vs_per_model`` are the headline figures.
+Run: ``.venv/bin/python benchmarks/bench_preset.py [--device auto]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from snakemake.utils import update_config
+
+from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
+from crosslip.data import load_prepared, save_prepared
+from crosslip.device import (
+    add_device_argument,
+    add_threads_argument,
+    describe_machine,
+    resolve_device,
+    synchronize,
+)
+from crosslip.job_batches import evaluation_batches, plan_batches
+from crosslip.stages.attack import attack_stage
+from crosslip.stages.certification import certify_stage
+from crosslip.stages.data import prepare_data
+from crosslip.stages.training import train_grid_stage, train_stage
+from crosslip.training.grid import REGULARIZER_ORDER
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = [ROOT / "config" / "presets" / "mnist.yaml", ROOT / "config" / "overrides" / "gpu.yaml"]
+MIRROR = ROOT.parent / "shared" / "data" / "mnist"
+STARTUP = (
+    "import torch, crosslip.stages.attack, crosslip.stages.certification, "
+    "crosslip.stages.training; torch.zeros(1, device={device!r}).sum().item()"
+)
+
+
+def merged_config(files: list[Path]) -> dict[str, Any]:
+    """The files merged in order, later keys over earlier (Snakemake's ``--configfile``)."""
+    config: dict[str, Any] = {}
+    for f in files:
+        update_config(config, yaml.safe_load(Path(f).read_text()) or {})
+    return config
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of ``fn()``, ``device`` synchronised before both clock readings."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float) -> dict:
+    """Trainings of ``e1`` and ``e2`` epochs took ``t1`` and ``t2`` seconds: the seconds per
+    epoch, the fixed cost (at least 0) and the projection to ``epochs`` epochs of ``scale``
+    times the measured steps."""
+    per_epoch = max(t2 - t1, 0.0) / (e2 - e1)
+    fixed = max(t1 - e1 * per_epoch, 0.0)
+    return {
+        "measured_seconds": [t1, t2],
+        "seconds_per_epoch": per_epoch * scale,
+        "fixed_seconds": fixed,
+        "projected_seconds": fixed + epochs * per_epoch * scale,
+    }
+
+
+def spread(models: list[str], k: int) -> list[str]:
+    """``k`` of ``models`` spread from the first to the last."""
+    if k <= 1 or len(models) == 1:
+        return models[:1]
+    return list(dict.fromkeys(models[round(i * (len(models) - 1) / (k - 1))] for i in range(k)))
+
+
+def startup_seconds(device: torch.device, runs: int) -> float:
+    """Median seconds of a fresh Python process that imports the stages and touches
+    ``device``: what every job pays before its work."""
+    code = STARTUP.format(device=str(device))
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def training_jobs(
+    config: dict[str, Any], grid: dict[str, Any], nets: dict[str, NetTrainSpec]
+) -> dict[str, list[list[str]]]:
+    """Per setting, the networks of each training job of a fresh run of ``config``: the
+    workflow's batches, and a grid of one for a network alone."""
+    jobs: dict[str, list[list[str]]] = {}
+    batches = plan_batches(config, grid, code="bench")
+    for b in batches:
+        jobs.setdefault(b.setting, []).append(list(b.models))
+    batched = {m for b in batches for m in b.models}
+    for m, spec in nets.items():
+        if m not in batched:
+            jobs.setdefault(spec.setting, []).append([m])
+    return jobs
+
+
+def job_count(
+    config: dict[str, Any], grid: dict[str, Any], jobs: dict[str, list[list[str]]]
+) -> int:
+    """The jobs on the device of a fresh run of ``config``: training (``jobs``), then
+    certification and attacks, batched where the config says so, else one per model."""
+    count = sum(len(js) for js in jobs.values())
+    for stage in ("certify", "attack"):
+        batches = evaluation_batches(config, grid, stage)
+        count += len(batches) + len(grid) - sum(len(b.models) for b in batches)
+    return count
+
+
+@dataclasses.dataclass
+class Measure:
+    """What the measurements of one setting share (module docstring)."""
+
+    work: Path
+    dev: torch.device
+    data: Path  # the prepared dataset
+    part: Path  # its first --train-points training digits
+    nets: dict[str, NetTrainSpec]
+    epochs: tuple[int, int]
+    full_epochs: int
+    step_scale: float  # full training set's steps per epoch / measured steps
+    points: int
+    n_test: int
+    config: dict[str, Any]
+
+    def train_batched(self, job: list[str], e: int) -> float:
+        """Seconds of the workflow's batched training of ``job`` for ``e`` epochs."""
+        specs = {m: dataclasses.replace(self.nets[m], epochs=e) for m in job}
+        out = {m: (self.model(m, e), self.metrics(m, e)) for m in job}
+        return timed(partial(train_grid_stage, self.part, specs, out, str(self.dev)), self.dev)
+
+    def train_alone(self, m: str, e: int) -> float:
+        """Seconds of ``m`` trained in a job of its own (``train.batch_grid: false``)."""
+        params = spec_params(dataclasses.replace(self.nets[m], epochs=e))
+        folder = self.work / f"alone-e{e}" / m
+        job = partial(train_stage, self.part, params, m, folder / "model.pt", folder / "m.json")
+        return timed(partial(job, device=str(self.dev)), self.dev)
+
+    def model(self, m: str, e: int) -> Path:
+        return self.work / f"e{e}" / m / "model.pt"
+
+    def metrics(self, m: str, e: int) -> Path:
+        return self.work / f"e{e}" / m / "metrics.json"
+
+    def certify(self, m: str) -> float:
+        """Seconds of the certification stage of ``m`` (trained ``E2`` epochs)."""
+        cert, e = self.config["certify"], self.epochs[1]
+        stage = partial(
+            certify_stage,
+            self.data,
+            self.model(m, e),
+            self.metrics(m, e),
+            self.work / "certify.parquet",
+            self.points,
+            cert["rtol"],
+            cert["kinds"],
+            str(self.dev),
+        )
+        return timed(stage, self.dev)
+
+    def attack(self, m: str, **change: Any) -> float:
+        """Seconds of the attack stage of ``m`` with the config's settings, ``change``d."""
+        att, e = self.config["attack"], self.epochs[1]
+        settings = {
+            "rtol": att["rtol"],
+            "max_steps": att["max_steps"],
+            "norms": att["norms"],
+            "refine_steps": att["refine_steps"],
+            "min_norm_steps": att["min_norm_steps"],
+            "min_norm_targets": att["min_norm_targets"],
+            "min_norm_restarts": att["min_norm_restarts"],
+            "n_examples": att["example_candidates"],
+            **change,
+        }
+        stage = partial(
+            attack_stage,
+            self.data,
+            self.model(m, e),
+            self.metrics(m, e),
+            self.work / "attack.parquet",
+            self.points,
+            device=str(self.dev),
+            examples_out=self.work / "examples.npz",
+            **settings,
+        )
+        return timed(stage, self.dev)
+
+    def setting(self, jobs: list[list[str]], per_setting: int) -> dict[str, Any]:
+        """The figures of one setting whose training ``jobs`` are given."""
+        e1, e2 = self.epochs
+        models = sorted(
+            (m for job in jobs for m in job),
+            key=lambda m: (REGULARIZER_ORDER.index(self.nets[m].regularizer), m),
+        )
+        t = {e: sum(self.train_batched(job, e) for job in jobs) for e in (e1, e2)}
+        batched = projected(t[e1], t[e2], e1, e2, self.full_epochs, self.step_scale)
+        chosen = spread(models, per_setting)
+        alone = [
+            projected(
+                self.train_alone(m, e1),
+                self.train_alone(m, e2),
+                e1,
+                e2,
+                self.full_epochs,
+                self.step_scale,
+            )
+            for m in chosen
+        ]
+        certify = [self.certify(m) for m in chosen]
+        attack = [self.attack(m) for m in chosen]
+        without_min_norm = self.attack(chosen[0], min_norm_steps=0)
+        g = len(models)
+        alone_each = statistics.mean(a["projected_seconds"] for a in alone)
+        n_eval = min(self.config["certify"]["n_points"], self.n_test)
+        n_attack = min(self.config["attack"]["n_points"], self.n_test)
+        return {
+            "networks": g,
+            "train_jobs": len(jobs),
+            "train_batched": batched,
+            "train_per_model_each": {
+                "seconds_per_epoch": statistics.mean(a["seconds_per_epoch"] for a in alone),
+                "projected_seconds": alone_each,
+            },
+            "train_per_model_projected_seconds": g * alone_each,
+            "models_evaluated": chosen,
+            "certify_seconds_per_model": statistics.mean(certify),
+            "certify_projected_seconds": g * statistics.mean(certify) * n_eval / self.points,
+            "attack_seconds_per_model": statistics.mean(attack),
+            "attack_min_norm_share": max(attack[0] - without_min_norm, 0.0) / attack[0],
+            "attack_projected_seconds": g * statistics.mean(attack) * n_attack / self.points,
+        }
+
+
+def report(res: dict[str, Any]) -> None:
+    """The figures in lines, then the JSON line."""
+    print(f"machine: {res['machine']} (device {res['device']})")
+    e1, e2 = res["epochs_measured"]
+    print(
+        f"{' + '.join(res['configfiles'])}, {res['dataset']}: {res['networks']} networks x "
+        f"{res['epochs']} epochs on {res['train_points']} digits, {res['eval_points']} points "
+        f"certified and attacked per model; measured: epochs {e1} and {e2} on "
+        f"{res['train_points_measured']} digits, models spread over each grid on "
+        f"{res['eval_points_measured']} points"
+    )
+    for setting, s in res["settings"].items():
+        b = s["train_batched"]
+        print(
+            f"{setting}: {s['networks']} networks in {s['train_jobs']} job(s): "
+            f"{b['seconds_per_epoch']:.2f} s/epoch batched, "
+            f"{s['train_per_model_each']['seconds_per_epoch']:.2f} s/epoch per network alone; "
+            f"train {b['projected_seconds']:.0f} s (one job per model "
+            f"{s['train_per_model_projected_seconds']:.0f} s); certify "
+            f"{s['certify_seconds_per_model']:.2f} s/model -> {s['certify_projected_seconds']:.0f}"
+            f" s; attack {s['attack_seconds_per_model']:.2f} s/model "
+            f"({100 * s['attack_min_norm_share']:.0f}% minimal-norm) -> "
+            f"{s['attack_projected_seconds']:.0f} s"
+        )
+    print(
+        f"start-up {res['startup_seconds_per_job']:.1f} s per job: {res['jobs']} jobs, "
+        f"{res['jobs_per_model']} with one per model"
+    )
+    stages = res["projected_seconds_by_stage"]
+    print(
+        "projected: "
+        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items())
+        + f"; in all {res['projected_preset_seconds'] / 60:.1f} min (target "
+        f"{res['target_seconds'] / 60:g} min on one H100: "
+        f"{'within' if res['within_target'] else 'over'}); one job per model "
+        f"{res['projected_per_model_seconds'] / 60:.1f} min, "
+        f"x{res['speedup_vs_per_model']:.2f}"
+    )
+    print(json.dumps(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configfile", type=Path, nargs="+", default=CONFIGS)
+    ap.add_argument("--settings", nargs="+", help="measure these settings only")
+    ap.add_argument("--dataset", help="replace the preset's datasets by this one")
+    ap.add_argument("--mirror", type=Path, default=MIRROR, help="folder of the MNIST files")
+    ap.add_argument("--hidden", type=int, help="replace model.hidden")
+    ap.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"))
+    ap.add_argument("--train-points", type=int, help="training digits per epoch (default all)")
+    ap.add_argument("--points", type=int, help="evaluation points (default the config's)")
+    ap.add_argument("--models-per-setting", type=int, default=2)
+    ap.add_argument("--startup-runs", type=int, default=3)
+    ap.add_argument("--target-minutes", type=float, default=30.0)
+    add_device_argument(ap)
+    add_threads_argument(ap)
+    args = ap.parse_args()
+    e1, e2 = args.epochs
+    if not 0 < e1 < e2:
+        ap.error(f"--epochs {e1} {e2}: give two epoch counts, 0 < E1 < E2")
+    torch.set_num_threads(args.threads)
+    dev = resolve_device(args.device)
+    with tempfile.TemporaryDirectory(prefix="bench_preset-") as tmp:
+        work = Path(tmp)
+        config = merged_config(args.configfile)
+        mirrors = config.setdefault("data", {}).setdefault("mirrors", {})
+        mirrors.setdefault("mnist", str(args.mirror))
+        if args.dataset:
+            config["datasets"] = [args.dataset]
+        if args.hidden:
+            config.setdefault("model", {})["hidden"] = args.hidden
+        if args.settings:
+            config["train"]["settings"] = args.settings
+        validate(config)
+        config["results"] = str(work / "results")  # no model trained: all need training
+        grid = training_grid(config)
+        nets = {m: s for m, s in grid.items() if isinstance(s, NetTrainSpec) and s.arch == "mlp"}
+        if len(nets) != len(grid) or len(dataset_names(config)) != 1:
+            ap.error("only one dataset of one-hidden-layer networks is projected")
+        (dataset,) = dataset_names(config)
+        data, part = work / "data.npz", work / "part.npz"
+        prepare_data(dataset, data, config["data"]["cache"], mirrors.get(dataset))
+        full = load_prepared(data)
+        n_full = len(full.y_train)
+        n_train = min(args.train_points or n_full, n_full)
+        x, y = full.x_train[:n_train], full.y_train[:n_train]
+        save_prepared(dataclasses.replace(full, x_train=x, y_train=y), part)
+        n_eval = min(config["certify"]["n_points"], len(full.y_test))
+        points = min(args.points or n_eval, n_eval)
+        batch = next(iter(nets.values())).batch_size
+        measure = Measure(
+            work,
+            dev,
+            data,
+            part,
+            nets,
+            (e1, e2),
+            config["train"]["epochs"],
+            math.ceil(n_full / batch) / math.ceil(n_train / batch),
+            points,
+            len(full.y_test),
+            config,
+        )
+        jobs = training_jobs(config, grid, nets)
+        settings = {s: measure.setting(j, args.models_per_setting) for s, j in jobs.items()}
+        n_jobs = job_count(config, grid, jobs)
+    startup = startup_seconds(dev, args.startup_runs)
+    sets = settings.values()
+    stages = {
+        "train": sum(s["train_batched"]["projected_seconds"] for s in sets),
+        "certify": sum(s["certify_projected_seconds"] for s in sets),
+        "attack": sum(s["attack_projected_seconds"] for s in sets),
+        "startup": startup * n_jobs,
+    }
+    per_model = {
+        **stages,
+        "train": sum(s["train_per_model_projected_seconds"] for s in sets),
+        "startup": startup * 3 * len(nets),
+    }
+    total, total_per_model = sum(stages.values()), sum(per_model.values())
+    report(
+        {
+            "machine": describe_machine(dev),
+            "device": str(dev),
+            "configfiles": [os.path.relpath(f, ROOT) for f in args.configfile],
+            "dataset": dataset,
+            "networks": len(nets),
+            "hidden": config["model"]["hidden"],
+            "epochs": config["train"]["epochs"],
+            "epochs_measured": [e1, e2],
+            "train_points": n_full,
+            "train_points_measured": n_train,
+            "eval_points": n_eval,
+            "eval_points_measured": points,
+            "settings": settings,
+            "startup_seconds_per_job": startup,
+            "jobs": n_jobs,
+            "jobs_per_model": 3 * len(nets),
+            "projected_seconds_by_stage": stages,
+            "projected_per_model_seconds_by_stage": per_model,
+            "projected_preset_seconds": total,
+            "projected_per_model_seconds": total_per_model,
+            "speedup_vs_per_model": total_per_model / total,
+            "target_seconds": args.target_minutes * 60,
+            "within_target": total <= args.target_minutes * 60,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
