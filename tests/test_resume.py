@@ -393,7 +393,10 @@ def test_two_runs_at_once_one_is_refused_and_neither_corrupts_the_other(tmp_path
     third = run(cmd)
     assert third.returncode == 1 and f"Snakemake pid {winner.pid} " in third.stderr
     assert "Finished jobid" not in third.stdout + third.stderr
-    assert {p: p.read_text() for p in snakemake_lock_files(work)} == locks
+    after = {p: p.read_text() for p in snakemake_lock_files(work)}
+    # the winner's locks are untouched while it runs (on a loaded machine it may have
+    # finished, and removed them itself, before the third run had started up)
+    assert after == locks or (winner.poll() is not None and not after)
 
     out = winner.communicate(timeout=600)[0]
     assert winner.returncode == 0, out[-3000:]
