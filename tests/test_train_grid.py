@@ -299,6 +299,99 @@ def test_the_step_reads_nothing_back_from_the_device():
     assert step.updates.tolist() == [1, 1, 1] and not torch.equal(step.stack.U, before)
 
 
+@pytest.mark.parametrize("adv_norm", [None, 1.0, 2.0, float("inf")])
+def test_the_step_copies_nothing_from_the_host(adv_norm):
+    """A recorded step must not copy from the host either (a capture refuses a copy from
+    pageable memory; a value copied would be frozen): on the ``meta`` device, after the
+    warm-up that recording runs first (a cache may fill then), no operator of the step, the
+    one-step samples and dropout's scales included, is given a CPU tensor."""
+    from .sync_checks import no_host_reads, no_host_tensors
+
+    nets = [random_net(7, 4, 5, seed) for seed in range(4)]
+    cfgs = [
+        TrainConfig(regularizer="none", hidden=5),
+        TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, hidden=5),
+        TrainConfig(regularizer="weight_decay", lam=0.1, hidden=5),
+        TrainConfig(regularizer="cross_lipschitz", lam=0.1, hidden=5),
+    ]
+    meta = torch.device("meta")
+    step = GridStep(StackedSoftplusNet(nets).to(meta), cfgs, adv_norm=adv_norm)
+    x, y = random_points(8, 7, 1).to(meta), (torch.arange(8) % 4).to(meta)
+    scales = (torch.ones(4, 8, 7, device=meta), torch.ones(4, 8, 5, device=meta))
+    fractions = torch.rand(3, dtype=x.dtype, device=meta) if adv_norm else None
+    step(x, y, *scales, fractions)  # the warm-up
+    with no_host_tensors(), no_host_reads():
+        step(x, y, *scales, fractions)
+    assert step.updates.device == meta and step.updates.shape == (4,)
+
+
+def test_no_host_tensors_fails_a_copy_from_the_host_inside_the_step(monkeypatch):
+    """The check above fails on the mistakes it is there for."""
+    from .sync_checks import HostReadError, no_host_tensors
+
+    meta = torch.device("meta")
+    x = torch.ones(3, 4, device=meta)
+    for mistake in (
+        lambda: x * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device),  # values from host
+        lambda: x[[0, 2]],  # a Python list as an index
+        lambda: x + torch.zeros(4),  # a tensor made on the host
+    ):
+        with pytest.raises(HostReadError, match="CPU tensor"), no_host_tensors():
+            mistake()
+    with no_host_tensors():
+        (x * 2.0 + torch.ones(4, device=meta)).sum()  # Python numbers are no copy
+
+
+def test_a_recording_that_fails_leaves_the_state_as_it_was(monkeypatch, caplog):
+    """Recording runs the step twice before the capture; if a run fails (say, out of
+    memory), the weights and the bookkeeping are restored and training goes on op by op.
+    (The CUDA calls are stood in for here; tests below record on a GPU.)"""
+    import contextlib
+
+    import crosslip.training.grid as grid
+
+    class Stream:
+        def __init__(self, device=None):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    fake = {
+        "device": lambda d: contextlib.nullcontext(),
+        "current_stream": lambda d=None: Stream(),
+        "Stream": Stream,
+        "stream": lambda s: contextlib.nullcontext(),
+        "set_stream": lambda s: None,
+    }
+    for name, value in fake.items():
+        monkeypatch.setattr(grid.torch.cuda, name, value)
+    nets = [random_net(7, 4, 5, seed) for seed in range(2)]
+    cfgs = [
+        TrainConfig(regularizer="none", hidden=5),
+        TrainConfig(regularizer="cross_lipschitz", lam=0.1, hidden=5),
+    ]
+    step = GridStep(StackedSoftplusNet(nets), cfgs)
+    x, y = random_points(8, 7, 1), torch.arange(8) % 4
+    before = [t.detach().clone() for t in step.state()]
+    runs = []
+    real = GridStep.__call__
+
+    def fails_second_time(self, *args):
+        runs.append(1)
+        if len(runs) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (stood in)")
+        real(self, *args)
+
+    monkeypatch.setattr(GridStep, "__call__", fails_second_time)
+    with caplog.at_level("WARNING", logger="crosslip.training.grid"):
+        assert grid.record_step(step, x, y, None, None) is None
+    assert len(runs) == 2
+    for t, b in zip(step.state(), before, strict=True):
+        assert torch.equal(t, b)
+    assert "could not be recorded as a CUDA graph (CUDA out of memory (stood in))" in caplog.text
+
+
 # ---------------------------------------------------------------------------------------
 # CUDA (skipped without a GPU)
 
@@ -347,3 +440,49 @@ def test_the_recorded_cuda_step_trains_as_the_step_run_op_by_op(setting):
         assert a.metrics["cuda_graph"] and not b.metrics["cuda_graph"]
         torch.testing.assert_close(a.model.U, b.model.U, rtol=1e-5, atol=1e-6)
         assert a.metrics["curve"][-1]["loss"] == pytest.approx(b.metrics["curve"][-1]["loss"])
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_capture_that_fails_falls_back_to_the_step_run_op_by_op(monkeypatch):
+    """A step that cannot be captured (here: it reads a value while capturing) trains op
+    by op from where it was, on the current stream as before, as the same training without
+    a graph does."""
+    real = GridStep.__call__
+
+    def reads_while_capturing(self, *args):
+        if torch.cuda.is_current_stream_capturing():
+            self.alive.sum().item()
+        real(self, *args)
+
+    ds = load_dataset("mnist5k")
+    common = {"epochs": 2, "hidden": 64, "seed": 0}
+    cfgs = [
+        TrainConfig(regularizer="none", lr=0.2, **common),
+        TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
+    ]
+    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
+    direct = train_grid(cfgs, *data, device="cuda", cuda_graph=False)
+    monkeypatch.setattr(GridStep, "__call__", reads_while_capturing)
+    stream = torch.cuda.current_stream()
+    fallback = train_grid(cfgs, *data, device="cuda", cuda_graph=True)
+    assert torch.cuda.current_stream() == stream
+    torch.cuda.empty_cache()  # the allocator is not stuck in a capture
+    for a, b in zip(fallback, direct, strict=True):
+        assert not a.metrics["cuda_graph"] and a.metrics["status"] == "ok"
+        torch.testing.assert_close(a.model.U, b.model.U, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_the_step_records_on_the_device_of_its_tensors_not_the_current_one():
+    """On ``cuda:1`` (the current device being ``cuda:0``) the recorded step trains as the
+    step run op by op."""
+    ds = load_dataset("mnist5k")
+    common = {"epochs": 2, "hidden": 64, "seed": 0}
+    cfgs = [TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common)]
+    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
+    graphed = train_grid(cfgs, *data, device="cuda:1", cuda_graph=True)
+    direct = train_grid(cfgs, *data, device="cuda:1", cuda_graph=False)
+    assert graphed[0].metrics["cuda_graph"]
+    torch.testing.assert_close(graphed[0].model.U, direct[0].model.U, rtol=1e-5, atol=1e-6)

@@ -309,42 +309,57 @@ class RecordedStep:
     64). The batch (and dropout scales) are copied into the graph's own input buffers
     before each replay; the last, shorter batch of an epoch runs the step directly.
 
-    Recording runs the step twice on a side stream first (to set up cuBLAS and the
-    allocator), with every tensor the step changes saved before and restored after, so the
-    training is exactly as if the step had only ever been replayed."""
+    Everything happens on the device of the inputs (``cuda:N``, whatever the current
+    device): recording runs the step twice on a side stream first (to set up cuBLAS and the
+    allocator), with every tensor the step changes saved before and restored after (also
+    when a run fails), then captures it on that stream, so the training is exactly as if
+    the step had only ever been replayed. A failure leaves the step's state and the current
+    stream as they were and raises."""
 
     def __init__(self, step: GridStep, *inputs: torch.Tensor | None) -> None:
         self.step = step
-        self.inputs = [None if t is None else t.clone() for t in inputs]
-        saved = [t.detach().clone() for t in step.state()]
-        side = torch.cuda.Stream(device=inputs[0].device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                step(*self.inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.no_grad():
-            for t, value in zip(step.state(), saved, strict=True):
-                t.copy_(value)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            step(*self.inputs)
+        self.device = inputs[0].device
+        with torch.cuda.device(self.device):
+            main = torch.cuda.current_stream(self.device)
+            self.inputs = [None if t is None else t.clone() for t in inputs]
+            saved = [t.detach().clone() for t in step.state()]
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(main)
+            try:
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        step(*self.inputs)
+            finally:
+                main.wait_stream(side)
+                with torch.no_grad():
+                    for t, value in zip(step.state(), saved, strict=True):
+                        t.copy_(value)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(self.graph, stream=side):
+                    step(*self.inputs)
+            finally:  # a failed capture can leave its stream current
+                torch.cuda.set_stream(main)
 
     def __call__(self, *inputs: torch.Tensor | None) -> None:
         for buffer, t in zip(self.inputs, inputs, strict=True):
             if buffer is not None:
                 buffer.copy_(t)
-        self.graph.replay()
+        self.graph.replay()  # on the graph's device (the replay guards it)
 
 
 def record_step(step: GridStep, *inputs: torch.Tensor | None) -> RecordedStep | None:
-    """The step as a :class:`RecordedStep`, or None (logged) where recording fails: the
-    training then runs the step directly, as on the CPU."""
+    """The step as a :class:`RecordedStep`, or None (logged, with the error's cause: a
+    capture reports "operation failed due to a previous error during capture" and the
+    operation that failed as its cause) where recording fails: the training then runs the
+    step directly, as on the CPU, from the same state."""
     try:
         return RecordedStep(step, *inputs)
     except RuntimeError as exc:
+        causes = [exc, *(c for c in (exc.__cause__, exc.__context__) if c is not None)]
         LOG.warning(
-            "train: the step could not be recorded as a CUDA graph (%s); it runs op by op", exc
+            "train: the step could not be recorded as a CUDA graph (%s); it runs op by op",
+            "; ".join(str(c).strip().splitlines()[0] for c in causes if str(c).strip()),
         )
         return None
 
