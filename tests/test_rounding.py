@@ -24,7 +24,7 @@ from crosslip.certify import (
     spectral_norm_upper,
 )
 from crosslip.certify.kernel_bounds import logit_errors
-from crosslip.certify.rounding import FN_REL
+from crosslip.certify.rounding import FN_REL, float32_agrees
 from crosslip.kernels import GaussianKernelModel
 
 from .helpers import random_net, random_points
@@ -261,3 +261,25 @@ def test_cancelling_bound_is_not_vacuous_for_moderate_cancellation():
     for i in range(2):
         exact = exact_prop23(net, x[i], 0, 1, 0.0)
         assert exact <= mp.mpf(float(L[i, 1])) <= 1.5 * exact
+
+
+def test_the_float32_check_evaluates_without_tf32_and_restores_the_settings():
+    """On CUDA, float32 products may round to TF32 (cuDNN's default for convolutions): the
+    check of the float32 decision turns that off while it evaluates, whatever was set, and
+    puts the settings back."""
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            return torch.stack([x.sum(1), -x.sum(1)], 1)
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        x = torch.tensor([[1.0, 2.0], [-3.0, 1.0]], dtype=torch.float64)
+        agrees = float32_agrees(Probe(), x, torch.tensor([0, 1]))
+        assert agrees.tolist() == [True, True] and seen == [(False, False)]
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -220,6 +220,7 @@ def train_kernel(
     n, dim = len(x_train), int(np.prod(np.shape(x_train)[1:]))
     plan = plan_for(cfg, n, dim, num_classes, memory_gb, device)
     if device.type == "cuda":
+        torch.cuda.init()  # with an index (cuda:0), resetting the stats needs CUDA set up
         torch.cuda.reset_peak_memory_stats(device)
     xtr = host_tensor(x_train).to(device=device, dtype=dt)
     ytr = host_tensor(y_train).to(device)
