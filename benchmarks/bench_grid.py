@@ -47,6 +47,7 @@ from crosslip.device import (
     resolve_device,
     synchronize,
 )
+from crosslip.flops import matmul_rate
 from crosslip.models import SoftplusNet, StackedSoftplusNet
 from crosslip.op_count import OpCount
 from crosslip.regularizers import cross_lipschitz_flops
@@ -66,20 +67,6 @@ def step_flops(spec: TrainConfig, n: int, d: int) -> int:
     if spec.regularizer == "cross_lipschitz":
         flops += min(cross_lipschitz_flops(n, d, K, h).values())
     return flops
-
-
-def gemm_rate(shapes: list[tuple[int, int, int]], device: torch.device, repeats: int) -> float:
-    """The fastest float32 matrix-product rate (flop/s) over ``shapes`` (m, k, n)."""
-    best = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
-        for _ in range(repeats):
-            synchronize(device)
-            t0 = time.perf_counter()
-            a @ b
-            synchronize(device)
-            best = max(best, 2 * m * k * n / (time.perf_counter() - t0))
-    return best
 
 
 def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
@@ -146,7 +133,7 @@ def main() -> None:
                         train(spec, *data, device=dev)
                 synchronize(dev)
                 times[kind].append(time.perf_counter() - t0)
-            rates.append(gemm_rate(shapes, dev, 3))
+            rates.append(matmul_rate(shapes, dev, torch.float32, 3))
         rate = statistics.median(rates)
         steps = args.epochs * -(-n // batch)
         flops = sum(step_flops(s, batch, d) for s in specs) * steps

@@ -27,6 +27,14 @@ projects the rest; every projection is linear in what it scales:
 * **start-up**: a Python process that imports the stages and initialises the device,
   timed (median of ``--startup-runs``), times the jobs on the device: batched (this config)
   or one per model.
+* **the arithmetic floor** (:mod:`crosslip.flops`): the matrix-product flops of each stage,
+  counted by dtype in untimed runs of the same work (a setting's grid trained for 1 and 2
+  epochs without a CUDA graph, projected as the seconds are; the first evaluated model of a
+  setting certified and attacked), over the device's matrix-product rate in that dtype
+  (float32 at the training step's shapes, float64 at the evaluation's), measured here. The
+  projection over the floor says how far from its arithmetic the preset runs; the flops
+  do not depend on the device, so the floor on another device is the flops over its rates
+  (docs/scaling.md, "The arithmetic floor").
 
 Not counted: preparing the data (once), the tables and figures (CPU jobs), and Snakemake's
 own scheduling. The jobs are summed as if they ran one after another; a profile that lets
@@ -69,12 +77,13 @@ from crosslip.device import (
     resolve_device,
     synchronize,
 )
+from crosslip.flops import count_flops, matmul_rate
 from crosslip.job_batches import evaluation_batches, plan_batches
 from crosslip.stages.attack import attack_stage
 from crosslip.stages.certification import certify_stage
 from crosslip.stages.data import prepare_data
 from crosslip.stages.training import train_grid_stage, train_stage
-from crosslip.training.grid import REGULARIZER_ORDER
+from crosslip.training.grid import REGULARIZER_ORDER, train_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "config" / "presets" / "mnist.yaml", ROOT / "config" / "overrides" / "gpu.yaml"]
@@ -114,6 +123,25 @@ def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float)
         "fixed_seconds": fixed,
         "projected_seconds": fixed + epochs * per_epoch * scale,
     }
+
+
+def scaled(flops: dict[str, int], factor: float) -> dict[str, float]:
+    """Each dtype's flops times ``factor``."""
+    return {k: v * factor for k, v in flops.items()}
+
+
+def added(*parts: dict[str, int] | dict[str, float]) -> dict[str, float]:
+    """The flops of ``parts`` added dtype by dtype."""
+    total: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def floor_seconds(flops: dict[str, float], rates: dict[str, float]) -> float:
+    """Seconds of ``flops`` (by dtype) at ``rates`` (flop/s by dtype)."""
+    return sum(v / rates[k] for k, v in flops.items())
 
 
 def spread(models: list[str], k: int) -> list[str]:
@@ -192,6 +220,15 @@ class Measure:
         job = partial(train_stage, self.part, params, m, folder / "model.pt", folder / "m.json")
         return timed(partial(job, device=str(self.dev)), self.dev)
 
+    def train_flops(self, job: list[str], e: int) -> dict[str, int]:
+        """Matrix-product flops by dtype of ``job`` trained as one batched model for ``e``
+        epochs (no CUDA graph: its replays are not counted), untimed."""
+        ds = load_prepared(self.part)
+        specs = [dataclasses.replace(self.nets[m], epochs=e) for m in job]
+        data = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
+        run = partial(train_grid, specs, *data, device=self.dev, shape=ds.shape, cuda_graph=False)
+        return count_flops(run)[1]
+
     def model(self, m: str, e: int) -> Path:
         return self.work / f"e{e}" / m / "model.pt"
 
@@ -269,6 +306,12 @@ class Measure:
         alone_each = statistics.mean(a["projected_seconds"] for a in alone)
         n_eval = min(self.config["certify"]["n_points"], self.n_test)
         n_attack = min(self.config["attack"]["n_points"], self.n_test)
+        f = {e: added(*(self.train_flops(job, e) for job in jobs)) for e in (1, 2)}
+        per_epoch = {k: f[2].get(k, 0) - f[1].get(k, 0) for k in f[2]}
+        fixed = {k: max(f[1].get(k, 0) - per_epoch[k], 0) for k in per_epoch}
+        train_flops = added(fixed, scaled(per_epoch, self.full_epochs * self.step_scale))
+        certify_flops = count_flops(partial(self.certify, chosen[0]))[1]
+        attack_flops = count_flops(partial(self.attack, chosen[0]))[1]
         return {
             "networks": g,
             "train_jobs": len(jobs),
@@ -284,6 +327,14 @@ class Measure:
             "attack_seconds_per_model": statistics.mean(attack),
             "attack_min_norm_share": max(attack[0] - without_min_norm, 0.0) / attack[0],
             "attack_projected_seconds": g * statistics.mean(attack) * n_attack / self.points,
+            "flops": {
+                "train_per_epoch": scaled(per_epoch, self.step_scale),
+                "train": train_flops,
+                "certify_per_model": scaled(certify_flops, n_eval / self.points),
+                "certify": scaled(certify_flops, g * n_eval / self.points),
+                "attack_per_model": scaled(attack_flops, n_attack / self.points),
+                "attack": scaled(attack_flops, g * n_attack / self.points),
+            },
         }
 
 
@@ -325,6 +376,19 @@ def report(res: dict[str, Any]) -> None:
         f"{res['projected_per_model_seconds'] / 60:.1f} min, "
         f"x{res['speedup_vs_per_model']:.2f}"
     )
+    floors = res["arithmetic_floor_seconds_by_stage"]
+    rates = ", ".join(f"{k} {v:.0f}" for k, v in res["matmul_gflops"].items())
+    print(
+        f"arithmetic floor at this device's matrix products ({rates} GFLOP/s): "
+        + ", ".join(
+            f"{k} {floors[k] / 60:.1f} min (x{res['ratio_to_arithmetic_floor_by_stage'][k]:.1f})"
+            for k in floors
+        )
+        + f"; in all {res['arithmetic_floor_seconds'] / 60:.1f} min, the projection without "
+        f"start-up x{res['ratio_to_arithmetic_floor']:.1f} it"
+    )
+    for stage, f in res["flops_by_stage"].items():
+        print(f"  {stage}: " + ", ".join(f"{v / 1e15:.3g} PFLOP {k}" for k, v in f.items()))
     print(json.dumps(res))
 
 
@@ -341,6 +405,7 @@ def main() -> None:
     ap.add_argument("--models-per-setting", type=int, default=2)
     ap.add_argument("--startup-runs", type=int, default=3)
     ap.add_argument("--target-minutes", type=float, default=30.0)
+    ap.add_argument("--rate-repeats", type=int, default=5, help="timings of each product shape")
     add_device_argument(ap)
     add_threads_argument(ap)
     args = ap.parse_args()
@@ -393,6 +458,11 @@ def main() -> None:
         jobs = training_jobs(config, grid, nets)
         settings = {s: measure.setting(j, args.models_per_setting) for s, j in jobs.items()}
         n_jobs = job_count(config, grid, jobs)
+        d, h, k = full.x_train.shape[1], config["model"]["hidden"], full.num_classes
+        rows = min(n_eval, 4096)
+        # the training step's products (Cross-Lipschitz's, the forward's, the weights'
+        # gradient) and the evaluation's (a batch of points through U, its gradient)
+        shapes = [(batch * (k - 1), h, d), (batch, d, h), (h, batch, d), (rows, d, h), (h, rows, d)]
     startup = startup_seconds(dev, args.startup_runs)
     sets = settings.values()
     stages = {
@@ -401,6 +471,13 @@ def main() -> None:
         "attack": sum(s["attack_projected_seconds"] for s in sets),
         "startup": startup * n_jobs,
     }
+    flops = {k: added(*(s["flops"][k] for s in sets)) for k in ("train", "certify", "attack")}
+    dtypes = sorted({dtype for f in flops.values() for dtype in f})
+    rates = {
+        dtype: matmul_rate(shapes, dev, getattr(torch, dtype), args.rate_repeats)
+        for dtype in dtypes
+    }
+    floors = {k: floor_seconds(f, rates) for k, f in flops.items()}
     per_model = {
         **stages,
         "train": sum(s["train_per_model_projected_seconds"] for s in sets),
@@ -430,6 +507,12 @@ def main() -> None:
             "projected_preset_seconds": total,
             "projected_per_model_seconds": total_per_model,
             "speedup_vs_per_model": total_per_model / total,
+            "flops_by_stage": flops,
+            "matmul_gflops": {k: v / 1e9 for k, v in rates.items()},
+            "arithmetic_floor_seconds_by_stage": floors,
+            "arithmetic_floor_seconds": sum(floors.values()),
+            "ratio_to_arithmetic_floor_by_stage": {k: stages[k] / floors[k] for k in floors},
+            "ratio_to_arithmetic_floor": (total - stages["startup"]) / sum(floors.values()),
             "target_seconds": args.target_minutes * 60,
             "within_target": total <= args.target_minutes * 60,
         }

@@ -306,6 +306,29 @@ def test_bench_preset_projects_the_whole_preset_from_its_measured_parts():
     )
     assert res["within_target"] == (res["projected_preset_seconds"] <= 1800)
     assert any(line.startswith("projected: train ") for line in out)
+    # the arithmetic floor: training in float32, certificates and attacks in float64; the
+    # preset's flops are the settings' added, the floor their seconds at the measured rates
+    flops, rates = res["flops_by_stage"], res["matmul_gflops"]
+    assert set(flops) == {"train", "certify", "attack"} and set(rates) >= {"float32", "float64"}
+    assert flops["train"]["float32"] > 0 and "float64" not in flops["train"]
+    assert flops["certify"]["float64"] > 0 and flops["attack"]["float64"] > 0
+    for stage, by_dtype in flops.items():
+        assert math.isclose(
+            sum(s["flops"][stage].get(k, 0) for s in res["settings"].values() for k in by_dtype),
+            sum(by_dtype.values()),
+        )
+        floor = sum(v / (rates[k] * 1e9) for k, v in by_dtype.items())
+        assert math.isclose(res["arithmetic_floor_seconds_by_stage"][stage], floor)
+        assert math.isclose(
+            res["ratio_to_arithmetic_floor_by_stage"][stage],
+            stages[stage] / res["arithmetic_floor_seconds_by_stage"][stage],
+        )
+    for s in res["settings"].values():
+        f = s["flops"]
+        assert math.isclose(sum(f["certify"].values()), 26 * sum(f["certify_per_model"].values()))
+        train = sum(f["train"].values())
+        assert 200 * sum(f["train_per_epoch"].values()) <= train * (1 + 1e-9)
+    assert any(line.startswith("arithmetic floor at this device") for line in out)
 
 
 def test_bench_preset_refuses_epochs_out_of_order(capsys):

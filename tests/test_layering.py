@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.device",
         "crosslip.progress",
         "crosslip.op_count",
-    ),  # vocabulary, files, progress lines, operation counts
+        "crosslip.flops",
+    ),  # vocabulary, files, progress lines, operation and flop counts
     ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
     (
         "crosslip.config",
