@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -27,15 +28,22 @@ PAGE = ROOT / "docs" / "performance.md"
 
 
 def _git_commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    """The checkout's short commit, ``+edits`` if tracked files differ from it; ``unknown``
+    where there is no git or no repository (``CROSSLIP_COMMIT`` then names it)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
     return out.stdout.strip() + ("+edits" if dirty else "")
 
 
@@ -57,29 +65,38 @@ def last_json(output: str) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def entry(name: str, command: list[str], output: str, note: str = "") -> dict[str, Any]:
+    """The record of a benchmark run that printed ``output``: its JSON line with the
+    command, the date, the git commit (``CROSSLIP_COMMIT`` where set: a copy of the
+    checkout without its git history, such as a GPU machine's) and the machine."""
+    return {
+        "name": name,
+        "command": " ".join(command),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": os.environ.get("CROSSLIP_COMMIT") or _git_commit(),
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "note": note,
+        "result": last_json(output),
+    }
+
+
+def write_record(rec: dict[str, Any], folder: Path = RECORDS) -> Path:
+    """``rec`` as ``folder/<name>.json`` (written whole or not at all)."""
+    path = folder / f"{rec['name']}.json"
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    return path
+
+
 def record(name: str, command: list[str], note: str = "") -> Path:
     """Run ``command``, keep its JSON line with provenance in ``docs/benchmarks/NAME.json``."""
-    import os
-
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark failed with exit status {proc.returncode}: {command}")
-    entry = {
-        "name": name,
-        "command": " ".join(command),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": _git_commit(),
-        "cpu": _cpu(),
-        "cores": os.cpu_count(),
-        "note": note,
-        "result": last_json(proc.stdout),
-    }
-    path = RECORDS / f"{name}.json"
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(entry, indent=1) + "\n")
-    return path
+    return write_record(entry(name, command, proc.stdout, note))
 
 
 def _fmt(value: Any) -> str:
