@@ -23,14 +23,16 @@ batched time to it says how far from the arithmetic the training runs (launches,
 traffic, Python). Also the operations of one step (each a kernel launch on a GPU; views and
 allocations not counted), batched against G separate steps. The last line is one JSON
 object; ``speedup_batched_vs_separate`` and ``ratio_to_arithmetic_bound`` are those of the
-largest G.
-Run: ``.venv/bin/python benchmarks/bench_grid.py [--device auto]``
+largest G. ``--tf32``: the networks train with ``train.tf32`` (on CUDA, TF32 products) and
+the rate is measured with TF32 too, so the bound is TF32's.
+Run: ``.venv/bin/python benchmarks/bench_grid.py [--device auto] [--tf32]``
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import statistics
 import time
@@ -46,6 +48,7 @@ from crosslip.device import (
     describe_machine,
     resolve_device,
     synchronize,
+    tf32,
 )
 from crosslip.flops import matmul_rate
 from crosslip.models import SoftplusNet, StackedSoftplusNet
@@ -97,6 +100,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2, help="turns of batched and separate")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden units (1024 in the paper)")
+    ap.add_argument(
+        "--tf32", action="store_true", help="train.tf32: TF32 products on CUDA (rate too)"
+    )
     add_device_argument(ap)
     add_threads_argument(ap)
     args = ap.parse_args()
@@ -105,7 +111,10 @@ def main() -> None:
     ds = load_dataset("mnist5k")
     x, y = ds.x_train[: args.points], ds.y_train[: args.points]
     data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
-    grid = preset_networks(PRESET, "plain", args.hidden, args.epochs)
+    grid = [
+        dataclasses.replace(s, tf32=args.tf32)
+        for s in preset_networks(PRESET, "plain", args.hidden, args.epochs)
+    ]
     n, d = len(x), x.shape[1]
     batch = grid[0].batch_size
     res: dict = {
@@ -115,6 +124,7 @@ def main() -> None:
         "epochs": args.epochs,
         "hidden": args.hidden,
         "grid": len(grid),
+        "tf32": args.tf32,
         "sizes": {},
     }
     shapes = [(batch * (K - 1), args.hidden, d), (batch, d, args.hidden), (args.hidden, batch, d)]
@@ -133,7 +143,8 @@ def main() -> None:
                         train(spec, *data, device=dev)
                 synchronize(dev)
                 times[kind].append(time.perf_counter() - t0)
-            rates.append(matmul_rate(shapes, dev, torch.float32, 3))
+            with tf32(args.tf32):
+                rates.append(matmul_rate(shapes, dev, torch.float32, 3))
         rate = statistics.median(rates)
         steps = args.epochs * -(-n // batch)
         flops = sum(step_flops(s, batch, d) for s in specs) * steps
@@ -165,7 +176,8 @@ def main() -> None:
     print(f"machine: {res['machine']} (device {res['device']})")
     print(
         f"{n} digits x {args.epochs} epoch(s), hidden {args.hidden}, batch {batch}; "
-        f"float32 matrix products meanwhile: {res['gemm_gflops_float32']:.0f} GFLOP/s"
+        f"float32 matrix products{' (TF32)' if args.tf32 else ''} meanwhile: "
+        f"{res['gemm_gflops_float32']:.0f} GFLOP/s"
     )
     for size, r in res["sizes"].items():
         print(

@@ -15,7 +15,8 @@ Parts (``PART``):
   run by Snakemake (``profiles/local-gpu``) and projected by ``bench_preset`` for the same
   config; ``validate.json`` has the run's wall time, the seconds Snakemake recorded per job
   and the projection's per stage;
-* ``compile``: ``bench_compile`` (``torch.compile`` against the eager step).
+* ``compile``: ``bench_compile`` (``torch.compile`` against the eager step), and
+  ``bench_grid`` with ``--tf32`` (``train.tf32``: TF32 products, against its own bound).
 
 Each command runs with a time limit, its output in ``<name>.log``. A benchmark's JSON line
 becomes ``<name>.json``, a record in the format of ``python -m crosslip.perfdoc``
@@ -123,7 +124,9 @@ def commands(part: str, args: argparse.Namespace, work: Path) -> list[Command]:
             Command("snakemake", snakemake, 300, record=False),
         ]
     if part == "compile":
-        return [bench("bench_compile", dev, 420)]
+        tf32 = bench("bench_grid", dev, 120, "--points", "20000", "--sizes", "8", "26", "--tf32")
+        tf32.name = f"bench_grid_tf32_{dev}"
+        return [bench("bench_compile", dev, 420), tf32]
     raise ValueError(f"unknown part {part!r}: use one of {', '.join(PARTS)}")
 
 

@@ -67,6 +67,7 @@ def test_the_tracked_params_and_the_id_give_back_the_whole_spec(path):
         ("train.crop", 20),
         ("train.adv_norm", "l2"),
         ("train.adv_fraction", 0.25),
+        ("train.tf32", True),
         ("model.hidden", 32),
         ("model.alpha", 5.0),
         ("model.bias", True),

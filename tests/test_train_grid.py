@@ -486,3 +486,40 @@ def test_the_step_records_on_the_device_of_its_tensors_not_the_current_one():
     direct = train_grid(cfgs, *data, device="cuda:1", cuda_graph=False)
     assert graphed[0].metrics["cuda_graph"]
     torch.testing.assert_close(graphed[0].model.U, direct[0].model.U, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
+    enabled, digits, float64, monkeypatch
+):
+    """``train.tf32`` sets TF32 for CUDA's float32 products and convolutions during the
+    training (batched or alone), whatever was set before, and puts the settings back; on
+    the CPU the weights do not depend on it."""
+    import crosslip.train as train_module
+    import crosslip.training.grid as grid
+
+    seen = []
+    real_grid, real_alone = grid.grid_errors, train_module.error_rate
+
+    def flags():
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    def grid_errors(*args):
+        seen.append(flags())
+        return real_grid(*args)
+
+    def error_rate(*args):
+        seen.append(flags())
+        return real_alone(*args)
+
+    monkeypatch.setattr(grid, "grid_errors", grid_errors)
+    monkeypatch.setattr(train_module, "error_rate", error_rate)
+    before = flags()
+    cfg = TrainConfig(epochs=1, hidden=8, tf32=enabled)
+    data = (*digits[:2], *digits[2:], 10)
+    batched = train_grid([cfg], *data)
+    alone = train(cfg, *data)
+    assert seen[0] == (enabled, enabled) == seen[1] and flags() == before
+    other = train_grid([TrainConfig(epochs=1, hidden=8, tf32=not enabled)], *data)
+    torch.testing.assert_close(other[0].model.U, batched[0].model.U, rtol=0, atol=0)
+    assert batched[0].metrics["config"]["tf32"] is enabled and alone.metrics["status"] == "ok"

@@ -424,7 +424,8 @@ class NetTrainSpec:
     ``none`` and ``dropout``; dropout networks keep each hidden unit with probability
     ``keep_hidden`` and each input coordinate with ``keep_input`` in training (1 = no dropout;
     other regularizers keep everything). The learning rate is multiplied by ``lr_decay``
-    after each fraction ``lr_decay_at`` of all updates.
+    after each fraction ``lr_decay_at`` of all updates. ``tf32``: on CUDA, float32 products
+    and convolutions of the training may use TF32 (:func:`crosslip.device.tf32`).
     """
 
     regularizer: str = "none"
@@ -449,6 +450,7 @@ class NetTrainSpec:
     adv_norm: str = _default_field("train.adv_norm")
     adv_fraction: float = _default_field("train.adv_fraction")
     adv_attack: str = _default_field("train.adv_attack")
+    tf32: bool = _default_field("train.tf32")
 
     def __post_init__(self) -> None:
         _one_of("regularizer", self.regularizer, NET_REGULARIZERS)
@@ -618,6 +620,7 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
         adv_norm=tr["adv_norm"],
         adv_fraction=float(tr["adv_fraction"]),
         adv_attack=tr["adv_attack"],
+        tf32=tr["tf32"],
     )
     for setting in tr["settings"]:
         for reg, spec in net_grid(config, setting).items():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +114,20 @@ def check_device_memory(device: torch.device | str, memory_gb: float | None) -> 
         f"({total / 2**30:.1f} GiB); lower kernel.memory_gb (and kernel.n_centers with it) or "
         "run the job on a device that has the memory"
     )
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """Within the block, float32 matrix products (cuBLAS) and convolutions (cuDNN) on CUDA
+    may round their inputs to TF32 (10-bit mantissas, float32 sums) where ``enabled``, and
+    round as IEEE float32 where not; both settings restored after. PyTorch's defaults are
+    off for products and on for convolutions. No effect on the CPU or in float64."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -28,6 +28,7 @@ from torch.nn import functional as F
 from .attacks import one_step, upper_bound
 from .augment import augment, center_crop
 from .config import NetTrainSpec
+from .device import tf32
 from .errors import ConfigError
 from .families import NET_REGULARIZERS
 from .models import SoftplusNet
@@ -220,8 +221,24 @@ def train(
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
     error), ``seconds`` and ``device``. Progress goes to the ``"crosslip"`` logger
     (:mod:`crosslip.progress`): a line per epoch with its curve point, learning rate and
-    seconds.
+    seconds. ``cfg.tf32``: on CUDA, float32 products and convolutions may use TF32
+    (:func:`crosslip.device.tf32`; off: IEEE float32).
     """
+    with tf32(cfg.tf32):
+        return _train(cfg, x_train, y_train, x_test, y_test, num_classes, device, shape)
+
+
+def _train(
+    cfg: TrainConfig,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    num_classes: int,
+    device: torch.device | str,
+    shape: tuple[int, ...] | None,
+) -> TrainResult:
+    """:func:`train` with the TF32 setting in place."""
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)

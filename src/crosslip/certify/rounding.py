@@ -46,12 +46,12 @@ about the float32 network there (``docs/guarantees.md``).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from collections.abc import Iterator
 
 import torch
+
+from ..device import tf32
 
 #: Unit roundoff of float64.
 UNIT = 2.0**-53
@@ -128,23 +128,10 @@ def spectral_norm_upper(U: torch.Tensor) -> torch.Tensor:
     return torch.tensor(math.sqrt(fro2) * (1 + 4 * UNIT), dtype=DTYPE, device=U.device)
 
 
-@contextlib.contextmanager
-def ieee_float32() -> Iterator[None]:
-    """Within the block, float32 matrix products and convolutions on CUDA round as IEEE
-    float32 (no TF32: ``torch.backends.cuda.matmul.allow_tf32`` and
-    ``torch.backends.cudnn.allow_tf32`` off; cuDNN's default is on); restored after."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 @torch.no_grad()
 def float32_agrees(model: torch.nn.Module, x: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
     """Whether the float32 model (a copy with weights and input cast to float32, evaluated on
-    ``x``'s device in IEEE float32, :func:`ieee_float32`) predicts ``pred`` (n,) at the
+    ``x``'s device in IEEE float32, :func:`crosslip.device.tf32` off) predicts ``pred`` (n,) at the
     points ``x`` (n, d): (n,) bool on the CPU.
 
     A certificate covers the float64 evaluation of the weights in real arithmetic; where the
@@ -153,6 +140,6 @@ def float32_agrees(model: torch.nn.Module, x: torch.Tensor, pred: torch.Tensor) 
     evaluation so that the column means the same on every device (on a GPU, cuDNN would
     otherwise convolve a ResNet's float32 input with 10-bit mantissas)."""
     m32 = copy.deepcopy(model).to(device=x.device, dtype=torch.float32).eval()
-    with ieee_float32():
+    with tf32(False):
         pred32 = m32(x.to(torch.float32)).argmax(1)
     return pred32.cpu() == pred.cpu()
