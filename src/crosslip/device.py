@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 import torch
 
 from .errors import ConfigError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def host_tensor(x: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -128,6 +133,21 @@ def tf32(enabled: bool) -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def in_tf32(enabled: Callable[..., bool]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator: the function runs within :func:`tf32` of ``enabled(*args, **kwargs)``,
+    the setting read from its own arguments (a training from its config)."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+            with tf32(enabled(*args, **kwargs)):
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
 
 
 def synchronize(device: torch.device | str) -> None:

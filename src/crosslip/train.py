@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from .attacks import one_step, upper_bound
 from .augment import augment, center_crop
 from .config import NetTrainSpec
-from .device import tf32
+from .device import in_tf32
 from .errors import ConfigError
 from .families import NET_REGULARIZERS
 from .models import SoftplusNet
@@ -194,6 +194,7 @@ def _network(
     )
 
 
+@in_tf32(lambda cfg, *args, **kwargs: cfg.tf32)
 def train(
     cfg: TrainConfig,
     x_train: np.ndarray,
@@ -224,21 +225,6 @@ def train(
     seconds. ``cfg.tf32``: on CUDA, float32 products and convolutions may use TF32
     (:func:`crosslip.device.tf32`; off: IEEE float32).
     """
-    with tf32(cfg.tf32):
-        return _train(cfg, x_train, y_train, x_test, y_test, num_classes, device, shape)
-
-
-def _train(
-    cfg: TrainConfig,
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    num_classes: int,
-    device: torch.device | str,
-    shape: tuple[int, ...] | None,
-) -> TrainResult:
-    """:func:`train` with the TF32 setting in place."""
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)

@@ -43,7 +43,7 @@ from torch.nn import functional as F
 
 from ..attacks import one_step_stacked, upper_bound
 from ..augment import augment, center_crop
-from ..device import tf32
+from ..device import in_tf32
 from ..errors import ConfigError
 from ..models import SoftplusNet, StackedSoftplusNet
 from ..norms import norm_p
@@ -425,6 +425,7 @@ def _networks(
     return nets
 
 
+@in_tf32(lambda cfgs, *args, **kwargs: shared_settings(cfgs)["tf32"])
 def train_grid(
     cfgs: Sequence[TrainConfig],
     x_train: np.ndarray,
@@ -453,38 +454,6 @@ def train_grid(
     checkpoints or diagnostics along the way; it must not change the training's state.
     The shared ``tf32``: on CUDA, float32 products may use TF32 (:func:`crosslip.device.tf32`;
     off: IEEE float32)."""
-    with tf32(shared_settings(cfgs)["tf32"]):
-        return _train_grid(
-            cfgs,
-            x_train,
-            y_train,
-            x_test,
-            y_test,
-            num_classes,
-            device=device,
-            shape=shape,
-            masks=masks,
-            tags=tags,
-            cuda_graph=cuda_graph,
-            on_epoch=on_epoch,
-        )
-
-
-def _train_grid(
-    cfgs: Sequence[TrainConfig],
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    num_classes: int,
-    device: torch.device | str = "cpu",
-    shape: tuple[int, ...] | None = None,
-    masks: type[DropoutMasks] = DropoutMasks,
-    tags: Sequence[str] | None = None,
-    cuda_graph: bool = True,
-    on_epoch: Callable[[int, list[SoftplusNet]], None] | None = None,
-) -> list[TrainResult]:
-    """:func:`train_grid` with the TF32 setting in place."""
     shared = shared_settings(cfgs)
     order = sorted(range(len(cfgs)), key=lambda i: REGULARIZER_ORDER.index(cfgs[i].regularizer))
     specs = [cfgs[i] for i in order]
