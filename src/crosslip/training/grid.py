@@ -357,7 +357,7 @@ def record_step(step: GridStep, *inputs: torch.Tensor | None) -> RecordedStep | 
     try:
         return RecordedStep(step, *inputs)
     except RuntimeError as exc:
-        causes = [exc, *(c for c in (exc.__cause__, exc.__context__) if c is not None)]
+        causes = dict.fromkeys(c for c in (exc, exc.__cause__, exc.__context__) if c is not None)
         LOG.warning(
             "train: the step could not be recorded as a CUDA graph (%s); it runs op by op",
             "; ".join(str(c).strip().splitlines()[0] for c in causes if str(c).strip()),
