@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -69,7 +70,7 @@ import yaml
 from snakemake.utils import update_config
 
 from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
-from crosslip.data import load_prepared, save_prepared
+from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.device import (
     add_device_argument,
     add_threads_argument,
@@ -220,10 +221,15 @@ class Measure:
         job = partial(train_stage, self.part, params, m, folder / "model.pt", folder / "m.json")
         return timed(partial(job, device=str(self.dev)), self.dev)
 
+    @functools.cached_property
+    def part_data(self) -> Dataset:
+        """The measured training digits, read once for every flop count."""
+        return load_prepared(self.part)
+
     def train_flops(self, job: list[str], e: int) -> dict[str, int]:
         """Matrix-product flops by dtype of ``job`` trained as one batched model for ``e``
         epochs (no CUDA graph: its replays are not counted), untimed."""
-        ds = load_prepared(self.part)
+        ds = self.part_data
         specs = [dataclasses.replace(self.nets[m], epochs=e) for m in job]
         data = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
         run = partial(train_grid, specs, *data, device=self.dev, shape=ds.shape, cuda_graph=False)

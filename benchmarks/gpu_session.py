@@ -13,8 +13,9 @@ Parts (``PART``):
 * ``validate``: the projection checked against a real run: the MNIST preset with the GPU
   override, its plain setting only, ``--epochs`` epochs and ``--points`` evaluation points,
   run by Snakemake (``profiles/local-gpu``) and projected by ``bench_preset`` for the same
-  config; ``validate.json`` has the run's wall time, the seconds Snakemake recorded per job
-  and the projection's per stage;
+  config: the run's wall time is its command's seconds in ``summary.json``, the seconds
+  Snakemake recorded per rule its ``snakemake_seconds_by_rule``, the projection per stage
+  the ``bench_preset`` record's;
 * ``compile``: ``bench_compile`` (``torch.compile`` against the eager step), and
   ``bench_grid`` with ``--tf32`` (``train.tf32``: TF32 products, against its own bound).
 
@@ -44,7 +45,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,6 @@ class Command:
     argv: list[str]
     seconds: int
     record: bool = True
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def bench(name: str, device: str, seconds: int, *args: str) -> Command:
@@ -147,7 +147,6 @@ def run(cmd: Command, folder: Path) -> dict[str, Any]:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=cmd.seconds,
-                env={**os.environ, **cmd.env},
             )
             status: int | str = proc.returncode
         except subprocess.TimeoutExpired:
@@ -158,11 +157,10 @@ def run(cmd: Command, folder: Path) -> dict[str, Any]:
     summary: dict[str, Any] = {"name": cmd.name, "status": status, "seconds": round(seconds, 1)}
     if cmd.record and status == 0:
         try:
-            rec = entry(cmd.name, cmd.argv[1:], log.read_text())
+            rec = entry(cmd.name, ["python3", *cmd.argv[1:]], log.read_text())
         except ValueError as exc:
             summary["record"] = f"no JSON line: {exc}"
         else:
-            rec["command"] = "python3 " + shlex.join(cmd.argv[1:])
             summary["record"] = write_record(rec, folder).name
     return summary
 

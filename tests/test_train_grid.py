@@ -325,7 +325,7 @@ def test_the_step_copies_nothing_from_the_host(adv_norm):
     assert step.updates.device == meta and step.updates.shape == (4,)
 
 
-def test_no_host_tensors_fails_a_copy_from_the_host_inside_the_step(monkeypatch):
+def test_no_host_tensors_fails_a_copy_from_the_host_inside_the_step():
     """The check above fails on the mistakes it is there for."""
     from .sync_checks import HostReadError, no_host_tensors
 
