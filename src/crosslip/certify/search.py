@@ -129,20 +129,75 @@ def theorem21(
     ``g(R) = min_j m_j / L_j(R)`` is non-increasing, ``alpha(R) = min(g(R), R)``, and the
     optimum ``alpha* = sup{R : g(R) >= R}`` satisfies ``alpha* <= g(0)``.
 
+    Theorem 2.1 says exactly that class j cannot overtake c inside the ball of radius
+    ``min(m_j / L_j(R), R)``, so this is :func:`radius_search` with the per-class radii
+    ``rho_j(R) = m_j / L_j(R)`` rounded down (:func:`ratios`); see there for the search, its
+    class pruning and why only ``alpha(R)`` at evaluated R is reported.
+
     *No certificate without an evaluation.* ``+inf`` is reported only where every class
     ``j != c`` vanishes and has a positive margin (then ``r_max``, ``inf`` by default). A
     bound that is 0 at ``R = 0`` (for instance, all hidden units saturated off at x, where
     ``sigma'`` underflows) says nothing about larger R: such a point gets
     ``hi = r_cap = min(r_max, largest float64)`` and the search evaluates ``g`` at
     ``r_cap`` and then at smaller R like any other point.
+    """
+    prune = bool(getattr(lipschitz, "supports_mask", False))
+
+    def radius(idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        lip = lipschitz(idx, r, need) if prune else lipschitz(idx, r)
+        return ratios(m[idx], lip, None if vanishes is None else vanishes[idx])
+
+    unbounded = unbounded_points(m, vanishes)
+    return radius_search(radius, m, rtol, max_iter, r_max, unbounded, prune=prune)
+
+
+def unbounded_points(m: torch.Tensor, vanishes: torch.Tensor | None) -> torch.Tensor:
+    """(n,) bool: points where every class ``j != c`` provably never overtakes ``c``: its
+    gradient difference vanishes for every y (``vanishes``, decided from the weights) and its
+    margin is positive (``+inf`` margins are the predicted class itself)."""
+    if vanishes is None:
+        return torch.zeros(m.shape[0], dtype=torch.bool, device=m.device)
+    return ((vanishes & (m > 0)) | (torch.isinf(m) & (m > 0))).all(1)
+
+
+#: ``rho(idx, R, need) -> (m, K)``: per-class certified radii from one evaluation at R
+#: (:func:`radius_search`).
+RadiusFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def radius_search(
+    radius: RadiusFn,
+    m: torch.Tensor,
+    rtol: float = 1e-3,
+    max_iter: int = 100,
+    r_max: float = float("inf"),
+    unbounded: torch.Tensor | None = None,
+    prune: bool = True,
+) -> Certificate:
+    """The largest certified radius of every point, from per-class radii evaluated at R.
+
+    ``radius(idx, R, need)``, with ``idx, R`` (m,) and ``need`` (m, K) bool, returns
+    ``rho`` (m, K) such that class j cannot overtake the predicted class c anywhere in the
+    set of perturbations of norm below ``min(rho_j, R)`` (the ball, or ball ∩ box, that the
+    certificate is about): a lower bound on the margin over the set ``S(R)`` of radius R
+    that stays positive up to ``rho_j``. ``+inf`` at ``j = c``; entries where ``need`` is
+    False are ignored (a function may skip them and return ``+inf`` there). ``m`` (n, K):
+    the margins' lower bounds; only their shape, device and dtype, and their sign (a point
+    whose margin is not positive gets 0) are used here. ``unbounded`` (n,) bool: points
+    proved safe everywhere (:func:`unbounded_points`), which get ``r_max``.
+
+    Then ``alpha(R) = min(g(R), R)`` with ``g(R) = min_j rho_j(R)`` is certified, and when
+    ``g`` is non-increasing in R (every certificate here is, in exact arithmetic) the
+    optimum ``alpha* = sup{R : g(R) >= R}`` satisfies ``alpha* <= g(0)``. Soundness never
+    depends on that monotonicity: only ``alpha(R)`` at an R that was evaluated is reported.
 
     *Bracket.* One evaluation at R brackets ``alpha*`` from both sides: if ``g(R) >= R``,
     R is certified (``alpha(R) = R``) and ``alpha* <= g(R)`` (any ``R' > g(R)`` has
     ``g(R') <= g(R) < R'``); if ``g(R) < R``, ``alpha* < R`` and ``alpha(R) = g(R)`` is
     certified. So ``lo`` (always a reported ``alpha``) rises to ``min(g(R), R)`` and ``hi``
-    falls to ``max(g(R), R)``, starting from ``[0, min(g(0), r_cap)]``; the first R is
-    ``hi``. The search stops when ``hi - lo <= rtol * hi``: the reported value is then within
-    a relative ``rtol`` of the bound's optimum.
+    falls to ``max(g(R), R)``, starting from ``[0, min(g(0), r_cap)]`` with ``r_cap =
+    min(r_max, largest float64)``; the first R is ``hi``. The search stops when ``hi - lo
+    <= rtol * hi``: the reported value is then within a relative ``rtol`` of the optimum.
 
     *Steps.* In a wide bracket (``hi > 16 lo``) the next R is the geometric mean
     ``sqrt(max(lo, tiny) hi)``: a bracket that spans many orders of magnitude (as after
@@ -153,41 +208,33 @@ def theorem21(
     the smooth ``g`` of our bounds it needs ~5 evaluations for ``rtol = 1e-3`` (bisection:
     ~12).
 
-    *Class pruning* (for bounds with ``supports_mask = True``, called as
-    ``lipschitz(idx, R, need)`` with ``need`` (m, K) bool, returning 0 where not needed):
-    an evaluation at R with ``g(R) < R`` makes R the new ``hi``, so every later R is smaller
-    and, L being non-decreasing, ``m_j / L_j(R)`` at that R is a lower bound ``rho_j`` for
-    all later steps. A class with ``rho_j > hi`` can neither decide whether
-    ``g(R) >= R`` nor lower ``hi``, so it is skipped: the computed ``min(g, R)`` is unchanged.
-    (This uses the monotonicity that the optimality argument already assumes.)
-
-    Only ``alpha(R)`` at evaluated R is ever reported: the largest one. Ratios are rounded
-    down (:func:`ratios`), so each reported value is a guarantee for the real function
-    whenever ``m`` and ``L`` are rigorous bounds.
+    *Class pruning.* An evaluation at R' with ``g(R') < R'`` makes R' the new ``hi``, so
+    every later R is smaller. A class j whose ``rho_j(R') > hi`` is, by the contract above,
+    unable to overtake c within ``min(rho_j(R'), R') >= hi``, hence within every later R:
+    it is skipped (``need`` False), and the computed ``min(g, R)`` stays a certified radius.
+    This is a statement about the real classifier, so it holds whether or not the bound
+    is monotone in R. ``prune=False`` evaluates every class at every R.
     """
     n = m.shape[0]
     dev, dt = m.device, m.dtype
     all_idx = torch.arange(n, device=dev)
-    prune = bool(getattr(lipschitz, "supports_mask", False))
     r_cap = min(float(r_max), torch.finfo(dt).max)
     tiny = torch.finfo(dt).tiny
 
-    def rat(idx: torch.Tensor, lip: torch.Tensor) -> torch.Tensor:
-        return ratios(m[idx], lip, None if vanishes is None else vanishes[idx])
-
-    g0, _ = rat(all_idx, lipschitz(all_idx, torch.zeros(n, device=dev, dtype=dt))).min(dim=1)
+    everything = torch.ones_like(m, dtype=torch.bool)
+    g0, _ = radius(all_idx, torch.zeros(n, device=dev, dtype=dt), everything).min(dim=1)
     best = torch.zeros(n, device=dev, dtype=dt)
     best_r = torch.zeros(n, device=dev, dtype=dt)
     best_j = torch.full((n,), -1, device=dev, dtype=torch.long)
     evals = torch.ones(n, device=dev, dtype=torch.long)
-    rho = torch.zeros_like(m)  # lower bounds on m_j / L_j(R) for every R still to come
+    rho = torch.zeros_like(m)  # radii within which each class is known not to overtake
     lo = torch.zeros(n, device=dev, dtype=dt)
     hi = torch.clamp(g0, max=r_cap)
 
     def evaluate(idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """``h(r) = g(r) - r`` at the points ``idx``; records the best ``alpha``."""
-        need = rho[idx] <= hi[idx][:, None]
-        q = rat(idx, lipschitz(idx, r, need) if prune else lipschitz(idx, r))
+        need = rho[idx] <= hi[idx][:, None] if prune else everything[idx]
+        q = radius(idx, r, need).masked_fill(~need, torch.inf)
         g, j = q.min(dim=1)
         alpha = torch.minimum(g, r)
         better = alpha > best[idx]
@@ -196,18 +243,16 @@ def theorem21(
         best_j[idx] = torch.where(better & torch.isfinite(g), j, best_j[idx])
         evals[idx] += 1
         if prune:
-            update = need & (g < r)[:, None]  # skipped classes keep their older bound
+            update = need & (g < r)[:, None]  # skipped classes keep their older radius
             rho[idx] = torch.where(update, torch.maximum(rho[idx], q), rho[idx])
         return g - r
 
     # Zero margins keep 0. Points where every class provably never overtakes c get r_max
     # (inf by default) and no bound class; all others get a finite, positive bracket.
-    if vanishes is None:
+    if unbounded is None:
         unbounded = torch.zeros(n, dtype=torch.bool, device=dev)
-    else:
-        unbounded = ((vanishes & (m > 0)) | (torch.isinf(m) & (m > 0))).all(1)
     best[unbounded], best_r[unbounded] = float(r_max), float(r_max)
-    active = all_idx[(hi > 0) & ~unbounded]
+    active = all_idx[(hi > 0) & ~unbounded & (m > 0).all(1)]
     # the last two evaluations (R, h(R)), for the secant step
     r_prev, h_prev = torch.zeros(n, device=dev, dtype=dt), g0.clone()
     r_last, h_last = r_prev.clone(), g0.clone()

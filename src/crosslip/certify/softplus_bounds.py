@@ -299,6 +299,7 @@ class PreactivationRange:
         self.x = x.to(terms.U.dtype)
         z = terms.preactivation(self.x) if z is None else z  # (n, H)
         pad = terms.pad(self.x, z) if pad is None else pad
+        self.z, self.pad = z, pad  # computed pre-activations and how far the real ones lie
         self.z_lo, self.z_hi = z - pad, z + pad  # the real z lies in between
         self.pred = pred
         self.num_classes = k = self.W.shape[0]
