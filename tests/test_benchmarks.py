@@ -3,50 +3,67 @@ itself is measured by running the benchmark, never asserted here): the machine a
 device named on the first line and in the JSON line that ends the output; every benchmark
 takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA) and ``--threads N``
 (default: the CPUs the process may run on). The whole runs are ``slow`` (the full tier:
-docs/testing.md); the ``--device`` and ``--threads`` checks are quick."""
+docs/testing.md); the ``--device`` and ``--threads`` checks and the harness
+(benchmarks/_harness.py) are quick."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
-import runpy
-import sys
+import time
 
 import pytest
 import torch
 
 from crosslip.device import add_threads_argument, available_cpus
 
-from .helpers import ROOT, TINY_BENCH_ARGS
+from .helpers import BENCHMARKS, TINY_BENCH_ARGS, as_benchmark, benchmark_module
+from .helpers import run_benchmark as run_bench
 
-BENCHES = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
-
-
-def run_bench(name: str, *args: str) -> list[str]:
-    """The benchmark's output lines: the script runs as ``__main__`` in this process (it must
-    succeed), which saves a Python and torch start-up per benchmark. What a benchmark may
-    change in the process (torch's thread count, the global random state, sys.path) is
-    restored afterwards."""
-    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
-    argv, path = sys.argv, list(sys.path)
-    out = io.StringIO()
-    sys.argv = [name, *args]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(str(ROOT / "benchmarks" / name), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = argv, path
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-    return out.getvalue().splitlines()
+BENCHES = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
 
 
 def test_there_are_benchmarks():
     assert len(BENCHES) >= 5, BENCHES
+
+
+def test_the_harness_sets_up_a_run_and_times_kinds_in_turns():
+    harness = benchmark_module("_harness.py")
+    parser = harness["parser"]("First line.\nMore.")
+    parser.add_argument("--points", type=int, default=3)
+    threads = torch.get_num_threads()
+    try:
+        bench = harness["start"](parser, ["--device", "cpu", "--threads", "1"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert parser.description == "First line." and bench.args.points == 3
+    assert bench.device == torch.device("cpu") and bench.machine.endswith(" on 1 thread")
+    assert bench.header() == {"machine": bench.machine, "device": "cpu"}
+    assert bench.machine_line() == f"machine: {bench.machine} (device cpu)"
+    out, seconds = harness["timed"](lambda: time.sleep(0.01) or 7)
+    assert out == 7 and seconds >= 0.01
+    calls: list[str] = []
+    kinds = {k: (lambda k=k: calls.append(k)) for k in ("a", "b")}
+    medians = harness["medians"](kinds, 3, "cpu")
+    assert calls == ["a", "b"] * 3 and set(medians) == {"a", "b"}
+    assert all(0 <= s < 1 for s in medians.values())
+
+
+def test_a_benchmark_ends_with_its_json_line_and_may_write_it_with_provenance(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("CROSSLIP_COMMIT", "abc1234")
+    finish = benchmark_module("_harness.py")["finish"]
+    with as_benchmark("bench_x.py", "--points", "3"):
+        finish({"seconds": 1.5}, tmp_path / "out" / "r.json")
+    assert capsys.readouterr().out.splitlines()[-1] == '{"seconds": 1.5}'
+    entry = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert list(entry) == ["command", "date", "commit", "result"]
+    assert entry["command"].endswith(" bench_x.py --points 3") and entry["commit"] == "abc1234"
+    assert entry["result"] == {"seconds": 1.5}
 
 
 @pytest.mark.parametrize("name", BENCHES)
