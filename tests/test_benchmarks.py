@@ -2,9 +2,9 @@
 itself is measured by running the benchmark, never asserted here): the machine and the
 device named on the first line and in the JSON line that ends the output; every benchmark
 takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA) and ``--threads N``
-(default: the CPUs the process may run on). The whole runs are ``slow`` (the full tier:
-docs/testing.md); the ``--device`` and ``--threads`` checks and the harness
-(benchmarks/_harness.py) are quick."""
+(default: the CPUs the process may run on) from its harness (benchmarks/_harness.py), with
+options of its own. The whole runs are ``slow`` (the full tier: docs/testing.md); the
+options and the harness are checked quickly."""
 
 from __future__ import annotations
 
@@ -24,9 +24,62 @@ from .helpers import run_benchmark as run_bench
 
 BENCHES = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
 
+#: Every script with the benchmarks' command line (each has ``arguments()``, its parser),
+#: with options of its own as a run gives them (the tiny runs' where there are some).
+OWN_OPTIONS: dict[str, list[str]] = {
+    **TINY_BENCH_ARGS,
+    "bench_attack.py": [
+        *("--mirror", "m", "--reference-rows", "2", "--refine-steps", "1", "--rounds", "1"),
+        "--projections-only",
+    ],
+    "bench_certify.py": [
+        *("--mirror", "m", "--reference-points", "2", "--all-kinds-points", "20"),
+        "--no-kernel",
+    ],
+    "bench_kernel_scale.py": [
+        *("--centers", "100", "200", "--iterations", "1", "--gamma-points", "300"),
+        *("--points", "2", "--memory-gb", "1.5", "--mirror", "m", "--cache", "c", "--streamed"),
+    ],
+    "study_guarantee_gap.py": [
+        *("--dataset", "mnist5k", "--mirror", "m", "--train-subset", "100", "--epochs", "2"),
+        *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--checkpoints", "1", "2"),
+        *("--points", "20", "--train-points", "8", "--attack-points", "6", "--hidden", "16"),
+        *("--alpha", "5", "--seed", "1", "--rtol", "1e-2", "--ascent-steps", "3"),
+        *("--out", "r.json", "--verbose"),
+    ],
+    "suite_times.py": [
+        *("--tiers", "fast", "--baseline", "HEAD", "--rounds", "1"),
+        *("--select", "tests/test_rounding.py"),
+    ],
+}
+#: The scripts whose parser has no ``--device`` or ``--threads`` (no torch code of their own).
+NO_TORCH_OPTIONS = {"suite_times.py"}
+
 
 def test_there_are_benchmarks():
     assert len(BENCHES) >= 5, BENCHES
+
+
+def test_every_benchmark_has_its_options_listed_here():
+    scripts = {p.name for p in BENCHMARKS.glob("[!_]*.py") if "def arguments()" in p.read_text()}
+    assert scripts == set(OWN_OPTIONS) >= set(BENCHES)
+
+
+@pytest.mark.parametrize("name", sorted(OWN_OPTIONS))
+def test_every_benchmark_parses_the_common_options_and_its_own(name, capsys):
+    """Its parser (``arguments()``) shows its help and takes ``--device cpu --threads 1``
+    (where it runs torch code) with its own options."""
+    parser = benchmark_module(name)["arguments"]()
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    assert stop.value.code == 0 and shown.startswith("usage: "), shown
+    assert " ".join(parser.description.split()) in " ".join(shown.split())
+    common = [] if name in NO_TORCH_OPTIONS else ["--device", "cpu", "--threads", "1"]
+    assert ("--device" in shown) == bool(common) == ("--threads" in shown)
+    args = parser.parse_args([*OWN_OPTIONS[name], *common])
+    if common:
+        assert (args.device, args.threads) == ("cpu", 1)
 
 
 def test_the_harness_sets_up_a_run_and_times_kinds_in_turns():
