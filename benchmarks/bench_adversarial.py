@@ -31,28 +31,18 @@ Run: ``.venv/bin/python benchmarks/bench_adversarial.py [--device auto]``
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
-from pathlib import Path
+from functools import partial
 
 import torch
 
+from _harness import ROOT, finish, medians, parser, start
 from crosslip.config import preset_networks
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.models import StackedSoftplusNet
 from crosslip.op_count import OpCount
 from crosslip.train import TrainConfig, adversarial_rows
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10
 FULL_MNIST = 60000
@@ -83,19 +73,29 @@ def run_kind(
         step(adversarial_inputs(stack, xb, spec), yb)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_batches(
+    kind: str, step: GridStep, stack: StackedSoftplusNet, spec: TrainConfig, batches: list
+) -> None:
+    """One step of ``kind`` on each of ``batches`` (the timed unit)."""
+    for xb, yb, fractions in batches:
+        run_kind(kind, step, stack, spec, xb, yb, fractions)
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 26], help="grid sizes G")
     ap.add_argument("--points", type=int, default=2000, help="digits of the warm-up epochs")
     ap.add_argument("--warm-epochs", type=int, default=1, help="plain epochs before timing")
     ap.add_argument("--steps", type=int, default=5, help="steps timed per round and kind")
     ap.add_argument("--rounds", type=int, default=3, help="turns of the three kinds")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden units (1024 in the paper)")
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
     x, y = ds.x_train[: args.points], ds.y_train[: args.points]
     grid = preset_networks(PRESET, "adversarial", args.hidden, args.warm_epochs)
@@ -113,8 +113,7 @@ def main() -> None:
         for i in range(args.steps)
     ]
     res: dict = {
-        "machine": describe_machine(dev),
-        "device": str(dev),
+        **bench.header(),
         "hidden": args.hidden,
         "batch": batch,
         "adversarial_rows": m,
@@ -132,22 +131,15 @@ def main() -> None:
         specs = [spec for spec, _ in pairs]
         stack = StackedSoftplusNet([net for _, net in pairs]).to(dev)
         step = GridStep(stack, specs, adv_norm=float("inf"))
-        per_step: dict[str, list[float]] = {k: [] for k in KINDS}
         for kind in KINDS:  # warm-up: allocator, thread pools, cuBLAS
             run_kind(kind, step, stack, specs[0], *batches[0])
-        for _ in range(args.rounds):
-            for kind in KINDS:
-                synchronize(dev)
-                t0 = time.perf_counter()
-                for xb, yb, fr in batches:
-                    run_kind(kind, step, stack, specs[0], xb, yb, fr)
-                synchronize(dev)
-                per_step[kind].append((time.perf_counter() - t0) / len(batches))
+        kinds = {kind: partial(run_batches, kind, step, stack, specs[0], batches) for kind in KINDS}
+        per_round = medians(kinds, args.rounds, dev)
         row: dict = {}
         for kind in KINDS:
             with OpCount() as count:
                 run_kind(kind, step, stack, specs[0], *batches[0])
-            seconds = statistics.median(per_step[kind])
+            seconds = per_round[kind] / len(batches)
             row[f"{kind}_seconds_per_step"] = seconds
             row[f"{kind}_network_epochs_per_second"] = size * batch / FULL_MNIST / seconds
             row[f"ops_per_step_{kind}"] = count.ops
@@ -164,7 +156,7 @@ def main() -> None:
         res[f"ops_per_step_{kind}"] = top[f"ops_per_step_{kind}"]
         res[f"host_reads_per_step_{kind}"] = top[f"host_reads_per_step_{kind}"]
 
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     print(
         f"batch {batch} ({m} replaced, {res['adv_norm']}), hidden {args.hidden}; networks "
         f"after {args.warm_epochs} plain epoch(s) on {len(x)} digits; "
@@ -185,7 +177,7 @@ def main() -> None:
             f"x{r['one_step_vs_plain']:.2f} (one_step) and x{r['search_vs_plain']:.2f} (search) "
             "the plain step"
         )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import statistics
-import sys
-import time
 from functools import partial
-from pathlib import Path
 
 import torch
 
+from _harness import MNIST_MIRROR, finish, medians, parser, start, timed
+from bench_certify import full_mnist, trained_net
 from crosslip.attacks import (
     BoxProblem,
     project_box,
@@ -40,29 +37,9 @@ from crosslip.attacks import (
     refine_upper_bound,
     upper_bound,
 )
-from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_certify import ROOT, trained_net
 from sort_baseline import project_sorted
 
 NAMES = {1.0: "l1", 2.0: "l2", float("inf"): "linf"}
-
-
-def timed(fn, device: torch.device | str = "cpu"):
-    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - t0
 
 
 def instances(n: int, d: int, dtype: torch.dtype, seed: int = 0):
@@ -103,15 +80,11 @@ def projections(n: int, d: int, n_ref: int, rounds: int, device: torch.device) -
             delta = solve_all(x, v, t, p)  # warm-up at full size; kept for checks
             other = solve_sorted(x, v, t, p)
             sorted_own = solve_boxproblem(x, v, t, p)
-            # median of the rounds, crosslip and the baselines alternating; each result is
-            # dropped at once (keeping them would grow the heap and time page faults)
-            ours, theirs, own = [], [], []
-            for _ in range(rounds):
-                ours.append(timed(partial(solve_all, x, v, t, p), device)[1])
-                theirs.append(timed(partial(solve_sorted, x, v, t, p), device)[1])
-                own.append(timed(partial(solve_boxproblem, x, v, t, p), device)[1])
-            secs[name], base[name] = statistics.median(ours), statistics.median(theirs)
-            boxp[name] = statistics.median(own)
+            # median of the rounds, crosslip and the baselines alternating
+            solvers = {"ours": solve_all, "theirs": solve_sorted, "own": solve_boxproblem}
+            kinds = {k: partial(solve, x, v, t, p) for k, solve in solvers.items()}
+            median = medians(kinds, rounds, device)
+            secs[name], base[name], boxp[name] = median["ours"], median["theirs"], median["own"]
             a = torch.linalg.vector_norm(delta.double(), ord=p, dim=1)
             for z, out_diff in ((other, base_diff), (sorted_own, boxp_diff)):
                 b = torch.linalg.vector_norm(z.double(), ord=p, dim=1)
@@ -135,8 +108,8 @@ def projections(n: int, d: int, n_ref: int, rounds: int, device: torch.device) -
     return out
 
 
-def report_projections(res: dict) -> None:
-    print(f"machine: {res['machine']} (device {res['device']})")
+def report_projections(res: dict, machine_line: str) -> None:
+    print(machine_line)
     for tag, label in (("", "float32"), ("_float64", "float64")):
         for name in NAMES.values():
             secs_p = res["projection_seconds" + tag][name]
@@ -156,29 +129,29 @@ def report_projections(res: dict) -> None:
             )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    add_device_argument(ap)
-    add_threads_argument(ap)
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
+    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")
     ap.add_argument("--projections-only", action="store_true", help="skip the MNIST upper bounds")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
-    res: dict = {"machine": describe_machine(dev), "device": str(dev)}
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
+    res: dict = bench.header()
     res.update(projections(10_000, 784, args.reference_rows, args.rounds, dev))
     if args.projections_only:
-        report_projections(res)
-        print(json.dumps(res))
+        report_projections(res, bench.machine_line())
+        finish(res)
         return
 
-    out_dir = ROOT / "results" / "bench"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
-    net, _ = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    ds = full_mnist(args.mirror)
+    net, _ = trained_net(ds)
     net = copy.deepcopy(net).to(dev)
     x = torch.as_tensor(ds.x_test).to(dev)
     upper_bound(net, x[:64])  # warm-up
@@ -196,7 +169,7 @@ def main() -> None:
         share_refined_smaller=float((ref.norm[ok] < ub.norm[ok] * (1 - 1e-9)).double().mean()),
     )
 
-    report_projections(res)
+    report_projections(res, bench.machine_line())
     print(
         f"L2 upper bounds, {len(x)} MNIST test points x 9 targets: {secs:.1f} s; success "
         f"{res['success_rate']:.1%}; mean {res['mean_upper_bound_paper']:.4f} (paper)"
@@ -206,7 +179,7 @@ def main() -> None:
         f"{res['mean_upper_bound_refined']:.4f}; smaller on "
         f"{res['share_refined_smaller']:.1%} of the points"
     )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

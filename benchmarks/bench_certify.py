@@ -22,30 +22,34 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
+from bench_kernel_bound import run as kernel_bound
 from crosslip.certify import certify_softplus
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.checkpoints import load_model, save_model
-from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
+from crosslip.data import Dataset, load_dataset
 from crosslip.train import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[1]
+#: What the certification and attack benchmarks keep between runs: MNIST's prepared copy
+#: and their network, trained once.
+CACHE = ROOT / "results" / "bench"
+NET = CACHE / "mnist-784-1024-10-none.pt"
 
 
-def trained_net(ds, cache: Path):
+def full_mnist(mirror: str | Path) -> Dataset:
+    """Full MNIST from the folder ``mirror`` (its prepared copy kept under ``CACHE``)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    return load_dataset("mnist", cache_dir=CACHE / "downloads", mirror_dir=mirror)
+
+
+def trained_net(ds: Dataset, cache: Path = NET) -> tuple[torch.nn.Module, float | None]:
+    """The network of 3 epochs of plain SGD on ``ds`` read from ``cache``, else trained and
+    kept there; with the seconds of its training (None where it was read)."""
     if cache.exists():
         return load_model(cache), None
     t0 = time.perf_counter()
@@ -54,34 +58,25 @@ def trained_net(ds, cache: Path):
     return res.model, time.perf_counter() - t0
 
 
-def timed(fn, device: torch.device | str = "cpu"):
-    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - t0
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
-    add_device_argument(ap)
-    add_threads_argument(ap)
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
+    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
     ap.add_argument("--reference-points", type=int, default=20)
     ap.add_argument("--all-kinds-points", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
-    out_dir = ROOT / "results" / "bench"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
-    net, train_s = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
+    ds = full_mnist(args.mirror)
+    net, train_s = trained_net(ds)
     x = torch.as_tensor(ds.x_test)
     with torch.no_grad():
         err = float((net(x).argmax(1).numpy() != ds.y_test).mean())
-    res: dict = {"machine": describe_machine(dev), "device": str(dev), "test_error": err}
+    res: dict = {**bench.header(), "test_error": err}
     if train_s is not None:
         res["train_seconds"] = train_s
 
@@ -125,14 +120,9 @@ def main() -> None:
     )
 
     if not args.no_kernel:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_kernel_bound import run as run_kernel
+        res.update(kernel_bound(device=dev))
 
-        kernel = run_kernel(device=dev)
-        kernel.pop("machine", None)
-        res.update(kernel)
-
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     print(f"network: 784-1024-10 softplus, plain SGD, test error {err:.2%}")
     print(
         f"Prop. 2.3 guarantees, {len(x)} points, rtol 1e-3: {secs:.1f} s "
@@ -159,7 +149,7 @@ def main() -> None:
             f"{res['kernel_points']} points: {res['kernel_seconds']:.1f} s "
             f"(x{res['kernel_speedup_vs_reference']:.0f} vs per-point reference)"
         )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

@@ -27,39 +27,27 @@ Run: ``.venv/bin/python benchmarks/bench_compile.py [--device auto]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
-from pathlib import Path
+from functools import partial
 
 import torch
 
+from _harness import ROOT, finish, parser, start, timed
 from crosslip.config import preset_networks
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.models import SoftplusNet, StackedSoftplusNet
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10
 
 
 def timed_step(step: GridStep, xb: torch.Tensor, yb: torch.Tensor, dev: torch.device) -> float:
-    synchronize(dev)
-    t0 = time.perf_counter()
-    step(xb, yb)
-    synchronize(dev)
-    return time.perf_counter() - t0
+    """Seconds of one step on the batch."""
+    return timed(partial(step, xb, yb), dev)[1]
 
 
 def compile_seconds(
@@ -78,8 +66,9 @@ def compile_seconds(
     return timed_step(step, xb, yb, dev) - eager
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8], help="grid sizes G")
     ap.add_argument("--steps", type=int, default=10, help="steps timed per round and kind")
     ap.add_argument("--rounds", type=int, default=3, help="turns of eager and compiled")
@@ -90,19 +79,19 @@ def main() -> None:
         help="torch.compile backend (inductor; aot_eager traces without generating code, "
         "the smoke test's)",
     )
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
     grid = preset_networks(PRESET, "plain", args.hidden, 1)
     batch = grid[0].batch_size
     xb = torch.as_tensor(ds.x_train[:batch], device=dev)
     yb = torch.as_tensor(ds.y_train[:batch], device=dev)
     res: dict = {
-        "machine": describe_machine(dev),
-        "device": str(dev),
+        **bench.header(),
         "torch": torch.__version__,
         "backend": args.backend,
         "hidden": args.hidden,
@@ -151,7 +140,7 @@ def main() -> None:
         res[key] = top[key]
     res["compile_seconds_cold"] = res["sizes"][str(args.sizes[0])]["compile_seconds_first_call"]
 
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     print(f"torch {torch.__version__}, backend {args.backend}, hidden {args.hidden}, batch {batch}")
     for size, r in res["sizes"].items():
         print(
@@ -162,7 +151,7 @@ def main() -> None:
             f"{r['compile_seconds_warm']:.1f} s warm; weights differ by at most "
             f"{r['max_weight_difference']:.1e}"
         )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

@@ -33,23 +33,15 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import statistics
-import time
-from pathlib import Path
+from functools import partial
 
 import torch
 
+from _harness import ROOT, finish, parser, start, timed
 from crosslip.config import preset_networks
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-    tf32,
-)
+from crosslip.device import tf32
 from crosslip.flops import matmul_rate
 from crosslip.models import SoftplusNet, StackedSoftplusNet
 from crosslip.op_count import OpCount
@@ -57,7 +49,6 @@ from crosslip.regularizers import cross_lipschitz_flops
 from crosslip.train import GradientDescent, TrainConfig, objective_terms, train
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10
 FULL_MNIST = 60000
@@ -93,8 +84,15 @@ def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> 
     return one.ops, separate
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def train_each(specs: list[TrainConfig], data: tuple, device: torch.device) -> None:
+    """One training per network of ``specs``, one after the other (the ``separate`` kind)."""
+    for spec in specs:
+        train(spec, *data, device=device)
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 26], help="grid sizes G")
     ap.add_argument("--points", type=int, default=4000, help="training digits per epoch")
     ap.add_argument("--epochs", type=int, default=1)
@@ -103,11 +101,12 @@ def main() -> None:
     ap.add_argument(
         "--tf32", action="store_true", help="train.tf32: TF32 products on CUDA (rate too)"
     )
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
     x, y = ds.x_train[: args.points], ds.y_train[: args.points]
     data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
@@ -118,8 +117,7 @@ def main() -> None:
     n, d = len(x), x.shape[1]
     batch = grid[0].batch_size
     res: dict = {
-        "machine": describe_machine(dev),
-        "device": str(dev),
+        **bench.header(),
         "points": n,
         "epochs": args.epochs,
         "hidden": args.hidden,
@@ -131,18 +129,14 @@ def main() -> None:
     rates = []
     for size in args.sizes:
         specs = [copy.deepcopy(s) for s in grid[:size]]
-        times: dict[str, list[float]] = {"batched": [], "separate": []}
+        kinds = {
+            "batched": partial(train_grid, specs, *data, device=dev),
+            "separate": partial(train_each, specs, data, dev),
+        }
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
         for _ in range(args.rounds):
-            for kind in ("batched", "separate"):
-                synchronize(dev)
-                t0 = time.perf_counter()
-                if kind == "batched":
-                    train_grid(specs, *data, device=dev)
-                else:
-                    for spec in specs:
-                        train(spec, *data, device=dev)
-                synchronize(dev)
-                times[kind].append(time.perf_counter() - t0)
+            for kind, fn in kinds.items():
+                times[kind].append(timed(fn, dev)[1])
             with tf32(args.tf32):
                 rates.append(matmul_rate(shapes, dev, torch.float32, 3))
         rate = statistics.median(rates)
@@ -173,7 +167,7 @@ def main() -> None:
     res["speedup_batched_vs_separate"] = largest["speedup_batched_vs_separate"]
     res["ratio_to_arithmetic_bound"] = largest["ratio_to_arithmetic_bound"]
 
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     print(
         f"{n} digits x {args.epochs} epoch(s), hidden {args.hidden}, batch {batch}; "
         f"float32 matrix products{' (TF32)' if args.tf32 else ''} meanwhile: "
@@ -189,7 +183,7 @@ def main() -> None:
             f" of it (separate x{r['ratio_to_arithmetic_bound_separate']:.2f}); operations per "
             f"step {r['ops_per_step_batched']} batched, {r['ops_per_step_separate']} separate"
         )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

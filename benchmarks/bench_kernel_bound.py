@@ -19,35 +19,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
 
+from _harness import MNIST_MIRROR, finish, parser, start, timed
 from crosslip.certify.kernel_bounds import certify_kernel, certify_kernel_reference
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.kernels import GaussianKernelModel, gamma_from_data
 
-T = TypeVar("T")
-
-#: The shared MNIST mirror (official IDX file names), next to the repository.
-MNIST_MIRROR = Path(
-    os.environ.get(
-        "CROSSLIP_MNIST_MIRROR", Path(__file__).resolve().parents[2] / "shared/data/mnist"
-    )
-)
+#: The MNIST mirror: ``CROSSLIP_MNIST_MIRROR`` where set, else the shared one.
+MIRROR = Path(os.environ.get("CROSSLIP_MNIST_MIRROR", MNIST_MIRROR))
 
 
 def load_data(
@@ -55,12 +39,12 @@ def load_data(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """(centers, center labels, points, point labels, description); float64 tensors."""
     rng = np.random.default_rng(seed)
-    if d == 784 and K == 10 and MNIST_MIRROR.is_dir():
+    if d == 784 and K == 10 and MIRROR.is_dir():
         from crosslip.data import load_dataset
 
         try:
             with tempfile.TemporaryDirectory() as cache:
-                ds = load_dataset("mnist", cache_dir=cache, mirror_dir=MNIST_MIRROR)
+                ds = load_dataset("mnist", cache_dir=cache, mirror_dir=MIRROR)
         except Exception as exc:  # any failure: fall back to random data, and say why
             print(f"MNIST mirror unusable ({exc}); using random data")
         else:
@@ -93,15 +77,6 @@ def fit_ridge(model: GaussianKernelModel, labels: torch.Tensor, lam: float = 1.0
         target = torch.nn.functional.one_hot(labels, K).to(gram) - 1.0 / K
         eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
         model.coef.copy_(torch.linalg.solve(gram + lam * eye, target).T)
-
-
-def timed(fn: Callable[[], T], device: torch.device | str = "cpu") -> tuple[T, float]:
-    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - t0
 
 
 def run(
@@ -148,27 +123,29 @@ def run(
         "kernel_speedup_vs_reference": ref_per_point / (secs / n_points),
         "kernel_max_rel_diff": rel,
         "kernel_agree": bool(rel <= 1e-6),
-        "machine": describe_machine(dev),
-        "device": str(dev),
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_device_argument(ap)
-    add_threads_argument(ap)
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--centers", type=int, default=2000, help="expansion points")
     ap.add_argument("--points", type=int, default=500, help="certified points")
     ap.add_argument("--reference-points", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    res = run(
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args = bench.args
+    figures = run(
         n_centers=args.centers,
         n_points=args.points,
         reference_points=args.reference_points,
-        device=resolve_device(args.device),
+        device=bench.device,
     )
-    print(f"machine: {res['machine']} (device {res['device']})")
+    res = {**figures, **bench.header()}
+    print(bench.machine_line())
     print(f"data: {res['kernel_data']}")
     print(
         f"model: {res['kernel_centers']} centers, d = {res['kernel_dim']}, "
@@ -192,7 +169,7 @@ def main() -> None:
         f"guarantees agree with the reference: {res['kernel_agree']} "
         f"(max relative difference {res['kernel_max_rel_diff']:.2e})"
     )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

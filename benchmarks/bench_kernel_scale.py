@@ -25,29 +25,23 @@ import time
 
 import torch
 
+from _harness import Run, finish, parser, start
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
 from crosslip.config import default
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-)
 from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.kernels import gamma_from_data
 
 
-def run(args: argparse.Namespace) -> dict:
-    device = resolve_device(args.device)
-    torch.set_num_threads(args.threads)
+def run(bench: Run) -> dict:
+    """The figures (module docstring); each size's row is also printed as it is done."""
+    args, device = bench.args, bench.device
     ds = load_dataset("mnist", cache_dir=args.cache, mirror_dir=args.mirror)
     n, d = ds.x_train.shape
     budget = args.memory_gb * GIB
     out: dict = {
-        "machine": describe_machine(device),
-        "device": str(device),
+        **bench.header(),
         "threads": torch.get_num_threads(),
         "memory_gb": args.memory_gb,
         "n_train": int(n),
@@ -129,28 +123,31 @@ def run(args: argparse.Namespace) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--centers", type=int, nargs="+", default=[2000, 5000])
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument(
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
+    ap.add_argument("--centers", type=int, nargs="+", default=[2000, 5000])
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument(
         "--gamma-points",
         type=int,
         default=0,
         help="estimate gamma on this many training digits (0: all)",
     )
-    parser.add_argument("--points", type=int, default=16)
-    parser.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
-    add_device_argument(parser)
-    add_threads_argument(parser)
-    parser.add_argument("--mirror", default=None, help="folder with the official MNIST files")
-    parser.add_argument("--cache", default="results/downloads")
-    parser.add_argument(
+    ap.add_argument("--points", type=int, default=16)
+    ap.add_argument("--memory-gb", type=float, default=default("kernel.memory_gb"))
+    ap.add_argument("--mirror", default=None, help="folder with the official MNIST files")
+    ap.add_argument("--cache", default="results/downloads")
+    ap.add_argument(
         "--streamed",
         action="store_true",
         help="also certify with the pair arrays recomputed per tile",
     )
-    print(json.dumps(run(parser.parse_args())))
+    return ap
+
+
+def main() -> None:
+    finish(run(start(arguments())))
 
 
 if __name__ == "__main__":

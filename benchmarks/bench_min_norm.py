@@ -29,62 +29,49 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import sys
-from pathlib import Path
 
 import torch
 
+from _harness import MNIST_MIRROR, finish, parser, start, timed
+from bench_certify import full_mnist, trained_net
 from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.config import default
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-)
 from crosslip.train import TrainConfig, train
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_certify import ROOT, timed, trained_net
 
-
-def network(args: argparse.Namespace, out_dir: Path):
+def network(args: argparse.Namespace):
     """The benchmark's network and dataset: the cached 784-1024-10 MNIST net of the other
     attack benchmarks by default, else one trained here for ``--epochs`` (not cached)."""
-    if args.dataset == "mnist":
-        ds = load_dataset("mnist", cache_dir=out_dir / "downloads", mirror_dir=args.mirror)
-    else:
-        ds = load_dataset(args.dataset)
+    ds = full_mnist(args.mirror) if args.dataset == "mnist" else load_dataset(args.dataset)
     if args.dataset == "mnist" and args.hidden == 1024 and args.epochs == 3:
-        net, _ = trained_net(ds, out_dir / "mnist-784-1024-10-none.pt")
+        net, _ = trained_net(ds)
         return net, ds
     cfg = TrainConfig(epochs=args.epochs, lr=0.2, hidden=args.hidden)
     res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     return res.model, ds
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "data" / "mnist"))
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
+    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
     ap.add_argument("--dataset", choices=["mnist", "mnist5k"], default="mnist")
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--epochs", type=int, default=3)
-    add_device_argument(ap)
-    add_threads_argument(ap)
     ap.add_argument("--points", type=int, default=10_000)
     ap.add_argument("--refine-steps", type=int, default=default("attack.refine_steps"))
     ap.add_argument("--steps", type=int, default=default("attack.min_norm_steps"))
     ap.add_argument("--targets", type=int, default=default("attack.min_norm_targets"))
     ap.add_argument("--restarts", type=int, default=default("attack.min_norm_restarts"))
     ap.add_argument("--check-points", type=int, default=500, help="0: no longer run")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
-    out_dir = ROOT / "results" / "bench"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    net, ds = network(args, out_dir)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
+    net, ds = network(args)
     x = torch.as_tensor(ds.x_test[: args.points])
     with torch.no_grad():
         err = float((net(x).argmax(1).numpy() != ds.y_test[: args.points]).mean())
@@ -105,8 +92,7 @@ def main() -> None:
     stack = torch.stack(list(norms.values()), 1)
     winner = stack.argmin(1)  # the earlier method on a tie, as the stage's best column
     res: dict = {
-        "machine": describe_machine(dev),
-        "device": str(dev),
+        **bench.header(),
         "dataset": args.dataset,
         "network": f"{x.shape[1]}-{args.hidden}-{ds.num_classes}",
         "train_epochs": args.epochs,
@@ -150,7 +136,7 @@ def main() -> None:
             ),
         )
 
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     print(
         f"network: {res['network']} softplus, {args.dataset}, {args.epochs} epochs, test error "
         f"{err:.2%}; {len(x)} test points x {x.shape[1]}, L2"
@@ -176,7 +162,7 @@ def main() -> None:
             f"{res['check_ratio_mean_default_to_longer']:.5f} on average, longer smaller by "
             f">0.1% on {res['check_share_longer_smaller']:.1%}"
         )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

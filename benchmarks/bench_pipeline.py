@@ -11,42 +11,20 @@ Run: .venv/bin/python benchmarks/bench_pipeline.py [--device auto]
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 
+from _harness import finish, parser, start, timed
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.pipeline import eval_indices
 from crosslip.train import TrainConfig, train
 
-T = TypeVar("T")
 
-
-def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    """``(fn(), seconds)``, with ``device`` synchronised before both clock readings."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - t0
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_device_argument(ap)
-    add_threads_argument(ap)
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--points", type=int, default=200, help="evaluation points")
     ap.add_argument("--epochs", type=int, default=5, help="epochs of the certified network")
     ap.add_argument(
@@ -55,11 +33,13 @@ def main() -> None:
         default=50,
         help="points of the per-point loop (extrapolated to --points)",
     )
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
-    machine = describe_machine(dev)
     n_pts, n_ref = args.points, min(args.reference_points, args.points)
     res = {}
     for reg, lam in (("none", 0.0), ("cross_lipschitz", 1e-3)):
@@ -88,7 +68,7 @@ def main() -> None:
     per_point = res["certify_per_point_s"]
     res["speedup_certify_vs_per_point"] = per_point / res["certify_batched_s"]
     n_train = len(ds.x_train)
-    print(f"machine: {machine} (device {dev})")
+    print(bench.machine_line())
     print(f"train, 1 epoch of {n_train} points, none:            {res['train_epoch_none_s']:.2f} s")
     cl, plain = res["train_epoch_cross_lipschitz_s"], res["train_epoch_none_s"]
     print(f"train, 1 epoch of {n_train} points, cross_lipschitz: {cl:.2f} s  (x{cl / plain:.1f})")
@@ -106,8 +86,7 @@ def main() -> None:
         f"mean guarantee {cert['guarantee_local'].mean():.4f} <= mean upper bound "
         f"{ub.norm[ub.success].mean():.4f}"
     )
-    summary = {"machine": machine, "device": str(dev), "points": n_pts}
-    print(json.dumps({**summary, "results_agree": bool(agree), **res}))
+    finish({**bench.header(), "points": n_pts, "results_agree": bool(agree), **res})
 
 
 if __name__ == "__main__":

@@ -52,14 +52,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -69,15 +67,9 @@ import torch
 import yaml
 from snakemake.utils import update_config
 
+from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
 from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
 from crosslip.data import Dataset, load_prepared, save_prepared
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.flops import count_flops, matmul_rate
 from crosslip.job_batches import evaluation_batches, plan_batches
 from crosslip.stages.attack import attack_stage
@@ -86,9 +78,7 @@ from crosslip.stages.data import prepare_data
 from crosslip.stages.training import train_grid_stage, train_stage
 from crosslip.training.grid import REGULARIZER_ORDER, train_grid
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "config" / "presets" / "mnist.yaml", ROOT / "config" / "overrides" / "gpu.yaml"]
-MIRROR = ROOT.parent / "shared" / "data" / "mnist"
 STARTUP = (
     "import torch, crosslip.stages.attack, crosslip.stages.certification, "
     "crosslip.stages.training; torch.zeros(1, device={device!r}).sum().item()"
@@ -101,15 +91,6 @@ def merged_config(files: list[Path]) -> dict[str, Any]:
     for f in files:
         update_config(config, yaml.safe_load(Path(f).read_text()) or {})
     return config
-
-
-def timed(fn: Callable[[], Any], device: torch.device) -> float:
-    """Seconds of ``fn()``, ``device`` synchronised before both clock readings."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - t0
 
 
 def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float) -> dict:
@@ -155,13 +136,9 @@ def spread(models: list[str], k: int) -> list[str]:
 def startup_seconds(device: torch.device, runs: int) -> float:
     """Median seconds of a fresh Python process that imports the stages and touches
     ``device``: what every job pays before its work."""
-    code = STARTUP.format(device=str(device))
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    command = [sys.executable, "-c", STARTUP.format(device=str(device))]
+    job = partial(subprocess.run, command, check=True)
+    return statistics.median(timed(job)[1] for _ in range(runs))
 
 
 def training_jobs(
@@ -208,18 +185,22 @@ class Measure:
     n_test: int
     config: dict[str, Any]
 
+    def seconds(self, fn: Callable[[], object]) -> float:
+        """Seconds of ``fn()`` on the device (:func:`_harness.timed`)."""
+        return timed(fn, self.dev)[1]
+
     def train_batched(self, job: list[str], e: int) -> float:
         """Seconds of the workflow's batched training of ``job`` for ``e`` epochs."""
         specs = {m: dataclasses.replace(self.nets[m], epochs=e) for m in job}
         out = {m: (self.model(m, e), self.metrics(m, e)) for m in job}
-        return timed(partial(train_grid_stage, self.part, specs, out, str(self.dev)), self.dev)
+        return self.seconds(partial(train_grid_stage, self.part, specs, out, str(self.dev)))
 
     def train_alone(self, m: str, e: int) -> float:
         """Seconds of ``m`` trained in a job of its own (``train.batch_grid: false``)."""
         params = spec_params(dataclasses.replace(self.nets[m], epochs=e))
         folder = self.work / f"alone-e{e}" / m
         job = partial(train_stage, self.part, params, m, folder / "model.pt", folder / "m.json")
-        return timed(partial(job, device=str(self.dev)), self.dev)
+        return self.seconds(partial(job, device=str(self.dev)))
 
     @functools.cached_property
     def part_data(self) -> Dataset:
@@ -255,7 +236,7 @@ class Measure:
             cert["kinds"],
             str(self.dev),
         )
-        return timed(stage, self.dev)
+        return self.seconds(stage)
 
     def attack(self, m: str, **change: Any) -> float:
         """Seconds of the attack stage of ``m`` with the config's settings, ``change``d."""
@@ -282,7 +263,7 @@ class Measure:
             examples_out=self.work / "examples.npz",
             **settings,
         )
-        return timed(stage, self.dev)
+        return self.seconds(stage)
 
     def setting(self, jobs: list[list[str]], per_setting: int) -> dict[str, Any]:
         """The figures of one setting whose training ``jobs`` are given."""
@@ -345,8 +326,7 @@ class Measure:
 
 
 def report(res: dict[str, Any]) -> None:
-    """The figures in lines, then the JSON line."""
-    print(f"machine: {res['machine']} (device {res['device']})")
+    """The figures in lines."""
     e1, e2 = res["epochs_measured"]
     print(
         f"{' + '.join(res['configfiles'])}, {res['dataset']}: {res['networks']} networks x "
@@ -395,15 +375,15 @@ def report(res: dict[str, Any]) -> None:
     )
     for stage, f in res["flops_by_stage"].items():
         print(f"  {stage}: " + ", ".join(f"{v / 1e15:.3g} PFLOP {k}" for k, v in f.items()))
-    print(json.dumps(res))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--configfile", type=Path, nargs="+", default=CONFIGS)
     ap.add_argument("--settings", nargs="+", help="measure these settings only")
     ap.add_argument("--dataset", help="replace the preset's datasets by this one")
-    ap.add_argument("--mirror", type=Path, default=MIRROR, help="folder of the MNIST files")
+    ap.add_argument("--mirror", type=Path, default=MNIST_MIRROR, help="folder of the MNIST files")
     ap.add_argument("--hidden", type=int, help="replace model.hidden")
     ap.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"))
     ap.add_argument("--train-points", type=int, help="training digits per epoch (default all)")
@@ -412,14 +392,16 @@ def main() -> None:
     ap.add_argument("--startup-runs", type=int, default=3)
     ap.add_argument("--target-minutes", type=float, default=30.0)
     ap.add_argument("--rate-repeats", type=int, default=5, help="timings of each product shape")
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    ap = arguments()
+    bench = start(ap)
+    args, dev = bench.args, bench.device
     e1, e2 = args.epochs
     if not 0 < e1 < e2:
         ap.error(f"--epochs {e1} {e2}: give two epoch counts, 0 < E1 < E2")
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
     with tempfile.TemporaryDirectory(prefix="bench_preset-") as tmp:
         work = Path(tmp)
         config = merged_config(args.configfile)
@@ -490,39 +472,39 @@ def main() -> None:
         "startup": startup * 3 * len(nets),
     }
     total, total_per_model = sum(stages.values()), sum(per_model.values())
-    report(
-        {
-            "machine": describe_machine(dev),
-            "device": str(dev),
-            "configfiles": [os.path.relpath(f, ROOT) for f in args.configfile],
-            "dataset": dataset,
-            "networks": len(nets),
-            "hidden": config["model"]["hidden"],
-            "epochs": config["train"]["epochs"],
-            "epochs_measured": [e1, e2],
-            "train_points": n_full,
-            "train_points_measured": n_train,
-            "eval_points": n_eval,
-            "eval_points_measured": points,
-            "settings": settings,
-            "startup_seconds_per_job": startup,
-            "jobs": n_jobs,
-            "jobs_per_model": 3 * len(nets),
-            "projected_seconds_by_stage": stages,
-            "projected_per_model_seconds_by_stage": per_model,
-            "projected_preset_seconds": total,
-            "projected_per_model_seconds": total_per_model,
-            "speedup_vs_per_model": total_per_model / total,
-            "flops_by_stage": flops,
-            "matmul_gflops": {k: v / 1e9 for k, v in rates.items()},
-            "arithmetic_floor_seconds_by_stage": floors,
-            "arithmetic_floor_seconds": sum(floors.values()),
-            "ratio_to_arithmetic_floor_by_stage": {k: stages[k] / floors[k] for k in floors},
-            "ratio_to_arithmetic_floor": (total - stages["startup"]) / sum(floors.values()),
-            "target_seconds": args.target_minutes * 60,
-            "within_target": total <= args.target_minutes * 60,
-        }
-    )
+    res = {
+        **bench.header(),
+        "configfiles": [os.path.relpath(f, ROOT) for f in args.configfile],
+        "dataset": dataset,
+        "networks": len(nets),
+        "hidden": config["model"]["hidden"],
+        "epochs": config["train"]["epochs"],
+        "epochs_measured": [e1, e2],
+        "train_points": n_full,
+        "train_points_measured": n_train,
+        "eval_points": n_eval,
+        "eval_points_measured": points,
+        "settings": settings,
+        "startup_seconds_per_job": startup,
+        "jobs": n_jobs,
+        "jobs_per_model": 3 * len(nets),
+        "projected_seconds_by_stage": stages,
+        "projected_per_model_seconds_by_stage": per_model,
+        "projected_preset_seconds": total,
+        "projected_per_model_seconds": total_per_model,
+        "speedup_vs_per_model": total_per_model / total,
+        "flops_by_stage": flops,
+        "matmul_gflops": {k: v / 1e9 for k, v in rates.items()},
+        "arithmetic_floor_seconds_by_stage": floors,
+        "arithmetic_floor_seconds": sum(floors.values()),
+        "ratio_to_arithmetic_floor_by_stage": {k: stages[k] / floors[k] for k in floors},
+        "ratio_to_arithmetic_floor": (total - stages["startup"]) / sum(floors.values()),
+        "target_seconds": args.target_minutes * 60,
+        "within_target": total <= args.target_minutes * 60,
+    }
+    print(bench.machine_line())
+    report(res)
+    finish(res)
 
 
 if __name__ == "__main__":

@@ -29,21 +29,14 @@ JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from _harness import finish, parser, start, timed
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-    synchronize,
-)
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
 from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
@@ -100,6 +93,14 @@ KINDS = (
 GEMM_SHAPES = ((64 * (K - 1), H, 784), (H, 784, H), (H, H, 784), (H, 1024, H))
 
 
+def sgd_step(net: SoftplusNet, opt: GradientDescent, objective, x, y) -> None:
+    """One SGD step of ``net`` on ``objective`` (the timed unit)."""
+    loss = objective(net, x, y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def step_seconds(
     x: torch.Tensor, y: torch.Tensor, rounds: int, block: int = 4
 ) -> tuple[dict[str, float], float]:
@@ -127,23 +128,14 @@ def step_seconds(
     for i in range(rounds + 1):
         for kind, (net, opt, objective) in runs.items():
             for j in range(block + 1):
-                synchronize(dev)
-                t0 = time.perf_counter()
-                loss = objective(net, x, y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                synchronize(dev)
+                seconds = timed(partial(sgd_step, net, opt, objective, x, y), dev)[1]
                 if i > 0 and j > 0:
-                    times[kind].append(time.perf_counter() - t0)
+                    times[kind].append(seconds)
         best = 0.0
         for a, b in mats:
             for _ in range(block + 1):
-                synchronize(dev)
-                t0 = time.perf_counter()
-                a @ b
-                synchronize(dev)
-                best = max(best, 2 * a.numel() * b.shape[1] / (time.perf_counter() - t0))
+                seconds = timed(partial(torch.matmul, a, b), dev)[1]
+                best = max(best, 2 * a.numel() * b.shape[1] / seconds)
         if i > 0:
             rates.append(best)
     return {kind: statistics.median(t) for kind, t in times.items()}, statistics.median(rates)
@@ -155,20 +147,22 @@ def cl_bound_flops(n: int, d: int) -> float:
     return 6 * n * d * H + min(cross_lipschitz_flops(n, d, K, H).values())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=8, help="timed rounds at batch 64")
     ap.add_argument("--rounds-1024", type=int, default=2, help="timed rounds at batch 1024")
     ap.add_argument("--block", type=int, default=4, help="timed steps per kind and round")
     ap.add_argument("--kernel-centers", type=int, default=2000)
     ap.add_argument("--kernel-iterations", type=int, default=20)
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
-    res: dict = {"machine": describe_machine(dev), "device": str(dev)}
+    res: dict = bench.header()
     for batch, rounds in ((64, args.rounds), (1024, args.rounds_1024)):
         x = torch.as_tensor(ds.x_train[:batch]).to(dev)
         y = torch.as_tensor(ds.y_train[:batch]).to(dev)
@@ -197,7 +191,7 @@ def main() -> None:
     res["kernel_seconds_per_lbfgs_iteration"] = kern.metrics["seconds_per_lbfgs_iteration"]
     res["kernel_objective_evaluations"] = len(kern.metrics["curve"])
 
-    print(f"machine: {res['machine']} (device {res['device']})")
+    print(bench.machine_line())
     for batch in (64, 1024):
         tag = "" if batch == 64 else f"_batch{batch}"
         secs = res[f"step_seconds{tag}"]
@@ -219,7 +213,7 @@ def main() -> None:
         f"({res['kernel_lbfgs_iterations']} iterations, "
         f"{res['kernel_objective_evaluations']} objective evaluations)"
     )
-    print(json.dumps(res))
+    finish(res)
 
 
 if __name__ == "__main__":

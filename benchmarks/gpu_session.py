@@ -189,7 +189,6 @@ def main() -> None:
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if out is None and not args.dry_run:
         ap.error("give --out (or set OUT): the folder the tarball goes to")
-    sys.path.insert(0, str(ROOT / "src"))
     with tempfile.TemporaryDirectory(prefix=f"gpu-{args.part}-") as tmp:
         folder = Path(tmp)
         cmds = commands(args.part, args, folder)

@@ -33,12 +33,8 @@ writes, with the command, date, commit and machine.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import logging
 import math
-import subprocess
-import sys
 import time
 from math import inf
 from pathlib import Path
@@ -46,20 +42,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from _harness import finish, parser, start
 from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.certify.decomposition import decompose, unit_sharpness
 from crosslip.data import load_dataset
-from crosslip.device import (
-    add_device_argument,
-    add_threads_argument,
-    describe_machine,
-    resolve_device,
-)
 from crosslip.models import SoftplusNet
 from crosslip.train import TrainConfig, error_rate
 from crosslip.training.grid import train_grid
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NETWORKS = [
     "none:0:0.5",
     "weight_decay:1e-4:0.5",
@@ -177,16 +167,9 @@ def evaluate(
     return row
 
 
-def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True
-    )
-    return out.stdout.decode().strip() + ("+edits" if dirty.stdout.strip() else "")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments() -> argparse.ArgumentParser:
+    """The study's options (module docstring)."""
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="mnist5k")
     ap.add_argument("--mirror", default=None, help="mirror folder of the dataset's files")
     ap.add_argument("--train-subset", type=int, default=0, help="first N digits (0: all)")
@@ -203,14 +186,15 @@ def main() -> None:
     ap.add_argument("--ascent-steps", type=int, default=30)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     ap.add_argument("--verbose", action="store_true", help="training progress on stderr")
-    add_device_argument(ap)
-    add_threads_argument(ap)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    bench = start(arguments())
+    args, dev = bench.args, bench.device
     if args.verbose:
         logging.basicConfig(format="%(asctime)s %(message)s")
         logging.getLogger("crosslip").setLevel(logging.INFO)
-    torch.set_num_threads(args.threads)
-    dev = resolve_device(args.device)
     ds = load_dataset(args.dataset, mirror_dir=args.mirror)
     x_train, y_train = ds.x_train, ds.y_train
     if args.train_subset:
@@ -274,8 +258,7 @@ def main() -> None:
         cfgs, x_train, y_train, ds.x_test, ds.y_test, ds.num_classes, device=dev, on_epoch=on_epoch
     )
     res = {
-        "machine": describe_machine(dev),
-        "device": str(dev),
+        **bench.header(),
         "dataset": args.dataset,
         "n_train": len(x_train),
         "epochs": args.epochs,
@@ -293,16 +276,7 @@ def main() -> None:
         "seconds": time.perf_counter() - t0,
         "rows": rows,
     }
-    if args.out is not None:
-        entry = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": git_commit(),
-            "result": res,
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(entry, indent=1) + "\n")
-    print(json.dumps(res))
+    finish(res, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baselin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import resource
@@ -30,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import ROOT, finish, parser
 from crosslip.device import describe_machine
 
-ROOT = Path(__file__).resolve().parents[1]
 TIERS = {"fast": ["-m", "not slow"], "full": []}
 TARGET_SECONDS = {"fast": 90.0, "full": 360.0}
 SUMMARY = re.compile(r"(\d+ (?:passed|skipped|deselected|warnings?)\b.*) in ([\d.]+)s")
@@ -106,15 +105,21 @@ def baseline_checkout(ref: str, into: Path) -> Path:
     return checkout
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (module docstring): no ``--device`` or ``--threads``, as
+    the suite runs in pytest processes of its own."""
+    ap = parser(__doc__, torch_options=False)
     ap.add_argument("--tiers", nargs="+", choices=sorted(TIERS), default=["fast", "full"])
     ap.add_argument("--baseline", metavar="REF", help="git commit or branch to time as well")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each tier and checkout")
     ap.add_argument(
         "--select", nargs="*", default=[], help="pytest arguments that pick tests (smoke runs)"
     )
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = arguments().parse_args()
     machine = describe_machine("cpu")
     print(f"machine: {machine}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -165,7 +170,7 @@ def main() -> None:
             for slow in entry["slowest"]:
                 print(f"  {slow['seconds']:7.2f} s  {slow['when']:8s} {slow['test']}")
             result["tiers"][tier] = entry
-    print(json.dumps(result))
+    finish(result)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,13 @@ of Snakemake's dry-run listing."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import runpy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,6 +137,45 @@ def dry_run_counts(stdout: str) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+#: The benchmarks. Each runs as ``python benchmarks/<name>.py``, which puts this folder first
+#: on ``sys.path``: ``_harness`` and the sibling benchmarks import from there.
+BENCHMARKS = ROOT / "benchmarks"
+
+
+@contextlib.contextmanager
+def as_benchmark(name: str, *args: str) -> Iterator[None]:
+    """Within the block, this process sees what ``python benchmarks/<name> <args>`` sees:
+    ``sys.argv`` and the benchmarks' folder first on ``sys.path``. What a benchmark may
+    change in the process (those two, torch's thread count, the global random state) is
+    restored afterwards."""
+    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+    argv, path = sys.argv, list(sys.path)
+    sys.argv = [name, *args]
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+
+
+def run_benchmark(name: str, *args: str) -> list[str]:
+    """The output lines of ``benchmarks/<name> <args>``, run as ``__main__`` in this process
+    (:func:`as_benchmark`; it must succeed), which saves a Python and torch start-up per
+    run."""
+    out = io.StringIO()
+    with as_benchmark(name, *args), contextlib.redirect_stdout(out):
+        runpy.run_path(str(BENCHMARKS / name), run_name="__main__")
+    return out.getvalue().splitlines()
+
+
+def benchmark_module(name: str) -> dict[str, Any]:
+    """The globals of ``benchmarks/<name>`` loaded as a module, its ``main`` not run."""
+    with as_benchmark(name):
+        return runpy.run_path(str(BENCHMARKS / name))
 
 
 #: The smallest arguments of each benchmark that still exercise all of it: the CPU smoke

@@ -2,51 +2,128 @@
 itself is measured by running the benchmark, never asserted here): the machine and the
 device named on the first line and in the JSON line that ends the output; every benchmark
 takes ``--device {auto,cpu,cuda}`` (tests/test_cuda.py runs them on CUDA) and ``--threads N``
-(default: the CPUs the process may run on). The whole runs are ``slow`` (the full tier:
-docs/testing.md); the ``--device`` and ``--threads`` checks are quick."""
+(default: the CPUs the process may run on) from its harness (benchmarks/_harness.py), with
+options of its own. The whole runs are ``slow`` (the full tier: docs/testing.md); the
+options and the harness are checked quickly."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
-import runpy
-import sys
+import time
+from functools import partial
 
 import pytest
 import torch
 
 from crosslip.device import add_threads_argument, available_cpus
 
-from .helpers import ROOT, TINY_BENCH_ARGS
+from .helpers import BENCHMARKS, TINY_BENCH_ARGS, as_benchmark, benchmark_module
+from .helpers import run_benchmark as run_bench
 
-BENCHES = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+BENCHES = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
 
-
-def run_bench(name: str, *args: str) -> list[str]:
-    """The benchmark's output lines: the script runs as ``__main__`` in this process (it must
-    succeed), which saves a Python and torch start-up per benchmark. What a benchmark may
-    change in the process (torch's thread count, the global random state, sys.path) is
-    restored afterwards."""
-    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
-    argv, path = sys.argv, list(sys.path)
-    out = io.StringIO()
-    sys.argv = [name, *args]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(str(ROOT / "benchmarks" / name), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = argv, path
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-    return out.getvalue().splitlines()
+#: Every script with the benchmarks' command line (each has ``arguments()``, its parser),
+#: with options of its own as a run gives them (the tiny runs' where there are some).
+OWN_OPTIONS: dict[str, list[str]] = {
+    **TINY_BENCH_ARGS,
+    "bench_attack.py": [
+        *("--mirror", "m", "--reference-rows", "2", "--refine-steps", "1", "--rounds", "1"),
+        "--projections-only",
+    ],
+    "bench_certify.py": [
+        *("--mirror", "m", "--reference-points", "2", "--all-kinds-points", "20"),
+        "--no-kernel",
+    ],
+    "bench_kernel_scale.py": [
+        *("--centers", "100", "200", "--iterations", "1", "--gamma-points", "300"),
+        *("--points", "2", "--memory-gb", "1.5", "--mirror", "m", "--cache", "c", "--streamed"),
+    ],
+    "study_guarantee_gap.py": [
+        *("--dataset", "mnist5k", "--mirror", "m", "--train-subset", "100", "--epochs", "2"),
+        *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--checkpoints", "1", "2"),
+        *("--points", "20", "--train-points", "8", "--attack-points", "6", "--hidden", "16"),
+        *("--alpha", "5", "--seed", "1", "--rtol", "1e-2", "--ascent-steps", "3"),
+        *("--out", "r.json", "--verbose"),
+    ],
+    "suite_times.py": [
+        *("--tiers", "fast", "--baseline", "HEAD", "--rounds", "1"),
+        *("--select", "tests/test_rounding.py"),
+    ],
+}
+#: The scripts whose parser has no ``--device`` or ``--threads`` (no torch code of their own).
+NO_TORCH_OPTIONS = {"suite_times.py"}
 
 
 def test_there_are_benchmarks():
     assert len(BENCHES) >= 5, BENCHES
+
+
+def test_every_benchmark_has_its_options_listed_here():
+    scripts = {p.name for p in BENCHMARKS.glob("[!_]*.py") if "def arguments()" in p.read_text()}
+    assert scripts == set(OWN_OPTIONS) >= set(BENCHES)
+
+
+@pytest.mark.parametrize("name", sorted(OWN_OPTIONS))
+def test_every_benchmark_parses_the_common_options_and_its_own(name, capsys):
+    """Its parser (``arguments()``) shows its help and takes ``--device cpu --threads 1``
+    (where it runs torch code) with its own options."""
+    parser = benchmark_module(name)["arguments"]()
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    assert stop.value.code == 0 and shown.startswith("usage: "), shown
+    assert " ".join(parser.description.split()) in " ".join(shown.split())
+    common = [] if name in NO_TORCH_OPTIONS else ["--device", "cpu", "--threads", "1"]
+    assert ("--device" in shown) == bool(common) == ("--threads" in shown)
+    args = parser.parse_args([*OWN_OPTIONS[name], *common])
+    if common:
+        assert (args.device, args.threads) == ("cpu", 1)
+
+
+def test_the_harness_sets_up_a_run_and_times_kinds_in_turns():
+    harness = benchmark_module("_harness.py")
+    parser = harness["parser"]("First line.\nMore.")
+    parser.add_argument("--points", type=int, default=3)
+    threads = torch.get_num_threads()
+    try:
+        bench = harness["start"](parser, ["--device", "cpu", "--threads", "1"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert parser.description == "First line." and bench.args.points == 3
+    assert bench.device == torch.device("cpu") and bench.machine.endswith(" on 1 thread")
+    assert bench.header() == {"machine": bench.machine, "device": "cpu"}
+    assert bench.machine_line() == f"machine: {bench.machine} (device cpu)"
+    calls: list[str] = []
+
+    def sleeps(kind: str, seconds: float) -> str:
+        calls.append(kind)
+        time.sleep(seconds)
+        return kind
+
+    out, seconds = harness["timed"](partial(sleeps, "once", 0.01))
+    assert out == "once" and seconds >= 0.01
+    kinds = {"slow": partial(sleeps, "slow", 0.02), "quick": partial(sleeps, "quick", 0.0)}
+    medians = harness["medians"](kinds, 3, "cpu")
+    assert calls == ["once", *["slow", "quick"] * 3]  # the kinds take turns
+    assert list(medians) == ["slow", "quick"] and medians["slow"] >= 0.02
+
+
+def test_a_benchmark_ends_with_its_json_line_and_may_write_it_with_provenance(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("CROSSLIP_COMMIT", "abc1234")
+    finish = benchmark_module("_harness.py")["finish"]
+    with as_benchmark("bench_x.py", "--points", "3"):
+        finish({"seconds": 1.5}, tmp_path / "out" / "r.json")
+    assert capsys.readouterr().out.splitlines()[-1] == '{"seconds": 1.5}'
+    entry = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert list(entry) == ["command", "date", "commit", "result"]
+    assert entry["command"].endswith(" bench_x.py --points 3") and entry["commit"] == "abc1234"
+    assert entry["result"] == {"seconds": 1.5}
 
 
 @pytest.mark.parametrize("name", BENCHES)

@@ -4,21 +4,17 @@ identities, and the study script at a tiny size."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from crosslip.reproduction import render
 from crosslip.reproduction.studies import guarantee_gap_tables, load_studies
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT, run_benchmark
+
 STUDIES = ROOT / "docs" / "reproduction" / "studies"
 
 
@@ -155,24 +151,14 @@ def test_committed_study_results_add_up() -> None:
 
 @pytest.mark.slow  # trains a tiny grid: the full tier
 def test_the_study_script_runs_and_ends_with_one_json_line(tmp_path: Path) -> None:
-    out = io.StringIO()
-    argv, path = sys.argv, list(sys.path)
-    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
-    sys.argv = [
+    out = run_benchmark(
         "study_guarantee_gap.py",
         *("--hidden", "16", "--epochs", "2", "--checkpoints", "1", "2", "--points", "20"),
         *("--train-points", "8", "--attack-points", "6", "--ascent-steps", "3"),
         *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--threads", "1"),
         *("--device", "cpu", "--out", str(tmp_path / "r.json")),
-    ]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(str(ROOT / "benchmarks" / "study_guarantee_gap.py"), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = argv, path
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-    res = json.loads(out.getvalue().splitlines()[-1])
+    )
+    res = json.loads(out[-1])
     assert res["device"] == "cpu" and res["checkpoints"] == [1, 2]
     assert [(r["epoch"], r["regularizer"]) for r in res["rows"]] == [
         (1, "none"),

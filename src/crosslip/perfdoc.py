@@ -57,6 +57,17 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
+def provenance(command: list[str]) -> dict[str, str]:
+    """What a record says of a run: its ``command``, the date (UTC) and the git commit
+    (``CROSSLIP_COMMIT`` where set: a copy of the checkout without its git history, such as
+    a GPU machine's)."""
+    return {
+        "command": " ".join(command),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": os.environ.get("CROSSLIP_COMMIT") or _git_commit(),
+    }
+
+
 def last_json(output: str) -> dict[str, Any]:
     """The JSON object on the last non-empty line of ``output``."""
     lines = [line for line in output.splitlines() if line.strip()]
@@ -66,14 +77,11 @@ def last_json(output: str) -> dict[str, Any]:
 
 
 def entry(name: str, command: list[str], output: str, note: str = "") -> dict[str, Any]:
-    """The record of a benchmark run that printed ``output``: its JSON line with the
-    command, the date, the git commit (``CROSSLIP_COMMIT`` where set: a copy of the
-    checkout without its git history, such as a GPU machine's) and the machine."""
+    """The record of a benchmark run that printed ``output``: its JSON line with its
+    :func:`provenance` and the machine."""
     return {
         "name": name,
-        "command": " ".join(command),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": os.environ.get("CROSSLIP_COMMIT") or _git_commit(),
+        **provenance(command),
         "cpu": _cpu(),
         "cores": os.cpu_count(),
         "note": note,
