@@ -1,0 +1,130 @@
+r"""Curvature certificates of the one-hidden-layer net (second order, after Singla & Feizi,
+ICML 2020, "Second-Order Provable Defenses against Adversarial Attacks").
+
+With ``g = f_c - f_j = sum_l delta_l sigma(z_l(y)) + const``, ``delta = w_c - w_j``, the
+Hessian is ``sum_l delta_l sigma''(z_l) u_l u_l^T``. Its terms with ``delta_l > 0`` are
+positive semi-definite (softplus is convex); the others are bounded over the set ``S(R)``
+by the largest ``sigma''`` on the unit's pre-activation interval ``[lo_l, hi_l]``
+(:class:`~.softplus_bounds.PreactivationRange`):
+
+    v^T Hess g(y) v >= -v^T K v,    K = U^T diag(kappa) U,
+    kappa_l = |delta_l| max_{[lo_l, hi_l]} sigma''  where delta_l < 0, else 0.
+
+Taylor's theorem with the integral remainder along the segment from x (which stays in the
+convex set ``S(R)``) gives, for ``||v||_p <= r <= R``,
+
+    g(x + v) >= m + grad g(x)^T v - v^T K v / 2 >= m + phi(r) - Lambda_p r^2 / 2,
+
+``m`` the margin at x, ``phi(r)`` the minimum of the linear term over the set
+(:mod:`.linear_min`: ``-r ||grad g(x)||_q`` on the ball, its dual form in the box), and
+``Lambda_p >= max_{||v||_p <= 1} v^T K v``:
+
+* p = 2: ``lambda_max(K) = lambda_max(D G D)``, ``G = U U^T``, ``D = diag(sqrt(kappa))``;
+  bounded by the smaller of ``max_l kappa_l ||U||_2^2`` (the verified spectral norm) and
+  ``max_{l: kappa_l > 0} (|G| kappa)_l`` (the Perron-Frobenius/Schur test with the vector
+  ``sqrt(kappa)`` on the units with ``kappa > 0``);
+* p = 1, inf: ``sum_l kappa_l ||u_l||_q^2`` (``(u_l^T v)^2 <= ||u_l||_q^2 ||v||_p^2``).
+
+Class j cannot overtake c within the root ``rho_j`` of ``m - const - lin r - quad r^2``
+(:func:`.linear_min.quad_radius`), capped at R: a radius function for
+:func:`~.search.radius_search`. The bound sees a unit's curvature only where it can be
+negative, so a network whose units are saturated or in their linear regime over the ball
+is certified nearly to its first-order distance ``m / ||grad g(x)||_q``.
+
+*Rounding.* ``sigma''(z) = alpha sigmoid(alpha z) sigmoid(-alpha z)`` (no cancellation) at
+``z = clamp(0, lo, hi)``, where it is largest, is multiplied by ``1 + 8 FN_REL`` plus
+``2^-1000`` and capped at ``alpha / 4 (1 + 4u)``; ``kappa`` by ``1 + 4u`` (``|delta|``
+within ``2u`` of the real one). ``|fl(G)|`` is within ``gamma_d ||u_r|| ||u_m||`` of
+``|G|``, and sums of non-negative terms are inflated by ``1 + gamma_{H+2}``. The gradient at
+x is ``U^T (delta sigma'(z(x)))``; the computed one differs by at most ``sum_l |delta_l|
+(Delta_l + gamma_{H+4} s_l) ||u_l||_q + tau`` in the q-norm, with ``s_l`` the computed
+``sigma'`` and ``Delta_l = alpha pad_l / 4 + 4 FN_REL s_l + 2^-1000`` its distance to the
+real ``sigma'(z_l(x))`` (``sigma'' <= alpha / 4``). The margin is the rigorous lower bound of
+:func:`~.search.margins_lower`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
+from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .softplus_bounds import PreactivationRange
+
+
+def max_second_derivative(lo: torch.Tensor, hi: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Upper bounds on ``max_{[lo, hi]} sigma''`` (same shape): ``sigma''`` is largest at 0
+    and falls on either side, so it is taken at ``clamp(0, lo, hi)`` (module docstring)."""
+    z = torch.minimum(torch.maximum(torch.zeros_like(lo), lo), hi)
+    s2 = alpha * torch.sigmoid(alpha * z) * torch.sigmoid(-alpha * z)
+    s2 = s2.mul_(1 + 8 * FN_REL).add_(UNDERFLOW)
+    return s2.clamp_max_(alpha / 4 * (1 + 4 * UNIT))
+
+
+class CurvatureBound:
+    """Per-class certified radii of the curvature bound at R (module docstring), a radius
+    function for :func:`~.search.radius_search`. ``rng``: the pre-activation ranges of the
+    set (its ``p`` and ``box``); ``m`` (n, K): lower bounds on the margins (``+inf`` at c)."""
+
+    def __init__(self, rng: PreactivationRange, m: torch.Tensor) -> None:
+        self.rng, self.m = rng, m
+        terms = rng.terms
+        self.U, self.W, self.alpha = terms.U, terms.W, terms.alpha
+        h, d = terms.dims
+        self.unorm_q = terms.row_norms(rng.q)
+        self.tau = terms.underflow_floor
+        self.g_h, self.g_d = gamma(h + 4), gamma(d)
+        self.sum_up = 1 + gamma(h + 2)
+        # sigma' at the computed pre-activations and its distance to the real sigma'(z(x))
+        self.slope = torch.sigmoid(self.alpha * rng.z)
+        spread = (self.slope * (4 * FN_REL)).add_(UNDERFLOW)
+        self.slope_err = spread.add_(rng.pad, alpha=self.alpha / 4 * (1 + UNIT))
+        if rng.p == 2:
+            self.gram = terms.abs_gram
+            self.unorm2 = terms.row_norms(2)
+            self.unorm_max = float(self.unorm2.max()) if h else 0.0
+            self.spec2 = float(terms.spectral_norm) ** 2 * (1 + 4 * UNIT)
+        else:
+            self.unorm_q2 = self.unorm_q.square().mul_(1 + 4 * UNIT)
+
+    def curvature(self, kappa: torch.Tensor) -> torch.Tensor:
+        """``Lambda_p`` (nr,) from ``kappa`` (nr, H) (module docstring), rounded up."""
+        if self.rng.p != 2:
+            return (kappa @ self.unorm_q2).mul_(self.sum_up)
+        spectral = kappa.max(-1).values * self.spec2
+        schur = (kappa @ self.gram).masked_fill_(kappa == 0, 0.0).max(-1).values
+        # |fl(G)| vs |G|: + gamma_d ||u_r|| sum_m ||u_m|| kappa_m, at most max_r ||u_r|| times it
+        slack = (kappa @ self.unorm2).mul_(self.g_d * self.unorm_max)
+        schur = (schur + slack).mul_(self.sum_up)
+        return torch.minimum(spectral, schur).mul_(1 + 2 * UNIT)
+
+    def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        rng = self.rng
+        down, up = rng.shifts(idx, r)
+        zh, pad = rng.z[idx], rng.pad[idx]
+        widen = (zh.abs() + pad + torch.maximum(down, up)).mul_(8 * UNIT).add_(UNDERFLOW)
+        lo, hi = zh - pad - down - widen, zh + pad + up + widen
+        s2 = max_second_derivative(lo, hi, self.alpha)
+        c = rng.pred[idx]
+        sel = rng.not_pred[c] & need
+        point, cls = sel.nonzero(as_tuple=True)
+        delta = self.W[c[point]] - self.W[cls]  # (nr, H)
+        dabs = delta.abs()
+        kappa = torch.where(delta < 0, dabs * s2[point], 0.0).mul_(1 + 4 * UNIT)
+        slope = self.slope[idx][point]
+        grad = (delta * slope) @ self.U  # (nr, d)
+        gap = (self.slope_err[idx][point] + slope * self.g_h) * dabs
+        err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
+        lower: QuadLower = dual_norm_lower(grad, err, rng.q)
+        quad = self.curvature(kappa).mul_(0.5)
+        m_rows = self.m[idx][point, cls]
+        rho = quad_radius(m_rows, lower, quad)
+        if rng.box:
+            x_rows = rng.x[idx][point]
+            boxed = quad_radius(m_rows, box_lower(grad, err, x_rows, r[point], rng.p), quad)
+            rho = torch.maximum(rho, boxed)
+        out = torch.full_like(self.m[idx], math.inf)
+        out[point, cls] = rho
+        return out
