@@ -1,0 +1,107 @@
+r"""Theorem 2.1 integrated along the ray: the paper's bound with a Riemann sum in place of
+one rectangle.
+
+For ``g = f_c - f_j`` and a perturbation v in the set (the ball, or the ball inside the
+convex box; x is in it), the segment ``x + t v`` stays in the set of radius ``t ||v||``, so
+
+    g(x + v) = g(x) + int_0^1 grad g(x + t v)^T v dt >= m - int_0^{||v||} L(s) ds,
+
+``L(s)`` any upper bound on ``max ||grad f_c - grad f_j||_q`` over the set of radius s
+(Theorem 2.1's ``L_j``). Theorem 2.1 takes ``int_0^r L <= r L(r)``: one rectangle. With
+nodes ``0 = s_0 < s_1 < ... < s_N`` and ``L(s_i)`` valid on the whole set of radius
+``s_i``, hence on every smaller one,
+
+    int_0^r L <= S_k + (r - s_k) L(s_{k+1}),   S_k = sum_{i <= k} (s_i - s_{i-1}) L(s_i),
+
+for ``s_k <= r <= s_{k+1}``: an upper Riemann sum, sound whether or not the computed bound
+is monotone. Class j cannot overtake c while this stays below its margin, so its radius is
+``max_k min(s_{k+1}, s_k + (m_j - S_k) / L_j(s_{k+1}))`` over the k with ``S_k < m_j``, and
+the point's is the smallest over j. With one node (``N = 1``, ``s_1 = R``) this is exactly
+``alpha(R)`` of Theorem 2.1, the paper's bound.
+
+*Nodes.* ``int_0^r L >= r L(0)``, so no radius exceeds the first-order distance ``R_1 =
+min_j m_j / L_j(0)``: the nodes are ``s_i = i R_1 / N``. A class with ``m_j / L_j(R_1) >=
+R_1`` cannot overtake within ``R_1`` (Theorem 2.1 at ``R_1``), so it is evaluated at the
+last node only. Where ``R_1`` exceeds :data:`SPAN` times Theorem 2.1's guarantee (units
+saturated at x, so that ``L(0)`` is tiny) the nodes stop there: any nodes are sound. The
+reported value is never below Theorem 2.1's own guarantee with the same bound, which the
+caller passes in (each is valid, so their maximum is).
+
+*Rounding.* The margins are lower bounds and each ``L(s_i)`` an upper bound with its
+rounding covered (:mod:`.softplus_bounds`); the steps ``s_i - s_{i-1}`` are rounded up by
+``1 + 2u``, the sums of non-negative products by ``1 + gamma_{N+2}``; ``m - S`` is rounded
+down by ``1 - 2u``, the quotient and the last addition by ``1 - 2u`` each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .rounding import UNIT, gamma
+from .search import Certificate, LipschitzFn, ratios
+
+#: The nodes span at most this multiple of Theorem 2.1's guarantee (module docstring).
+SPAN = 8.0
+
+
+def integrated(
+    m: torch.Tensor,
+    lipschitz: LipschitzFn,
+    paper: Certificate,
+    nodes: int = 8,
+    vanishes: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Certified radii (n,) of Theorem 2.1 integrated over ``nodes`` nodes (module
+    docstring). ``m`` (n, K): lower bounds on the margins (``+inf`` at c); ``lipschitz``:
+    ``L(idx, R[, need])`` as for :func:`~.search.theorem21` (the mask is used when it has
+    ``supports_mask``); ``paper``: Theorem 2.1's certificate with the same bound (its
+    guarantee is the floor of the result, and points it certifies as unbounded keep it);
+    ``vanishes`` (n, K): classes that provably never overtake (ratio ``inf``)."""
+    if nodes < 1:
+        raise ValueError(f"nodes must be at least 1, got {nodes}")
+    n = m.shape[0]
+    dt, dev = m.dtype, m.device
+    idx_all = torch.arange(n, device=dev)
+    van = vanishes
+    full = torch.ones_like(m, dtype=torch.bool)
+    mask = bool(getattr(lipschitz, "supports_mask", False))
+
+    def bound(idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        lip = lipschitz(idx, r, need) if mask else lipschitz(idx, r)
+        return lip.masked_fill(~need, 0.0)
+
+    result = paper.guarantee.clone()
+    ratio0 = ratios(m, bound(idx_all, torch.zeros(n, dtype=dt, device=dev), full), van)
+    reach = ratio0.min(1).values.clamp(max=torch.finfo(dt).max)  # first-order distance R_1
+    todo = idx_all[torch.isfinite(result) & (reach > 0) & (m > 0).all(1)]
+    if len(todo) == 0:
+        return result
+    m_t, r1 = m[todo], reach[todo]
+    # nodes beyond what any class can need cost tightness only: where L(0) vanishes (units
+    # saturated at x) R_1 is huge, and a multiple of Theorem 2.1's guarantee spans the gain
+    floor = result[todo]
+    r1 = torch.where(floor > 0, torch.minimum(r1, SPAN * floor), r1)
+    van_t = None if van is None else van[todo]
+    # the last node with every class: those safe up to R_1 need no other node
+    last = bound(todo, r1, full[todo])
+    need = ratios(m_t, last, van_t) < r1[:, None]
+    step = r1 / nodes
+    lips = []
+    for i in range(1, nodes):
+        lips.append(bound(todo, step * i, need))
+    lips.append(last.masked_fill(~need, 0.0))
+    lip = torch.stack(lips)  # (N, nt, K), node i + 1
+    s = torch.stack([step * i for i in range(nodes + 1)])  # (N + 1, nt)
+    widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)
+    sums = (widths[:, :, None] * lip).cumsum(0).mul_(1 + gamma(nodes + 2))
+    before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k
+    left = (m_t[None] - before).mul_(1 - 2 * UNIT)  # (N, nt, K)
+    inner = torch.where(lip > 0, left / lip.clamp_min(torch.finfo(dt).tiny), torch.inf)
+    inner = inner.mul_(1 - 2 * UNIT)
+    reach_k = (s[:-1, :, None] + inner).mul_(1 - 2 * UNIT)
+    piece = torch.minimum(reach_k, s[1:, :, None])
+    piece = torch.where(left > 0, piece, torch.zeros_like(piece))
+    per_class = piece.max(0).values.masked_fill_(~need, torch.inf)  # (nt, K)
+    radius = per_class.min(1).values.clamp(max=r1)
+    result[todo] = torch.maximum(result[todo], radius)
+    return result
