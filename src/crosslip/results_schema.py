@@ -20,6 +20,27 @@ import pyarrow as pa
 from .families import EXTERNAL, model_family
 from .norms import NORMS
 
+#: Certificates beyond the paper's bounds, per p-norm (``crosslip.certify.METHOD_KINDS``):
+#: Theorem 2.1 integrated along the ray, the linear relaxation, the curvature bound.
+GUARANTEE_METHODS = ("integrated", "linear", "curvature")
+#: Their columns and the largest sound certificate per norm, ``guarantee_{norm}_{method}``
+#: and ``guarantee_{norm}_best``; then the same inside the box (``..._box``).
+BEYOND_COLUMNS = [
+    f"guarantee_{norm}_{method}{box}"
+    for box in ("", "_box")
+    for norm in ("l2", "l1", "linf")
+    for method in (*GUARANTEE_METHODS, "best")
+]
+#: The L2 guarantees per method, in the order in which a tie goes to the earlier one: the
+#: paper's (Proposition 2.3), Theorem 2.1 with the tightest of the bounds on the Lipschitz
+#: constant, and the certificates beyond the paper. ``guarantee_l2_best`` is their maximum
+#: per point and ``guarantee_l2_best_method`` the method that gave it.
+L2_GUARANTEE_METHODS = {
+    "paper": "guarantee_local",
+    "min_bound": "guarantee_l2",
+    **{m: f"guarantee_l2_{m}" for m in GUARANTEE_METHODS},
+}
+
 #: Schema of the per-instance results: one row per evaluated test point per model.
 INSTANCE_SCHEMA = pa.schema(
     [
@@ -52,6 +73,8 @@ INSTANCE_SCHEMA = pa.schema(
         ("guarantee_l2_box", pa.float64()),
         ("guarantee_l1_box", pa.float64()),
         ("guarantee_linf_box", pa.float64()),
+        *[(c, pa.float64()) for c in BEYOND_COLUMNS],
+        ("guarantee_l2_best_method", pa.string()),
         ("upper_bound", pa.float64()),
         ("attack_success", pa.bool_()),
         ("attack_target", pa.int64()),
@@ -73,9 +96,10 @@ INSTANCE_SCHEMA = pa.schema(
 #: and the summary tables: the schema's columns up to ``test_error``.
 MODEL_KEYS = INSTANCE_SCHEMA.names[: INSTANCE_SCHEMA.names.index("test_error") + 1]
 
-#: Guarantees (Theorem 2.1's radii) that the summary averages over correctly classified
+#: Guarantees (certified radii) that the summary averages over correctly classified
 #: points: the local L2 bound (Proposition 2.3 or 2.2), the global L2 bound and their ratio
-#: (Table 1), the tightest L2, L1 and Linf guarantees, and the same inside the box [0, 1]^d.
+#: (Table 1), the tightest L2, L1 and Linf guarantees of Theorem 2.1, the same inside the
+#: box [0, 1]^d, and the certificates beyond the paper with the best per norm.
 MEAN_COLUMNS = [
     "guarantee_local",
     "guarantee_global",
@@ -86,6 +110,7 @@ MEAN_COLUMNS = [
     "guarantee_l2_box",
     "guarantee_l1_box",
     "guarantee_linf_box",
+    *BEYOND_COLUMNS,
 ]
 #: Guarantee columns written by the certification stage (NaN where a kind was not requested
 #: or does not exist for the model family): the guarantees of :data:`MEAN_COLUMNS` except
@@ -120,6 +145,7 @@ CERTIFY_COLUMNS = [
     "margin",
     "local_bound",
     *GUARANTEE_COLUMNS,
+    "guarantee_l2_best_method",
     "certify_seconds",
 ]
 #: The L2 upper bounds per method, in the order in which a tie goes to the earlier one: the

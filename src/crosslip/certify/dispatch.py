@@ -6,7 +6,8 @@ The bounds that Theorem 2.1 can use depend on the model's kind:
   (:func:`.kernel_bounds.certify_kernel`), the only L2 bound implemented for it, so also
   reported as ``guarantee_l2``; ``local_bound = "prop2.2"``.
 * :class:`~crosslip.models.SoftplusNet`: the kinds of :data:`.engine.KINDS` (local L2 of
-  Proposition 2.3, global L2, tightest L2, L1, Linf, box-constrained;
+  Proposition 2.3, global L2, tightest L2, L1, Linf, box-constrained, and per norm the
+  linear relaxation, curvature and integrated certificates with the best of all;
   :func:`.engine.certify_softplus`); ``local_bound = "prop2.3"``.
 * a plain ``nn.Sequential([nn.Flatten(),] nn.Linear, nn.Softplus, nn.Linear)`` built and
   trained elsewhere: converted to a :class:`~crosslip.torch_softplus.TorchSoftplusNet`
@@ -62,14 +63,18 @@ def certify(
     kinds: Sequence[str] = KINDS,
     rtol: float = 1e-3,
     memory_gb: float | None = None,
+    tangent_steps: int = 0,
+    integration_nodes: int = 8,
 ) -> Certification:
-    """Guarantees (Theorem 2.1) of ``model`` at the points ``x`` (n, d), chosen by the
-    model's kind (see the module docstring; ``kinds`` selects among
-    :data:`~crosslip.certify.engine.KINDS` where the model has several, and must name known
-    kinds for every model). ``rtol``: relative tolerance of the search over R. Computed in
-    float64 on ``x``'s device; results on the CPU. ``memory_gb``: the memory budget of a
-    Gaussian-kernel model's bound (default: the schema's ``kernel.memory_gb``; see
-    :func:`.kernel_bounds.plan_for`). ``model`` is not modified."""
+    """Guarantees (Theorem 2.1 and the certificates beyond it) of ``model`` at the points
+    ``x`` (n, d), chosen by the model's kind (see the module docstring; ``kinds`` selects
+    among :data:`~crosslip.certify.engine.KINDS` where the model has several, and must name
+    known kinds for every model). ``rtol``: relative tolerance of the searches over R.
+    Computed in float64 on ``x``'s device; results on the CPU. ``memory_gb``: the memory
+    budget of a Gaussian-kernel model's bound (default: the schema's ``kernel.memory_gb``;
+    see :func:`.kernel_bounds.plan_for`). ``tangent_steps`` and ``integration_nodes``: the
+    linear relaxation's steps on its tangent points and the integrated bound's nodes
+    (one-hidden-layer nets; :func:`.engine.certify_softplus`). ``model`` is not modified."""
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise ConfigError(f"unknown guarantee kinds {unknown}; choose from {', '.join(KINDS)}")
@@ -77,8 +82,13 @@ def certify(
         raise TypeError(f"certify needs a torch.nn.Module, got {type(model).__name__}")
     if x.ndim != 2:
         raise ValueError(f"x must have shape (n, d), got {tuple(x.shape)}")
-    # the memory budget concerns the kernel bound only; registered kinds take four arguments
-    extra = {"memory_gb": memory_gb} if isinstance(model, GaussianKernelModel) else {}
+    # the memory budget concerns the kernel bound only, the relaxation's settings the
+    # one-hidden-layer nets; registered kinds take four arguments
+    extra: dict = {}
+    if isinstance(model, GaussianKernelModel):
+        extra = {"memory_gb": memory_gb}
+    elif isinstance(model, SoftplusNet | nn.Sequential):
+        extra = {"tangent_steps": tangent_steps, "integration_nodes": integration_nodes}
     return certify_model(model, x, tuple(kinds), rtol, **extra)
 
 
@@ -116,14 +126,15 @@ def _certify_kernel_model(
 
 @certify_model.register
 def _certify_softplus_net(
-    model: SoftplusNet, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
+    model: SoftplusNet, x: torch.Tensor, kinds: tuple[str, ...], rtol: float, **settings: int
 ) -> Certification:
-    columns = certify_softplus(model, x, rtol=rtol, kinds=kinds)
+    columns = certify_softplus(model, x, rtol=rtol, kinds=kinds, **settings)
     return Certification(columns, "prop2.3" if "guarantee_local" in columns else None)
 
 
 @certify_model.register
 def _certify_sequential(
-    model: nn.Sequential, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
+    model: nn.Sequential, x: torch.Tensor, kinds: tuple[str, ...], rtol: float, **settings: int
 ) -> Certification:
-    return _certify_softplus_net(from_sequential(model).to(x.device), x, kinds, rtol)
+    net = from_sequential(model).to(x.device)
+    return _certify_softplus_net(net, x, kinds, rtol, **settings)

@@ -1,22 +1,28 @@
 """Every guarantee of the one-hidden-layer net for a batch of points, in one call.
 
-Columns (all per point, shape (n,)); "guarantee" always means Theorem 2.1's radius:
+Columns (all per point, shape (n,)); "guarantee" always means a certified radius:
 
-=====================  =====================================================================
-``pred``, ``margin``   predicted class c and ``f_c - max_{j != c} f_j``
-``guarantee_local``    L2, Proposition 2.3 (the paper's local guarantee); ``radius_local``,
-                       ``bound_class`` (j attaining the minimum), ``evaluations`` (R tried)
-``guarantee_global``   L2, global constant ``||w_c - w_j||_2 ||U||_2`` (no search needed)
-``guarantee_l2``       L2, tightest: ``min(Prop. 2.3, interval, global)`` (``radius_l2``)
-``guarantee_l1``       L1 (q = inf), interval bound
-``guarantee_linf``     Linf (q = 1), interval bound
-``guarantee_*_box``    the same three, for perturbations that keep ``x + delta`` in
-                       ``[0, 1]^d`` only (never to be compared with the unconstrained ones)
-=====================  =====================================================================
+============================  ==============================================================
+``pred``, ``margin``          predicted class c and ``f_c - max_{j != c} f_j``
+``guarantee_local``           L2, Proposition 2.3 (the paper's local guarantee); ``radius_local``,
+                              ``bound_class`` (j attaining the minimum), ``evaluations`` (R tried)
+``guarantee_global``          L2, global constant ``||w_c - w_j||_2 ||U||_2`` (no search needed)
+``guarantee_l2``              L2, tightest: ``min(Prop. 2.3, interval, global)`` (``radius_l2``)
+``guarantee_l1``              L1 (q = inf), interval bound
+``guarantee_linf``            Linf (q = 1), interval bound
+``guarantee_*_box``           the same three, for perturbations that keep ``x + delta`` in
+                              ``[0, 1]^d`` only (never to be compared with the unconstrained ones)
+``guarantee_{p}_linear``      linear relaxation (:mod:`.relaxation`), per requested norm p
+``guarantee_{p}_curvature``   curvature bound (:mod:`.curvature`)
+``guarantee_{p}_integrated``  Theorem 2.1 integrated along the ray (:mod:`.integrated`)
+``guarantee_{p}_best``        the largest certificate of that norm; each with ``_box`` too
+============================  ==============================================================
 
-Every reported value is ``alpha(R)`` of Theorem 2.1 at an evaluated R, for the real function
-of the float64 weights at the float64 point, with every rounding of its computation covered
-(:mod:`.rounding`; ``docs/guarantees.md`` says what this means for a float32 deployment).
+Every reported value is a radius certified at an evaluated R (``alpha(R)`` of Theorem 2.1,
+or the radius within which another certificate's lower bound on the margin at R stays
+positive), for the real function of the float64 weights at the float64 point, with every
+rounding of its computation covered (:mod:`.rounding`; ``docs/guarantees.md`` says what
+this means for a float32 deployment).
 
 A :class:`~crosslip.torch_softplus.TorchSoftplusNet` (a network trained elsewhere with
 ``nn.Softplus``, which is the identity above its threshold) is certified for the function it
@@ -37,19 +43,26 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ..models import SoftplusNet
+from ..norms import NORMS
 from ..progress import Progress
-from .rounding import require_float64
+from .curvature import CurvatureBound
+from .integrated import integrated
+from .relaxation import LinearRelaxation
+from .rounding import gamma, require_float64
 from .search import (
     Certificate,
     certificate_columns,
     margins,
     margins_lower,
     min_ratio,
+    radius_search,
     theorem21,
+    unbounded_points,
 )
 from .softplus_bounds import (
     IntervalBound,
@@ -60,8 +73,15 @@ from .softplus_bounds import (
     global_bound,
 )
 
+#: Norm families: the guarantees of Theorem 2.1 with the paper's bounds.
+NORM_KINDS = ("local", "global", "l2", "l1", "linf", "box")
+#: Certificates beyond the paper, each computed for every requested p-norm (l2, l1, linf)
+#: and, with ``box``, its box-constrained version: the linear relaxation
+#: (:mod:`.relaxation`), the curvature bound (:mod:`.curvature`) and Theorem 2.1 integrated
+#: along the ray (:mod:`.integrated`).
+METHOD_KINDS = ("linear", "curvature", "integrated")
 #: The guarantee families :func:`certify_softplus` can compute.
-KINDS = ("local", "global", "l2", "l1", "linf", "box")
+KINDS = NORM_KINDS + METHOD_KINDS
 
 
 def certify_softplus(
@@ -71,11 +91,16 @@ def certify_softplus(
     dtype: torch.dtype = torch.float64,
     batch_size: int = 1024,
     kinds: tuple[str, ...] = KINDS,
+    tangent_steps: int = 0,
+    integration_nodes: int = 8,
 ) -> dict[str, torch.Tensor]:
     """Guarantees of the one-hidden-layer net for the points ``x`` (n, d); see the module
     docstring for the columns. ``kinds`` selects the families (``"local"`` and ``"global"``
     are always computed when ``"l2"`` is requested; ``"box"`` adds the ``*_box`` column of
-    each requested p-norm and needs ``x`` in ``[0, 1]^d``). Computation in float64 (``dtype``
+    each requested p-norm and needs ``x`` in ``[0, 1]^d``; each of :data:`METHOD_KINDS`
+    adds its column for every requested p-norm, box included). ``tangent_steps``: steps on
+    the tangent points of the linear relaxation (0: tangents at the point);
+    ``integration_nodes``: nodes of the integrated bound. Computation in float64 (``dtype``
     must be float64: the rounding analysis is float64's), on ``x.device``, in batches of
     ``batch_size`` points; results on the CPU.
 
@@ -91,21 +116,38 @@ def certify_softplus(
     kinds = tuple(kinds)
     if "l2" in kinds:
         kinds = tuple(dict.fromkeys(("local", "global", *kinds)))
+    if set(kinds) & set(METHOD_KINDS) and not set(kinds) & set(NORMS):
+        raise ValueError(
+            f"the certificates {sorted(set(kinds) & set(METHOD_KINDS))} are computed for the "
+            "requested norms: add l2, l1 or linf to the kinds"
+        )
+    options = Options(rtol, kinds, tangent_steps, integration_nodes)
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad(), Progress("certify", len(x), "points") as progress:
         terms = NetTerms(net, dtype)  # point-independent products: once for all batches
         for i in range(0, len(x), batch_size):
-            part = _certify_batch(net, terms, x[i : i + batch_size].to(dtype), rtol, kinds)
+            part = _certify_batch(net, terms, x[i : i + batch_size].to(dtype), options)
             for k, v in part.items():
                 out.setdefault(k, []).append(v.cpu())
             progress.update(len(part["pred"]))
     return {k: torch.cat(v) for k, v in out.items()}
 
 
+@dataclass(frozen=True)
+class Options:
+    """What :func:`certify_softplus` computes and how (its arguments)."""
+
+    rtol: float
+    kinds: tuple[str, ...]
+    tangent_steps: int
+    integration_nodes: int
+
+
 def _certify_batch(
-    net: SoftplusNet, terms: NetTerms, x: torch.Tensor, rtol: float, kinds: tuple[str, ...]
+    net: SoftplusNet, terms: NetTerms, x: torch.Tensor, opt: Options
 ) -> dict[str, torch.Tensor]:
+    kinds, rtol = opt.kinds, opt.rtol
     z = terms.preactivation(x)  # shared by the logits and every range
     pad = terms.pad(x, z)
     logits, err = terms.logits(x, z, pad)
@@ -118,34 +160,66 @@ def _certify_batch(
         _, m = margins_lower(logits, err + terms.threshold_gap[pred], pred)
         m_hat = margins(user, pred)
     van = terms.vanishing[pred]  # (n, K)
+    unbounded = unbounded_points(m, van)
     res: dict[str, torch.Tensor] = {"pred": pred, "margin": m_hat.min(1).values}
     glob = global_bound(net, pred, x.dtype, spectral_norm=terms.spectral_norm)
+    ranges: dict[tuple[float, bool], PreactivationRange] = {}
 
-    def ranges(p: float, box: bool = False) -> PreactivationRange:
-        return PreactivationRange(terms, x, pred, p=p, box=box, z=z, pad=pad)
+    def rng(p: float, box: bool = False) -> PreactivationRange:
+        if (p, box) not in ranges:
+            ranges[p, box] = PreactivationRange(terms, x, pred, p=p, box=box, z=z, pad=pad)
+        return ranges[p, box]
 
     def search(bound) -> Certificate:
         return theorem21(m, bound, rtol=rtol, vanishes=van)
 
-    ball2 = ranges(2)
+    def radius(fn, box: bool) -> torch.Tensor:
+        r_max = box_diameter(x, fn.rng.p) if box else math.inf
+        cert = radius_search(fn, m, rtol, r_max=r_max, unbounded=unbounded)
+        return cert.guarantee.masked_fill(unbounded, math.inf)  # safe everywhere
+
     if "local" in kinds:
-        res.update(certificate_columns(pred, m_hat, search(Prop23Bound(ball2))))
+        res.update(certificate_columns(pred, m_hat, search(Prop23Bound(rng(2)))))
     if "global" in kinds:
         res["guarantee_global"] = min_ratio(m, glob, van)[0]
     boxes = (False, True) if "box" in kinds else (False,)
     for box in boxes:
         suffix = "_box" if box else ""
-        if "l2" in kinds:
-            cert = search(MinBound(ranges(2, True) if box else ball2, glob))
-            parts = [cert.guarantee, res["guarantee_local"], res["guarantee_global"]]
+        for name, p in NORMS.items():
+            if name not in kinds:
+                continue
+            col = f"guarantee_{name}"
+            if p == 2:
+                bound = MinBound(rng(2, box), glob)
+                cert = search(bound)
+                parts = [cert.guarantee, res["guarantee_local"], res["guarantee_global"]]
+                res["radius_l2" + suffix] = cert.radius
+            else:
+                bound = IntervalBound(rng(p, box))
+                cert = search(bound)
+                parts = [cert.guarantee]
             if box:
-                parts.append(res["guarantee_l2"])
-            res["guarantee_l2" + suffix] = torch.stack(parts).max(0).values
-            res["radius_l2" + suffix] = cert.radius
-        for name, p in (("l1", 1), ("linf", math.inf)):
-            if name in kinds:
-                g = search(IntervalBound(ranges(p, box))).guarantee
-                if box:
-                    g = torch.maximum(g, res["guarantee_" + name])
-                res["guarantee_" + name + suffix] = g
+                parts.append(res[col])
+            res[col + suffix] = torch.stack(parts).max(0).values
+            methods = [res[col + suffix]]
+            if "integrated" in kinds:
+                steps = integrated(m, bound, cert, opt.integration_nodes, van)
+                res[f"{col}_integrated{suffix}"] = torch.maximum(steps, res[col + suffix])
+            if "linear" in kinds:
+                relax = LinearRelaxation(rng(p, box), m, opt.tangent_steps)
+                res[f"{col}_linear{suffix}"] = radius(relax, box)
+            if "curvature" in kinds:
+                res[f"{col}_curvature{suffix}"] = radius(CurvatureBound(rng(p, box), m), box)
+            methods += [res[f"{col}_{k}{suffix}"] for k in METHOD_KINDS if k in kinds]
+            if box:  # the whole ball's certificates hold in the box too
+                methods.append(res[f"{col}_best"])
+            res[f"{col}_best{suffix}"] = torch.stack(methods).max(0).values
     return res
+
+
+def box_diameter(x: torch.Tensor, p: float) -> torch.Tensor:
+    """``max_{y in [0, 1]^d} ||y - x||_p`` (n,), rounded up: from this radius on the ball
+    contains the whole box, so a box certificate there certifies every radius; it is
+    reported as this radius."""
+    far = torch.maximum(x, 1 - x)
+    return torch.linalg.vector_norm(far, ord=p, dim=1).mul_(1 + gamma(x.shape[1] + 2))

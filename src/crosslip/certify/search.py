@@ -170,7 +170,7 @@ def radius_search(
     m: torch.Tensor,
     rtol: float = 1e-3,
     max_iter: int = 100,
-    r_max: float = float("inf"),
+    r_max: float | torch.Tensor = float("inf"),
     unbounded: torch.Tensor | None = None,
     prune: bool = True,
 ) -> Certificate:
@@ -184,7 +184,8 @@ def radius_search(
     False are ignored (a function may skip them and return ``+inf`` there). ``m`` (n, K):
     the margins' lower bounds; only their shape, device and dtype, and their sign (a point
     whose margin is not positive gets 0) are used here. ``unbounded`` (n,) bool: points
-    proved safe everywhere (:func:`unbounded_points`), which get ``r_max``.
+    proved safe everywhere (:func:`unbounded_points`), which get ``r_max``: a number, or
+    (n,) per point (a box certificate stops where the ball contains the whole box).
 
     Then ``alpha(R) = min(g(R), R)`` with ``g(R) = min_j rho_j(R)`` is certified, and when
     ``g`` is non-increasing in R (every certificate here is, in exact arithmetic) the
@@ -218,7 +219,8 @@ def radius_search(
     n = m.shape[0]
     dev, dt = m.device, m.dtype
     all_idx = torch.arange(n, device=dev)
-    r_cap = min(float(r_max), torch.finfo(dt).max)
+    r_max = torch.as_tensor(r_max, dtype=dt, device=dev).expand(n)
+    r_cap = r_max.clamp(max=torch.finfo(dt).max)
     tiny = torch.finfo(dt).tiny
 
     everything = torch.ones_like(m, dtype=torch.bool)
@@ -251,7 +253,7 @@ def radius_search(
     # (inf by default) and no bound class; all others get a finite, positive bracket.
     if unbounded is None:
         unbounded = torch.zeros(n, dtype=torch.bool, device=dev)
-    best[unbounded], best_r[unbounded] = float(r_max), float(r_max)
+    best[unbounded], best_r[unbounded] = r_max[unbounded], r_max[unbounded]
     active = all_idx[(hi > 0) & ~unbounded & (m > 0).all(1)]
     # the last two evaluations (R, h(R)), for the secant step
     r_prev, h_prev = torch.zeros(n, device=dev, dtype=dt), g0.clone()

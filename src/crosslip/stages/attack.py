@@ -17,7 +17,7 @@ from ..device import resolve_device
 from ..io import about_model, atomic_path, read_json
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, L2_UPPER_METHODS, upper_bound_column
-from .common import eval_points
+from .common import best_of, eval_points
 from .parquet import empty_frame, write_parquet
 
 
@@ -147,16 +147,4 @@ def best_l2_upper_bound(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     did not run or failed) and the name of the method that gave it, the earlier one on a
     tie; NaN and None where none succeeded. Every bound is a verified adversarial sample,
     so the minimal adversarial perturbation lies between the guarantee and this."""
-    n = len(df)
-    bounds = np.stack(
-        [
-            df[c].to_numpy(dtype=np.float64) if c in df else np.full(n, np.nan)
-            for c in L2_UPPER_METHODS.values()
-        ],
-        axis=1,
-    )
-    found = ~np.isnan(bounds).all(1)
-    arg = np.argmin(np.where(np.isnan(bounds), np.inf, bounds), axis=1)
-    best = np.where(found, bounds[np.arange(n), arg], np.nan)
-    names = np.array(list(L2_UPPER_METHODS), dtype=object)[arg]
-    return best, np.where(found, names, None)
+    return best_of(df, L2_UPPER_METHODS, largest=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from ..augment import center_crop
@@ -34,3 +35,27 @@ def eval_points(
         x = center_crop(x, shape, cfg["crop"])
         shape = (cfg["crop"], cfg["crop"], shape[2])
     return idx, x, ds.y_test[idx], shape
+
+
+def best_of(
+    df: pd.DataFrame, methods: dict[str, str], largest: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``df``, the largest (``largest``) or smallest of the columns of
+    ``methods`` (method name -> column; a column that is absent or null did not run or
+    failed) and the name of the method that gave it, the earlier one on a tie; NaN and None
+    where none has a value."""
+    n = len(df)
+    values = np.stack(
+        [
+            df[c].to_numpy(dtype=np.float64) if c in df else np.full(n, np.nan)
+            for c in methods.values()
+        ],
+        axis=1,
+    ).reshape(n, len(methods))
+    found = ~np.isnan(values).all(1)
+    worst = -np.inf if largest else np.inf
+    filled = np.where(np.isnan(values), worst, values)
+    arg = np.argmax(filled, axis=1) if largest else np.argmin(filled, axis=1)
+    best = np.where(found, values[np.arange(n), arg], np.nan)
+    names = np.array(list(methods), dtype=object)[arg]
+    return best, np.where(found, names, None)
