@@ -2,14 +2,17 @@
 
 Without Snakemake: the tracked params and the model id give back the whole spec for every
 preset; networks of one dataset, setting and seed that need training form one batch; what
-"needs training" means. With Snakemake, on the shared tiny run (trained in batches by
-default): the files are those of one job per model, each log holds its own model's lines, a
-new grid value trains alone, a changed epoch count retrains every network in batches, and
---set-threads / --set-resources for `train` reach the batched rules.
+"needs training" means; a certify or attack job gets exactly the params its script reads,
+from one definition for both rule forms. With Snakemake, on the shared tiny run (trained,
+certified and attacked in batches): the files are those of one job per model, each log
+holds its own model's lines, a new grid value trains alone, a changed epoch count retrains
+every network in batches, a model certified in a batch sees no params changed under the
+per-model rule, and --set-threads / --set-resources for `train` reach the batched rules.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import os
@@ -28,7 +31,7 @@ from crosslip.config import (
     training_grid,
     validate,
 )
-from crosslip.job_batches import needs_training, plan_batches
+from crosslip.job_batches import evaluation_params, needs_training, plan_batches
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
 from .workflow_helpers import TINY_RUN, snakemake
@@ -91,6 +94,33 @@ def test_grid_values_must_name_their_model_exactly():
     config["train"]["grid"]["cross_lipschitz"]["lambda"] = [1.0e-3, 0.123456789]
     with pytest.raises(ConfigError, match=r"train\.grid\.cross_lipschitz\.lambda\[1\]"):
         validate(config)
+
+
+def params_read(script: str) -> set[str]:
+    """The names ``X`` of every ``snakemake.params.X`` that a workflow script reads."""
+    tree = ast.parse((ROOT / "workflow" / "scripts" / script).read_text())
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "params"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "snakemake"
+    }
+
+
+@pytest.mark.parametrize("stage", ["certify", "attack"])
+def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
+    """The per-model and the batched certify (attack) rules pass
+    crosslip.job_batches.evaluation_params and the code digest: what the script reads, no
+    more (a param that the script ignores would still rerun jobs when it changes)."""
+    config = validate(copy.deepcopy(TINY_RUN))
+    params = evaluation_params(config, stage)
+    assert set(params) == params_read(f"{stage}.py")
+    assert params["n_points"] == 15 and params["device"] == config["device"]
+    with pytest.raises(ValueError, match="certify or attack"):
+        evaluation_params(config, "train")
 
 
 def fresh(tmp_path: Path, **train) -> dict:
@@ -259,6 +289,27 @@ def test_the_batched_rules_take_the_threads_and_resources_given_to_train(tmp_pat
         resources = fields(job["resources"])
         assert resources["runtime"] == "241" and resources["slurm_partition"] == "gpu"
         assert job.get("threads", "1") == "1"
+
+
+@pytest.mark.slow
+def test_a_model_moving_between_a_batched_and_a_per_model_evaluation_keeps_its_params(run):
+    """The batched and the per-model certify and attack rules pass the same params
+    (crosslip.job_batches.evaluation_params and the code digest): after a run that
+    certified and attacked in batches, the per-model rules (batch_models off) see no params
+    changed. They rerun all the same, by Snakemake's other triggers: a per-model job's set
+    of input files is not the batch's, nor is the text of its rule (its code, to
+    Snakemake). (``--list-changes params`` cannot tell: Snakemake 9.27 lists every file.)"""
+    config = copy.deepcopy(TINY_RUN)
+    config["certify"]["batch_models"] = config["attack"]["batch_models"] = False
+    evaluations = [j for j in plan(run, config) if stage_of(j["rule"]) in ("certify", "attack")]
+    assert sorted(j["rule"] for j in evaluations) == ["attack"] * 15 + ["certify"] * 15
+    for job in evaluations:
+        assert "Set of input files has changed" in job["reason"], job
+        assert "Params have changed" not in job["reason"], job
+    # what a changed param looks like
+    config["certify"]["n_points"] = 14
+    certify = [j for j in plan(run, config) if j["rule"] == "certify"]
+    assert len(certify) == 15 and all("Params have changed" in j["reason"] for j in certify)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from crosslip import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.job_resources import grid_batch_resources, job_resources
 from crosslip.tracking import code_digest
+from crosslip import job_batches as crosslip_batches
 from crosslip.job_batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
@@ -42,6 +43,16 @@ TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
 # with certify.batch_models / attack.batch_models: one job per dataset, family and setting
 CERTIFY_BATCHES = evaluation_batches(config, GRID, "certify")
 ATTACK_BATCHES = evaluation_batches(config, GRID, "attack")
+
+
+def evaluation_params(stage):
+    """The params of a `certify` or `attack` job, per-model or batched alike (one
+    definition: crosslip.job_batches.evaluation_params), with the code digest of its
+    script."""
+    return {
+        **crosslip_batches.evaluation_params(config, stage),
+        "code": code(f"{stage}.py"),
+    }
 
 
 def as_rule_of(name, stage):
