@@ -53,7 +53,7 @@ rule attack:
 # family and setting in one job (crosslip.job_batches.evaluation_batches), with the outputs
 # and logs of the per-model jobs; rules without wildcards take precedence over those above.
 # The same params as the per-model rule (evaluation_params), and what --set-threads and
-# --set-resources give it (as_rule_of).
+# --set-resources give it (crosslip.job_resources.take_overrides).
 for batch in CERTIFY_BATCHES:
 
     rule:
@@ -84,7 +84,7 @@ for batch in CERTIFY_BATCHES:
         script:
             "../scripts/certify.py"
 
-    as_rule_of(batch.name, "certify")
+    take_overrides(workflow, batch.name, "certify")
 
 
 for batch in ATTACK_BATCHES:
@@ -122,7 +122,7 @@ for batch in ATTACK_BATCHES:
         script:
             "../scripts/attack.py"
 
-    as_rule_of(batch.name, "attack")
+    take_overrides(workflow, batch.name, "attack")
 
 
 rule instances:
