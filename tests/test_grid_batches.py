@@ -3,13 +3,13 @@
 Without Snakemake: the tracked params and the model id give back the whole spec for every
 preset; networks of one dataset, setting and seed that need training form one batch; what
 "needs training" means; a certify or attack job gets exactly the params its script reads,
-from one definition for both rule forms; the shim that hands --set-threads /
---set-resources to the batched rules works on the installed Snakemake's objects. With
-Snakemake, on the shared tiny run (trained, certified and attacked in batches): the files
-are those of one job per model, each log holds its own model's lines, a new grid value
-trains alone, a changed epoch count retrains every network in batches, a model certified in
-a batch sees no params changed under the per-model rule, and --set-threads /
---set-resources for `train`, `certify` and `attack` reach the batched rules.
+from one definition for both rule forms; the scripts share one as_list; the shim that hands
+--set-threads / --set-resources to the batched rules works on the installed Snakemake's
+objects. With Snakemake, on the shared tiny run (trained, certified and attacked in
+batches): the files are those of one job per model, each log holds its own model's lines, a
+new grid value trains alone, a changed epoch count retrains every network in batches, a
+model certified in a batch sees no params changed under the per-model rule, and
+--set-threads / --set-resources for `train`, `certify` and `attack` reach the batched rules.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from crosslip.config import (
     validate,
 )
 from crosslip.job_batches import evaluation_params, needs_training, plan_batches
+from crosslip.job_files import as_list
 from crosslip.job_resources import take_overrides
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
@@ -126,6 +127,15 @@ def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
     assert params["n_points"] == 15 and params["device"] == config["device"]
     with pytest.raises(ValueError, match="certify or attack"):
         evaluation_params(config, "train")
+
+
+def test_a_script_takes_one_file_or_several_as_a_list():
+    """crosslip.job_files.as_list, shared by the train, certify and attack scripts: a
+    per-model rule gives one path, a batched rule several."""
+    assert as_list("results/models/m/model.pt") == ["results/models/m/model.pt"]
+    assert as_list(("a.pt", "b.pt")) == ["a.pt", "b.pt"]
+    scripts = ROOT / "workflow" / "scripts"
+    assert not [p.name for p in scripts.glob("*.py") if "def as_list" in p.read_text()]
 
 
 def test_take_overrides_works_on_the_installed_snakemakes_objects():
