@@ -201,7 +201,8 @@ def evaluation_params(config: dict[str, Any], stage: str) -> dict[str, Any]:
     ones (:func:`evaluation_batches`) alike: a model is evaluated with the same settings
     whichever rule runs it, and Snakemake, which reruns a job whose params differ from
     those it recorded, sees none changed when a model moves between them (a move reruns it
-    all the same: its job's set of input files changes)."""
+    all the same, by Snakemake's other triggers: the job's set of input files and the text
+    of its rule differ)."""
     if stage not in EVALUATION_PARAMS:
         raise ValueError(f"no evaluation stage {stage!r}: certify or attack")
     out = {}
