@@ -2,20 +2,27 @@
 
 Without Snakemake: the tracked params and the model id give back the whole spec for every
 preset; networks of one dataset, setting and seed that need training form one batch; what
-"needs training" means. With Snakemake, on the shared tiny run (trained in batches by
-default): the files are those of one job per model, each log holds its own model's lines, a
-new grid value trains alone, a changed epoch count retrains every network in batches, and
---set-threads / --set-resources for `train` reach the batched rules.
+"needs training" means; a certify or attack job gets exactly the params its script reads,
+from one definition for both rule forms; the scripts share one as_list; the shim that hands
+--set-threads / --set-resources to the batched rules works on the installed Snakemake's
+objects. With Snakemake, on the shared tiny run (trained, certified and attacked in
+batches): the files are those of one job per model, each log holds its own model's lines, a
+new grid value trains alone, a changed epoch count retrains every network in batches, a
+model certified in a batch sees no params changed under the per-model rule, and
+--set-threads / --set-resources for `train`, `certify` and `attack` reach the batched rules.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -28,7 +35,9 @@ from crosslip.config import (
     training_grid,
     validate,
 )
-from crosslip.job_batches import needs_training, plan_batches
+from crosslip.job_batches import evaluation_params, needs_training, plan_batches
+from crosslip.job_files import as_list
+from crosslip.job_resources import take_overrides
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
 from .workflow_helpers import TINY_RUN, snakemake
@@ -91,6 +100,85 @@ def test_grid_values_must_name_their_model_exactly():
     config["train"]["grid"]["cross_lipschitz"]["lambda"] = [1.0e-3, 0.123456789]
     with pytest.raises(ConfigError, match=r"train\.grid\.cross_lipschitz\.lambda\[1\]"):
         validate(config)
+
+
+def params_read(script: str) -> set[str]:
+    """The names ``X`` of every ``snakemake.params.X`` that a workflow script reads."""
+    tree = ast.parse((ROOT / "workflow" / "scripts" / script).read_text())
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "params"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "snakemake"
+    }
+
+
+@pytest.mark.parametrize("stage", ["certify", "attack"])
+def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
+    """The per-model and the batched certify (attack) rules pass
+    crosslip.job_batches.evaluation_params and the code digest: what the script reads, no
+    more (a param that the script ignores would still rerun jobs when it changes)."""
+    config = validate(copy.deepcopy(TINY_RUN))
+    params = evaluation_params(config, stage)
+    assert set(params) == params_read(f"{stage}.py")
+    assert params["n_points"] == 15 and params["device"] == config["device"]
+    with pytest.raises(ValueError, match="certify or attack"):
+        evaluation_params(config, "train")
+
+
+def test_a_script_takes_one_file_or_several_as_a_list():
+    """crosslip.job_files.as_list, shared by the train, certify and attack scripts: a
+    per-model rule gives one path, a batched rule several."""
+    assert as_list("results/models/m/model.pt") == ["results/models/m/model.pt"]
+    assert as_list(("a.pt", "b.pt")) == ["a.pt", "b.pt"]
+    scripts = ROOT / "workflow" / "scripts"
+    assert not [p.name for p in scripts.glob("*.py") if "def as_list" in p.read_text()]
+
+
+def test_take_overrides_works_on_the_installed_snakemakes_objects():
+    """crosslip.job_resources.take_overrides, a shim over Snakemake's internals, on the
+    installed Snakemake's own objects: the settings built from its command line as its CLI
+    builds them, rules with its Resources. Fails where a release moves what the shim reads
+    or writes (the slow test below checks the result in real dry runs)."""
+    from snakemake.cli import parse_args
+    from snakemake.resources import Resources
+    from snakemake.rules import Rule
+    from snakemake.settings.types import ResourceSettings
+    from snakemake.workflow import Workflow
+
+    assert "resource_settings" in {f.name for f in dataclasses.fields(Workflow)}
+    assert callable(Workflow.get_rule)
+    argv = ["--set-threads", "train=1", "certify=3", "--set-resources", "train:runtime=241"]
+    _, args = parse_args(["-s", str(ROOT / "Snakefile"), "--workflow-profile", "none", *argv])
+    settings = ResourceSettings(
+        overwrite_threads=args.set_threads, overwrite_resources=args.set_resources
+    )
+    rules = {}
+    for name in ("train_grid_a", "certify_grid_a", "attack_grid_a"):
+        rules[name] = Rule(name, None, 0, str(ROOT / "Snakefile"))
+        assert rules[name].resources is None  # Snakemake fills it in when it adds the rule
+        rules[name].resources = Resources.from_mapping({"_cores": 2, "runtime": 60})
+    workflow = SimpleNamespace(resource_settings=settings, get_rule=rules.__getitem__)
+    for name in rules:
+        take_overrides(workflow, name, name.split("_grid_")[0])
+    values = {name: {k: r.value for k, r in rule.resources.items()} for name, rule in rules.items()}
+    assert values == {
+        "train_grid_a": {"_cores": 1, "runtime": 241},
+        "certify_grid_a": {"_cores": 3, "runtime": 60},
+        "attack_grid_a": {"_cores": 2, "runtime": 60},  # nothing given for attack
+    }
+    # plain values, as the Python API takes them: the rule's Resources convert them
+    api = ResourceSettings(
+        overwrite_threads={"train": 4}, overwrite_resources={"train": {"runtime": 7}}
+    )
+    take_overrides(
+        SimpleNamespace(resource_settings=api, get_rule=rules.__getitem__), "train_grid_a", "train"
+    )
+    assert rules["train_grid_a"].resources["_cores"].value == 4
+    assert rules["train_grid_a"].resources["runtime"].value == 7
 
 
 def fresh(tmp_path: Path, **train) -> dict:
@@ -236,29 +324,61 @@ def test_a_new_grid_value_trains_alone_and_a_new_epoch_count_in_batches(run):
 
 
 @pytest.mark.slow
-def test_the_batched_rules_take_the_threads_and_resources_given_to_train(tmp_path):
-    """What a profile or the command line gives `train` (e.g. profiles/slurm's GPU
-    partition) holds for the batched training jobs too."""
+def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(tmp_path):
+    """What a profile or the command line gives `train`, `certify` or `attack` (e.g.
+    profiles/slurm's GPU partition) holds for the batched jobs of that stage too
+    (crosslip.job_resources.take_overrides), and for no other stage."""
     default = [j for j in plan(tmp_path, TINY_RUN, "--cores", "4") if j["rule"] != "all"]
-    batched = [j for j in default if j["rule"].startswith("train_grid")]
-    assert len(batched) == 3 and all(j.get("threads") == "2" for j in batched)
+    batched = [j for j in default if "_grid_" in j["rule"]]
+    assert sorted({stage_of(j["rule"]) for j in batched}) == ["attack", "certify", "train"]
+    assert all(j.get("threads") == "2" for j in batched)
     jobs = plan(
         tmp_path,
         TINY_RUN,
         "--cores",
         "4",
-        "--set-threads",
-        "train=1",
         "--set-resources",
         "train:runtime=241",
         "train:slurm_partition=gpu",
+        "certify:runtime=242",
+        "--set-threads",
+        "train=1",
+        "attack=3",
     )
-    batched = [j for j in jobs if j["rule"].startswith("train_grid")]
-    assert len(batched) == 3
+    batched = [j for j in jobs if "_grid_" in j["rule"]]
+    assert len(batched) == 3 + 4 + 4  # train: per setting; certify, attack: also kernels
+    given = {
+        "train": ("1", {"runtime": "241", "slurm_partition": "gpu"}),
+        "certify": ("2", {"runtime": "242"}),
+        "attack": ("3", {}),
+    }
     for job in batched:
-        resources = fields(job["resources"])
-        assert resources["runtime"] == "241" and resources["slurm_partition"] == "gpu"
-        assert job.get("threads", "1") == "1"
+        threads, resources = given[stage_of(job["rule"])]
+        assert job.get("threads", "1") == threads, job
+        assert resources.items() <= fields(job["resources"]).items(), job
+        if stage_of(job["rule"]) != "train":
+            assert "slurm_partition" not in fields(job["resources"]), job
+
+
+@pytest.mark.slow
+def test_a_model_moving_between_a_batched_and_a_per_model_evaluation_keeps_its_params(run):
+    """The batched and the per-model certify and attack rules pass the same params
+    (crosslip.job_batches.evaluation_params and the code digest): after a run that
+    certified and attacked in batches, the per-model rules (batch_models off) see no params
+    changed. They rerun all the same, by Snakemake's other triggers: a per-model job's set
+    of input files is not the batch's, nor is the text of its rule (its code, to
+    Snakemake). (``--list-changes params`` cannot tell: Snakemake 9.27 lists every file.)"""
+    config = copy.deepcopy(TINY_RUN)
+    config["certify"]["batch_models"] = config["attack"]["batch_models"] = False
+    evaluations = [j for j in plan(run, config) if stage_of(j["rule"]) in ("certify", "attack")]
+    assert sorted(j["rule"] for j in evaluations) == ["attack"] * 15 + ["certify"] * 15
+    for job in evaluations:
+        assert "Set of input files has changed" in job["reason"], job
+        assert "Params have changed" not in job["reason"], job
+    # what a changed param looks like
+    config["certify"]["n_points"] = 14
+    certify = [j for j in plan(run, config) if j["rule"] == "certify"]
+    assert len(certify) == 15 and all("Params have changed" in j["reason"] for j in certify)
 
 
 @pytest.mark.slow

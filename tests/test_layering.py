@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.norms",
         "crosslip.families",
         "crosslip.io",
+        "crosslip.job_files",
         "crosslip.device",
         "crosslip.progress",
         "crosslip.op_count",
@@ -78,6 +79,7 @@ TORCH_FREE = [
     "crosslip.kernel_memory",
     "crosslip.job_resources",
     "crosslip.job_batches",  # the Snakefile plans the training jobs with it
+    "crosslip.job_files",
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]

@@ -1,6 +1,7 @@
 """Which models one job handles: networks of the grid trained together as one batched
 model (:func:`plan_batches`), and, on request, the certification or the attacks of every
-model of a setting in one process (:func:`evaluation_batches`).
+model of a setting in one process (:func:`evaluation_batches`); what a certify or attack job
+receives as params, whichever rule runs it (:func:`evaluation_params`).
 
 One-hidden-layer networks that share the dataset, the setting, the seed (hence the
 initialisation and the batch order) and every other training setting differ only in their
@@ -167,3 +168,47 @@ def evaluation_batches(
         for (dataset, family, setting), models in groups.items()
         if len(models) > 1
     ]
+
+
+#: What a ``certify`` or ``attack`` job receives as ``params`` besides the code digest:
+#: param name -> the config key it holds (:func:`evaluation_params`).
+EVALUATION_PARAMS: dict[str, dict[str, str]] = {
+    "certify": {
+        "n_points": "certify.n_points",
+        "rtol": "certify.rtol",
+        "kinds": "certify.kinds",
+        "device": "device",
+        "memory_gb": "kernel.memory_gb",
+    },
+    "attack": {
+        "n_points": "attack.n_points",
+        "rtol": "attack.rtol",
+        "max_steps": "attack.max_steps",
+        "norms": "attack.norms",
+        "refine_steps": "attack.refine_steps",
+        "min_norm_steps": "attack.min_norm_steps",
+        "min_norm_targets": "attack.min_norm_targets",
+        "min_norm_restarts": "attack.min_norm_restarts",
+        "n_examples": "attack.example_candidates",
+        "device": "device",
+    },
+}
+
+
+def evaluation_params(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """The ``params`` of a ``certify`` or ``attack`` job of a validated ``config``, besides
+    the code digest (:data:`EVALUATION_PARAMS`), for the per-model rule and the batched
+    ones (:func:`evaluation_batches`) alike: a model is evaluated with the same settings
+    whichever rule runs it, and Snakemake, which reruns a job whose params differ from
+    those it recorded, sees none changed when a model moves between them (a move reruns it
+    all the same, by Snakemake's other triggers: the job's set of input files and the text
+    of its rule differ)."""
+    if stage not in EVALUATION_PARAMS:
+        raise ValueError(f"no evaluation stage {stage!r}: certify or attack")
+    out = {}
+    for name, key in EVALUATION_PARAMS[stage].items():
+        value: Any = config
+        for part in key.split("."):
+            value = value[part]
+        out[name] = value
+    return out

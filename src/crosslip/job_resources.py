@@ -20,6 +20,9 @@ workflow is planned.
   per training sample on that CPU (Cross-Lipschitz, the slowest regularizer); ResNets a
   fixed day (not measured here). The attack jobs of networks: an hour, or with the
   minimal-norm attack its flop count (:func:`net_attack_minutes`).
+
+What ``--set-threads`` and ``--set-resources`` give a per-model rule reaches its batched
+rules through :func:`take_overrides`, a shim over Snakemake's internals.
 """
 
 from __future__ import annotations
@@ -247,3 +250,31 @@ def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str)
     weights = sum(s.hidden * (784 if shape is None else shape.dim + shape.classes) for s in specs)
     mem_mb = NET_MEM_MB + math.ceil(16 * BYTES * weights / 2**20)
     return {"mem_mb": mem_mb, "runtime": _minutes(seconds, 120), "gpu": on_gpu}
+
+
+def take_overrides(workflow: Any, rule: str, of: str) -> None:
+    """Give the rule named ``rule`` what ``--set-threads`` and ``--set-resources`` (on the
+    command line or in a profile: profiles/slurm's GPU partition) give the rule named ``of``,
+    as Snakemake gives them to ``of``: a batched rule (``train_grid_*``, ``certify_grid_*``,
+    ``attack_grid_*``) takes those of its stage's per-model rule. Call it right after
+    ``rule`` is defined (``workflow``: the Snakefile's ``workflow``).
+
+    A shim over Snakemake's internals. It reads ``workflow.resource_settings``'s
+    ``overwrite_threads`` and ``overwrite_resources`` (fields of the settings dataclass
+    ``snakemake.settings.types.ResourceSettings``, keyed by rule name: the ``Resource`` and
+    ``Resources`` parsed from the command line, or plain values given through the Python
+    API) and writes them into the ``resources`` of ``workflow.get_rule(rule)`` (``_cores``:
+    the rule's threads), the way ``Workflow.rule`` applies them to the rule it registers;
+    the rule's ``Resources`` converts plain values as Snakemake does. There is no public
+    API for this: Snakemake applies an override only to the rule of that name, while it
+    registers it; a rule cannot take another's (``use rule ... with:`` copies a definition,
+    not the overrides); and the batched rules' names come from the grid, so a profile cannot
+    name them. tests/test_grid_batches.py fails on a Snakemake whose objects lack what this
+    reads or writes, and checks in real dry runs that the batched rules get what
+    --set-threads and --set-resources give."""
+    settings = workflow.resource_settings
+    target = workflow.get_rule(rule)
+    threads = settings.overwrite_threads.get(of)
+    if threads is not None:
+        target.resources["_cores"] = threads
+    target.resources.update(settings.overwrite_resources.get(of, {}))

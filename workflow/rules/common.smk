@@ -8,8 +8,9 @@ from snakemake.exceptions import WorkflowError
 from crosslip import config as crosslip_config
 from crosslip import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.job_resources import grid_batch_resources, job_resources
+from crosslip.job_resources import grid_batch_resources, job_resources, take_overrides
 from crosslip.tracking import code_digest
+from crosslip import job_batches as crosslip_batches
 from crosslip.job_batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
@@ -44,17 +45,14 @@ CERTIFY_BATCHES = evaluation_batches(config, GRID, "certify")
 ATTACK_BATCHES = evaluation_batches(config, GRID, "attack")
 
 
-def as_rule_of(name, stage):
-    """A batched rule takes what --set-threads and --set-resources (also in a profile, e.g.
-    profiles/slurm's GPU partition) give the per-model rule of its stage (`train`,
-    `certify`, `attack`), as Snakemake applies them to that rule (tests/test_grid_batches.py
-    checks it in a dry run)."""
-    settings = workflow.resource_settings
-    batch_rule = workflow.get_rule(name)
-    threads = settings._parsed_overwrite_threads.get(stage)
-    if threads is not None:
-        batch_rule.resources["_cores"] = threads
-    batch_rule.resources.update(settings._parsed_overwrite_resources.get(stage, {}))
+def evaluation_params(stage):
+    """The params of a `certify` or `attack` job, per-model or batched alike (one
+    definition: crosslip.job_batches.evaluation_params), with the code digest of its
+    script."""
+    return {
+        **crosslip_batches.evaluation_params(config, stage),
+        "code": code(f"{stage}.py"),
+    }
 
 
 def training_rules():

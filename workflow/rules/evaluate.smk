@@ -18,12 +18,7 @@ rule certify:
         runtime=lambda wc: resources_of(wc, "certify")["runtime"],
         gpu=lambda wc: resources_of(wc, "certify")["gpu"],
     params:
-        n_points=config["certify"]["n_points"],
-        rtol=config["certify"]["rtol"],
-        kinds=config["certify"]["kinds"],
-        device=config["device"],
-        memory_gb=config["kernel"]["memory_gb"],
-        code=code("certify.py"),
+        **evaluation_params("certify"),
     script:
         "../scripts/certify.py"
 
@@ -49,17 +44,7 @@ rule attack:
         runtime=lambda wc: resources_of(wc, "attack")["runtime"],
         gpu=lambda wc: resources_of(wc, "attack")["gpu"],
     params:
-        n_points=config["attack"]["n_points"],
-        rtol=config["attack"]["rtol"],
-        max_steps=config["attack"]["max_steps"],
-        norms=config["attack"]["norms"],
-        refine_steps=config["attack"]["refine_steps"],
-        min_norm_steps=config["attack"]["min_norm_steps"],
-        min_norm_targets=config["attack"]["min_norm_targets"],
-        min_norm_restarts=config["attack"]["min_norm_restarts"],
-        n_examples=config["attack"]["example_candidates"],
-        device=config["device"],
-        code=code("attack.py"),
+        **evaluation_params("attack"),
     script:
         "../scripts/attack.py"
 
@@ -67,6 +52,8 @@ rule attack:
 # With certify.batch_models / attack.batch_models: every trained model of one dataset,
 # family and setting in one job (crosslip.job_batches.evaluation_batches), with the outputs
 # and logs of the per-model jobs; rules without wildcards take precedence over those above.
+# The same params as the per-model rule (evaluation_params), and what --set-threads and
+# --set-resources give it (crosslip.job_resources.take_overrides).
 for batch in CERTIFY_BATCHES:
 
     rule:
@@ -93,16 +80,11 @@ for batch in CERTIFY_BATCHES:
         resources:
             **batch_resources(batch, "certify"),
         params:
-            n_points=config["certify"]["n_points"],
-            rtol=config["certify"]["rtol"],
-            kinds=config["certify"]["kinds"],
-            device=config["device"],
-            memory_gb=config["kernel"]["memory_gb"],
-            code=code("certify.py"),
+            **evaluation_params("certify"),
         script:
             "../scripts/certify.py"
 
-    as_rule_of(batch.name, "certify")
+    take_overrides(workflow, batch.name, "certify")
 
 
 for batch in ATTACK_BATCHES:
@@ -136,21 +118,11 @@ for batch in ATTACK_BATCHES:
         resources:
             **batch_resources(batch, "attack"),
         params:
-            n_points=config["attack"]["n_points"],
-            rtol=config["attack"]["rtol"],
-            max_steps=config["attack"]["max_steps"],
-            norms=config["attack"]["norms"],
-            refine_steps=config["attack"]["refine_steps"],
-            min_norm_steps=config["attack"]["min_norm_steps"],
-            min_norm_targets=config["attack"]["min_norm_targets"],
-            min_norm_restarts=config["attack"]["min_norm_restarts"],
-            n_examples=config["attack"]["example_candidates"],
-            device=config["device"],
-            code=code("attack.py"),
+            **evaluation_params("attack"),
         script:
             "../scripts/attack.py"
 
-    as_rule_of(batch.name, "attack")
+    take_overrides(workflow, batch.name, "attack")
 
 
 rule instances:

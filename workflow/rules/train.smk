@@ -36,7 +36,8 @@ for job in training_rules():
         script:
             "../scripts/train.py"
 
-    as_rule_of(job["name"], "train")
+    # what --set-threads and --set-resources give `train` (crosslip.job_resources)
+    take_overrides(workflow, job["name"], "train")
 
 
 # A model trained elsewhere (config external_models) takes a training job's place: read

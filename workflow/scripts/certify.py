@@ -5,11 +5,8 @@ import logging
 from pathlib import Path
 
 from crosslip.io import run_script
+from crosslip.job_files import as_list
 from crosslip.stages.certification import certify_models_stage
-
-
-def as_list(files) -> list[str]:
-    return [files] if isinstance(files, str) else list(files)
 
 
 def main() -> None:

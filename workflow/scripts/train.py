@@ -5,11 +5,8 @@ from pathlib import Path
 
 from crosslip.config import spec_from_tracked, spec_params
 from crosslip.io import run_script
+from crosslip.job_files import as_list
 from crosslip.stages.training import train_grid_stage, train_stage
-
-
-def as_list(files) -> list[str]:
-    return [files] if isinstance(files, str) else list(files)
 
 
 def main() -> None:
