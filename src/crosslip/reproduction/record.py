@@ -389,11 +389,11 @@ def _claims_section(verdicts: dict[str, list[Verdict]], units: list[Run]) -> lis
         "the runs without data are listed once.",
         "",
     ]
-    for i, (key, (criterion, _)) in enumerate(CRITERIA.items(), start=1):
+    for i, (key, claim) in enumerate(CRITERIA.items(), start=1):
         out += [f"### {i}. {CLAIMS[key].title}", "", *_quote(key)]
         if CLAIMS[key].evidence:
             out += [f"**In the paper.** {CLAIMS[key].evidence}.", ""]
-        out += [f"**Criterion.** {criterion}", ""]
+        out += [f"**Criterion.** {claim.sentence}", ""]
         vs = verdicts[key]
         for v in vs:
             if v.status != NOT_RUN:
