@@ -337,7 +337,7 @@ class Comparison:
             "within": abs(r - 1) <= t + EPS,
             "near": abs(a - b) <= t + EPS,
             "points_above": a <= b + t + EPS,
-            "points_below": a < b - t,
+            "points_below": a <= b - t + EPS,
             "gt": a > b,
         }
         return bool(ok[self.op])
