@@ -850,6 +850,28 @@ def test_gtsrb_dropout_error_exactly_at_the_margin_counts(tmp_path: Path) -> Non
     assert "DO's test error is at least 0.2 points below" in CRITERIA["gtsrb"].sentence
 
 
+def test_resnet_claims_read_cifar10_only(tmp_path: Path) -> None:
+    """The paper's ResNets are on CIFAR10 (Figure exp:ResNets-plain-augm): ResNets on another
+    dataset are no evidence for or against its claims."""
+    rows = [
+        model_row(ds, reg, lam, err, 0.0, upper, "plain", "resnet")
+        for ds in ["cifar10", "gtsrb"]
+        for reg, lam, err, upper in [
+            ("weight_decay", 1e-4, 0.08, 0.10),
+            ("dropout", 0.5, 0.07, 0.11),
+            ("cross_lipschitz", 1e-2, 0.09, 0.25),
+        ]
+    ]
+    docs = tmp_path / "docs"
+    export(tmp_path, "both", rows, docs)
+    export(tmp_path, "gtsrb", [r for r in rows if r["dataset"] == "gtsrb"], docs)
+    v = verdicts_of(docs)
+    for claim in ["resnet", "resnet_error"]:
+        assert v[claim] == {("both", "cifar10, plain"): REPRODUCED, ("gtsrb", "–"): NOT_RUN}
+    (none,) = [x for x in evaluate(load_runs(docs))["resnet"] if x.run == "gtsrb"]
+    assert none.numbers() == "no ResNet evaluated on CIFAR10"
+
+
 # --------------------------------------------------------------------------------------
 # GPU-time estimates of the runs not yet made
 # --------------------------------------------------------------------------------------
