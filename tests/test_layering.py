@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.kernel_memory",
         "crosslip.job_resources",
         "crosslip.job_batches",
+        "crosslip.projection",
     ),
     (
         "crosslip.models",
@@ -78,6 +79,7 @@ TORCH_FREE = [
     "crosslip.kernel_memory",
     "crosslip.job_resources",
     "crosslip.job_batches",  # the Snakefile plans the training jobs with it
+    "crosslip.projection",  # the reproduction record's estimates
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]
