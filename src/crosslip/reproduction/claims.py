@@ -311,13 +311,23 @@ def _bounds_table(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _nan(x: float) -> bool:
-    return x is None or math.isnan(x)
+#: The comparisons of :class:`Comparison`: op -> (whether ``a`` against ``b`` holds, given
+#: their ratio ``r`` and the threshold ``t``; what a part needs, as ``Comparison.needs``).
+OPS: dict[str, tuple[Callable[[float, float, float, float], bool], str]] = {
+    "at_least": (lambda a, b, r, t: r >= t - EPS, "≥ {t}"),
+    "at_most": (lambda a, b, r, t: r <= t + EPS, "≤ {t}"),
+    "above": (lambda a, b, r, t: r > t, "> {t}"),
+    "within": (lambda a, b, r, t: abs(r - 1) <= t + EPS, "×{lo:.2f} to ×{hi:.2f}"),
+    "near": (lambda a, b, r, t: abs(a - b) <= t + EPS, "{t}"),
+    "points_above": (lambda a, b, r, t: a <= b + t + EPS, "≤ {b} + {t} points"),
+    "points_below": (lambda a, b, r, t: a <= b - t + EPS, "{t} points lower"),
+    "gt": (lambda a, b, r, t: a > b, ""),
+}
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A comparison of ``a`` with ``b`` and its threshold ``t``. ``op``: ``at_least``,
+    """A comparison of ``a`` with ``b`` and its threshold ``t`` (:data:`OPS`): ``at_least``,
     ``at_most``, ``above`` (the ratio a/b against t), ``within`` (a/b within 1 ± t), ``near``
     (|a - b| at most t), ``points_above`` (a at most t above b), ``points_below`` (a at least t
     below b), ``gt`` (a above b, no threshold). Every threshold but ``above``'s and ``gt``'s
@@ -327,20 +337,9 @@ class Comparison:
     t: float = 0.0
 
     def judge(self, a: float, b: float) -> bool | None:
-        if _nan(a) or _nan(b):
+        if any(x is None or math.isnan(x) for x in (a, b)):
             return None
-        r, t = _cmp(a, b), self.t
-        ok = {
-            "at_least": r >= t - EPS,
-            "at_most": r <= t + EPS,
-            "above": r > t,
-            "within": abs(r - 1) <= t + EPS,
-            "near": abs(a - b) <= t + EPS,
-            "points_above": a <= b + t + EPS,
-            "points_below": a <= b - t + EPS,
-            "gt": a > b,
-        }
-        return bool(ok[self.op])
+        return bool(OPS[self.op][0](a, b, _cmp(a, b), self.t))
 
     @property
     def ratio(self) -> bool:
@@ -350,24 +349,13 @@ class Comparison:
     def text(self) -> str:
         """The threshold as the criterion states it (``×1.05``, ``± 10%``, ``± 0.05``,
         ``0.2`` points)."""
-        if self.op == "within":
-            return f"± {100 * self.t:.0f}%"
-        if self.op == "near":
-            return f"± {self.t}"
+        if self.op in ("within", "near"):
+            return f"± {100 * self.t:.0f}%" if self.op == "within" else f"± {self.t}"
         return f"{100 * self.t:.1f}" if self.op.startswith("points") else times(self.t)
 
     def needs(self, label: str = "") -> str:
         """What a part needs (``≥ ×1.05``); ``label`` names ``b`` (``best``)."""
-        return {
-            "at_least": f"≥ {self.text}",
-            "at_most": f"≤ {self.text}",
-            "above": f"> {self.text}",
-            "within": f"×{1 - self.t:.2f} to ×{1 + self.t:.2f}",
-            "near": self.text,
-            "points_above": f"≤ {label} + {self.text} points",
-            "points_below": f"{self.text} points lower",
-            "gt": "",
-        }[self.op]
+        return OPS[self.op][1].format(t=self.text, lo=1 - self.t, hi=1 + self.t, b=label)
 
 
 @dataclass(frozen=True)
