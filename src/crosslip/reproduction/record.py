@@ -224,40 +224,6 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _settings_paragraph(run: Run) -> str:
-    m, cfg = run.meta, run.meta["config"]
-    train, cert, att = cfg["train"], cfg["certify"], cfg["attack"]
-    parts = [f"Run `{run.name}` used {', '.join(m['datasets'])}"]
-    if train.get("grid"):
-        regs = ", ".join(
-            f"{LABEL.get(r, r)} {_grid_text(g.get('lambda', g.get('keep_hidden', [])))}"
-            f" at lr {_grid_text(g['lr'])}"
-            for r, g in train["grid"].items()
-        )
-        parts.append(
-            f"networks ({cfg['model'].get('arch', 'mlp')}, {cfg['model'].get('hidden')} "
-            f"hidden units, bias {cfg['model'].get('bias')}, init "
-            f"{cfg['model'].get('init')}) trained {train['epochs']} epochs with batch "
-            f"size {train['batch_size']}, learning rate ×{train['lr_decay']:g} at "
-            f"{', '.join(f'{x:.0%}' for x in train['lr_decay_at'])} of the updates, in "
-            f"the settings {', '.join(train['settings'])}, grids: {regs}"
-        )
-    kernel = cfg.get("kernel", {})
-    if kernel.get("grid"):
-        n = kernel.get("n_centers", 0)
-        parts.append(
-            f"kernel models with {'all training points' if n == 0 else n} as expansion "
-            f"points, {kernel.get('max_iter')} L-BFGS iterations"
-        )
-    parts.append(
-        f"certified {cert.get('models', 'all')} models on "
-        f"{', '.join(map(str, m['evaluated_points_per_model'])) or 'no'} points each "
-        f"(certify.n_points {cert['n_points']}, attack.n_points {att['n_points']})"
-    )
-    parts.append(f"on {machine_text(m.get('machine'))}; job time {job_time_text(m)}")
-    return "; ".join(parts) + "."
-
-
 def _combined(vs: list[Verdict]) -> tuple[str, int, int]:
     """One verdict for a claim's verdicts on one unit (several datasets or settings):
     not reproduced if any is, else reproduced if any is; with the parts that hold and the
@@ -519,6 +485,8 @@ def _environment() -> jinja2.Environment:
         duration=duration,
         frame=pd.DataFrame,
         codes=lambda xs: ", ".join(f"`{x}`" for x in xs),
+        pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
+        grid=_grid_text,
     )
     helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
     env.globals.update({f.__name__: f for f in [*helpers, provenance, guarantee_gap_tables]})
@@ -527,6 +495,7 @@ def _environment() -> jinja2.Environment:
         notes_file=NOTES_FILE,
         studies_dir=STUDIES_DIR,
         titles={k: c.title for k, c in CLAIMS.items()},
+        labels=LABEL,
     )
     return env
 
@@ -586,7 +555,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
                 for k, vs in verdicts.items()
                 if all(v.status == NOT_RUN for v in vs)
             ],
-            settings=[(run, _settings_paragraph(run), settings_rows(run.meta)) for run in runs],
+            settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
         )
     )
