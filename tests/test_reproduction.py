@@ -3,6 +3,7 @@ verdicts on constructed results, and the committed record against its committed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -28,7 +29,13 @@ from crosslip.reproduction import (
 from crosslip.reproduction import estimates as E
 from crosslip.reproduction import paper as P
 from crosslip.reproduction.__main__ import main as cli
-from crosslip.reproduction.claims import CRITERIA, num, paper_illustration_means, pool_runs
+from crosslip.reproduction.claims import (
+    CRITERIA,
+    Comparison,
+    num,
+    paper_illustration_means,
+    pool_runs,
+)
 from crosslip.reproduction.export import job_seconds, machine_from_text
 from crosslip.reproduction.record import load_runs
 
@@ -829,6 +836,32 @@ def test_resnet_and_gtsrb_claims_on_constructed_runs(tmp_path: Path) -> None:
     assert v["gtsrb_guarantee"][("r", "gtsrb")] == NOT_REPRODUCED
     (g,) = evaluate(load_runs(docs))["gtsrb_guarantee"]
     assert g.gap() == "guarantee CL vs DO: 0.190 vs 0.200 (fails)"
+
+
+def test_a_claims_threshold_is_written_once(tmp_path: Path) -> None:
+    """Every claim of the paper has one entry in the table of criteria (claims.yaml), in the
+    paper module's order, whose printed criterion states its thresholds; the verdict and the
+    criterion come from the same comparison, so changing its threshold changes both."""
+    assert list(CRITERIA) == list(P.CLAIMS)
+    for key, claim in CRITERIA.items():
+        assert "{" not in claim.sentence, key
+    upper = CRITERIA["cl_mnist_upper"]
+    assert "at least ×1.05 that of every other" in upper.sentence
+    (row,) = upper.rows
+    stricter = dataclasses.replace(
+        upper, rows=(dataclasses.replace(row, test=Comparison("at_least", 1.5)),)
+    )
+    assert "at least ×1.50 that of every other" in stricter.sentence
+    docs = tmp_path / "docs"
+    export(tmp_path, "good", good_rows(), docs)
+    (run,) = load_runs(docs)
+    (v,) = upper.evaluate(run)
+    (w,) = stricter.evaluate(run)
+    assert (v.status, w.status) == (REPRODUCED, NOT_REPRODUCED)
+    assert (
+        w.gap().split("; ")[1]
+        == "upper bound CL vs DO: 2.00 vs 1.60 = ×1.25, needs ≥ ×1.50 (fails)"
+    )
 
 
 def test_gtsrb_dropout_error_exactly_at_the_margin_counts(tmp_path: Path) -> None:
