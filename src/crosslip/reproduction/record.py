@@ -496,6 +496,7 @@ def _environment() -> jinja2.Environment:
         studies_dir=STUDIES_DIR,
         titles={k: c.title for k, c in CLAIMS.items()},
         labels=LABEL,
+        net_order=NET_ORDER,
     )
     return env
 
@@ -511,6 +512,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
     verdicts = C.evaluate(units)
     measured, ests = estimates(runs, root)
     kernel_paper, kernel_runs = _kernel_tables(units)
+    unit_of = {p: u for u in units for p in u.parts}
     claims = [
         {
             "paper": CLAIMS[key],
@@ -528,8 +530,8 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             glance=_glance(verdicts, units),
             runs=runs,
             unit={u.name: u for u in units},
-            unit_of={p: u for u in units for p in u.parts},
-            runs_table=_runs_table(runs, {p: u for u in units for p in u.parts}),
+            unit_of=unit_of,
+            runs_table=_runs_table(runs, unit_of),
             networks=_networks(units),
             trends=_trends(units),
             table1=_table1(units),
@@ -541,13 +543,6 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             ],
             figures=_figures(runs, ests),
             measured=measured,
-            step_rates=measured
-            and ", ".join(
-                f"{LABEL[r]} {1000 * measured.step_s[r]:.2f} ms ({measured.step_jobs[r]} job"
-                f"{'s' if measured.step_jobs[r] > 1 else ''})"
-                for r in NET_ORDER
-                if r in measured.step_s
-            ),
             estimates=ests,
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED],
             not_run=[
