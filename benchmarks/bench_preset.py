@@ -71,7 +71,7 @@ from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
 from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
 from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.flops import count_flops, matmul_rate
-from crosslip.job_batches import evaluation_batches, plan_batches
+from crosslip.projection import job_count, projected, training_jobs
 from crosslip.stages.attack import attack_stage
 from crosslip.stages.certification import certify_stage
 from crosslip.stages.data import prepare_data
@@ -91,20 +91,6 @@ def merged_config(files: list[Path]) -> dict[str, Any]:
     for f in files:
         update_config(config, yaml.safe_load(Path(f).read_text()) or {})
     return config
-
-
-def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float) -> dict:
-    """Trainings of ``e1`` and ``e2`` epochs took ``t1`` and ``t2`` seconds: the seconds per
-    epoch, the fixed cost (at least 0) and the projection to ``epochs`` epochs of ``scale``
-    times the measured steps."""
-    per_epoch = max(t2 - t1, 0.0) / (e2 - e1)
-    fixed = max(t1 - e1 * per_epoch, 0.0)
-    return {
-        "measured_seconds": [t1, t2],
-        "seconds_per_epoch": per_epoch * scale,
-        "fixed_seconds": fixed,
-        "projected_seconds": fixed + epochs * per_epoch * scale,
-    }
 
 
 def scaled(flops: dict[str, int], factor: float) -> dict[str, float]:
@@ -139,34 +125,6 @@ def startup_seconds(device: torch.device, runs: int) -> float:
     command = [sys.executable, "-c", STARTUP.format(device=str(device))]
     job = partial(subprocess.run, command, check=True)
     return statistics.median(timed(job)[1] for _ in range(runs))
-
-
-def training_jobs(
-    config: dict[str, Any], grid: dict[str, Any], nets: dict[str, NetTrainSpec]
-) -> dict[str, list[list[str]]]:
-    """Per setting, the networks of each training job of a fresh run of ``config``: the
-    workflow's batches, and a grid of one for a network alone."""
-    jobs: dict[str, list[list[str]]] = {}
-    batches = plan_batches(config, grid, code="bench")
-    for b in batches:
-        jobs.setdefault(b.setting, []).append(list(b.models))
-    batched = {m for b in batches for m in b.models}
-    for m, spec in nets.items():
-        if m not in batched:
-            jobs.setdefault(spec.setting, []).append([m])
-    return jobs
-
-
-def job_count(
-    config: dict[str, Any], grid: dict[str, Any], jobs: dict[str, list[list[str]]]
-) -> int:
-    """The jobs on the device of a fresh run of ``config``: training (``jobs``), then
-    certification and attacks, batched where the config says so, else one per model."""
-    count = sum(len(js) for js in jobs.values())
-    for stage in ("certify", "attack"):
-        batches = evaluation_batches(config, grid, stage)
-        count += len(batches) + len(grid) - sum(len(b.models) for b in batches)
-    return count
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.kernel_memory",
         "crosslip.job_resources",
         "crosslip.job_batches",
+        "crosslip.projection",
     ),
     (
         "crosslip.models",
@@ -80,6 +81,7 @@ TORCH_FREE = [
     "crosslip.job_resources",
     "crosslip.job_batches",  # the Snakefile plans the training jobs with it
     "crosslip.job_files",
+    "crosslip.projection",  # the reproduction record's estimates
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]

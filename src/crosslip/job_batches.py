@@ -98,11 +98,13 @@ def plan_batches(
     config: dict[str, Any],
     grid: Mapping[str, NetTrainSpec | KernelTrainSpec],
     code: str,
+    fresh: bool = False,
 ) -> list[TrainBatch]:
     """The batched training jobs of a validated ``config`` (``grid``: its
     :func:`crosslip.config.training_grid`; ``code``: the training job's code digest): per
-    dataset, setting, seed and tracked params, the networks that :func:`needs_training`,
-    where there are two or more. None with ``train.batch_grid: false``."""
+    dataset, setting, seed and tracked params, the networks that :func:`needs_training`
+    (every one with ``fresh``: as for an empty results folder), where there are two or more.
+    None with ``train.batch_grid: false``."""
     if not config["train"].get("batch_grid", True):
         return []
     tracked = tracked_params(config)
@@ -110,7 +112,9 @@ def plan_batches(
     groups: dict[tuple[str, str, int, str], list[str]] = {}
     for dataset in dataset_names(config):
         for model_id, spec in grid.items():
-            if not batchable(spec) or not needs_training(results, dataset, model_id, spec, code):
+            if not batchable(spec):
+                continue
+            if not fresh and not needs_training(results, dataset, model_id, spec, code):
                 continue
             assert isinstance(spec, NetTrainSpec)
             shared = json.dumps(tracked[model_id], sort_keys=True)

@@ -8,8 +8,15 @@ best test performance") and reads only per-model means over correctly classified
 and ``n_global_above_local``. A check is a list of :class:`Part` (a comparison with its
 numbers and whether it holds); the verdict is *reproduced* when every part that could be
 checked holds, *not reproduced* when one fails, and *not run at this scale* when the run has
-no data for any part. The criteria, with their tolerances, are stated in
-:data:`CRITERIA` and printed in the record.
+no data for any part.
+
+The claims are one table, ``claims.yaml`` beside this module, read into :data:`CRITERIA`: a
+:class:`Claim` per claim, in the record's order, states the models it compares
+(:class:`Scope`: family, the paper's dataset, settings) and its comparisons (:class:`Row`:
+which column of which methods, judged by a named :class:`Comparison` with its threshold); the
+verdicts and the criterion printed in the record are both made from it, so each threshold is
+written once. A claim that does not fit the form has a check of its own (:data:`CHECKS`),
+registered in the same table with its test.
 
 Runs exported with the same ``pool`` label (the same settings and code, other models: two
 runs of one probe) are evaluated as one (:func:`pool_runs`).
@@ -35,20 +42,6 @@ from .paper import ILLUSTRATION, ILLUSTRATION_CLASSIFIERS, PAPER_DATASET, TABLE1
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_RUN = "not run at this scale"
-
-#: Claim "CL improves guarantees and upper bounds": minimum relative improvement of CL's
-#: mean guarantee and mean upper bound over every other method.
-IMPROVEMENT = 0.05
-#: "Competitive test error": CL's test error at most this much (absolute) above the best.
-ERROR_TOL = 0.002
-#: Table 1: largest absolute difference of a ratio from the paper's.
-RATIO_TOL = 0.05
-#: "Unchanged" / "similar": largest relative change of a mean bound.
-UNCHANGED_TOL = 0.10
-#: ResNets: "a factor of 2 to 3": the smallest factor that counts.
-RESNET_FACTOR = 2.0
-#: "Not too far away": the largest factor of the mean upper bound over the mean guarantee.
-BOUNDS_FACTOR = 3.0
 
 #: Slack of every threshold comparison, so a ratio printed as the threshold counts as meeting
 #: it (2.2 / 2.0 is 1.1000000000000003 in floating point).
@@ -318,90 +311,182 @@ def _bounds_table(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _paper_datasets(run: Run, paper: str, family: str) -> list[str]:
-    return [d for d in run.datasets(family) if PAPER_DATASET.get(d) == paper]
+#: The comparisons of :class:`Comparison`: op -> (whether ``a`` against ``b`` holds, given
+#: their ratio ``r`` and the threshold ``t``; what a part needs, as ``Comparison.needs``).
+OPS: dict[str, tuple[Callable[[float, float, float, float], bool], str]] = {
+    "at_least": (lambda a, b, r, t: r >= t - EPS, "≥ {t}"),
+    "at_most": (lambda a, b, r, t: r <= t + EPS, "≤ {t}"),
+    "above": (lambda a, b, r, t: r > t, "> {t}"),
+    "within": (lambda a, b, r, t: abs(r - 1) <= t + EPS, "×{lo:.2f} to ×{hi:.2f}"),
+    "near": (lambda a, b, r, t: abs(a - b) <= t + EPS, "{t}"),
+    "points_above": (lambda a, b, r, t: a <= b + t + EPS, "≤ {b} + {t} points"),
+    "points_below": (lambda a, b, r, t: a <= b - t + EPS, "{t} points lower"),
+    "gt": (lambda a, b, r, t: a > b, ""),
+}
 
 
-def _none(claim: str, run: Run, why: str) -> list[Verdict]:
-    return [Verdict(claim, run.name, "–", missing=why)]
+@dataclass(frozen=True)
+class Comparison:
+    """A comparison of ``a`` with ``b`` and its threshold ``t`` (:data:`OPS`): ``at_least``,
+    ``at_most``, ``above`` (the ratio a/b against t), ``within`` (a/b within 1 ± t), ``near``
+    (|a - b| at most t), ``points_above`` (a at most t above b), ``points_below`` (a at least t
+    below b), ``gt`` (a above b, no threshold). Every threshold but ``above``'s and ``gt``'s
+    is met with the slack :data:`EPS`; a missing value (NaN) is not judged."""
+
+    op: str
+    t: float = 0.0
+
+    def judge(self, a: float, b: float) -> bool | None:
+        if any(x is None or math.isnan(x) for x in (a, b)):
+            return None
+        return bool(OPS[self.op][0](a, b, _cmp(a, b), self.t))
+
+    @property
+    def ratio(self) -> bool:
+        return self.op in ("at_least", "at_most", "above", "within")
+
+    @property
+    def text(self) -> str:
+        """The threshold as the criterion states it (``×1.05``, ``± 10%``, ``± 0.05``,
+        ``0.2`` points)."""
+        if self.op in ("within", "near"):
+            return f"± {100 * self.t:.0f}%" if self.op == "within" else f"± {self.t}"
+        return f"{100 * self.t:.1f}" if self.op.startswith("points") else times(self.t)
+
+    def needs(self, label: str = "") -> str:
+        """What a part needs (``≥ ×1.05``); ``label`` names ``b`` (``best``)."""
+        return OPS[self.op][1].format(t=self.text, lo=1 - self.t, hi=1 + self.t, b=label)
 
 
-def _cl_mnist(
-    claim: str, run: Run, parts: Callable[[pd.DataFrame, pd.Series], list[Part]]
-) -> list[Verdict]:
-    """A claim on the best network per regularizer on MNIST (plain): ``parts(best, cl)``
-    compares CL's best model with the others."""
-    out = []
-    for ds in _paper_datasets(run, "mnist", "mlp"):
-        best = run.best(ds, "mlp")
-        v = Verdict(claim, run.name, f"{ds}, plain", details=_bounds_table(best, NET_ORDER))
-        out.append(v)
-        if "cross_lipschitz" not in best.index or len(best) < 2:
-            v.missing = f"{ds}: needs CL and another regularizer evaluated in the plain setting"
-            continue
-        v.parts = parts(best, best.loc["cross_lipschitz"])
-    return out or _none(claim, run, "no MNIST network evaluated in the plain setting")
+@dataclass(frozen=True)
+class Row:
+    """One comparison of a claim among the best models per method: method ``a``'s ``col``
+    against each method of ``b`` (one part per method present), or with ``pick`` (``min``,
+    ``max``) against the lowest or highest of those present (``best``, or ``best other``
+    when ``a`` is not among them), judged by ``test``; in ``setting`` (``None``: the
+    verdict's). ``what`` names the part, ``{a}`` and ``{b}`` standing for the methods."""
 
+    what: str
+    col: str
+    a: str
+    b: str | tuple[str, ...]
+    test: Comparison
+    pick: str = ""
+    setting: str | None = None
 
-def _cl_improves(col: str, what: str) -> Callable[[pd.DataFrame, pd.Series], list[Part]]:
-    """Parts: CL's ``col`` at least (1 + IMPROVEMENT) times every other method's."""
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return (self.b,) if isinstance(self.b, str) else self.b
 
-    def parts(best: pd.DataFrame, cl: pd.Series) -> list[Part]:
-        out = []
-        for m in [m for m in NET_ORDER if m in best.index and m != "cross_lipschitz"]:
-            o = best.loc[m]
-            r = _cmp(cl[col], o[col])
-            out.append(
-                Part(
-                    f"{what} CL vs {LABEL[m]}",
-                    f"{num(cl[col])} vs {num(o[col])} = {times(r)}, needs "
-                    f"≥ {times(1 + IMPROVEMENT)}",
-                    bool(r >= 1 + IMPROVEMENT - EPS),
-                )
-            )
-        return out
+    def part(self, best: pd.DataFrame, b: str | list[str], labelled: bool) -> Part:
+        """The part comparing ``a`` with ``b`` (a method, or the methods to ``pick`` from)."""
+        x = best.loc[self.a, self.col]
+        one = isinstance(b, str)
+        y = best.loc[b, self.col] if one else getattr(best.loc[b, self.col], self.pick)()
+        label = "" if one else "best " if self.a in b else "best other "
+        fmt = pct if self.col == "test_error" else num
+        la, lb = (f" ({LABEL[self.a]})", f" ({LABEL[b]})") if labelled else ("", "")
+        text = f"{fmt(x)}{la} vs {label}{fmt(y)}{lb}"
+        text += f" = {times(_cmp(x, y))}" if self.test.ratio else ""
+        need = self.test.needs(label.strip())
+        what = self.what.format(a=LABEL[self.a], b=LABEL[b] if one else "")
+        return Part(what, text + (f", needs {need}" if need else ""), self.test.judge(x, y))
 
-    return parts
-
-
-def check_cl_upper(run: Run) -> list[Verdict]:
-    """CL's mean upper bound (the paper's procedure) at least (1 + IMPROVEMENT) times every
-    other method's (MNIST, plain)."""
-    return _cl_mnist("cl_mnist_upper", run, _cl_improves("mean_upper_bound", "upper bound"))
-
-
-def check_cl_guarantee(run: Run) -> list[Verdict]:
-    """CL's mean guarantee at least (1 + IMPROVEMENT) times every other method's (MNIST,
-    plain)."""
-    return _cl_mnist("cl_mnist_guarantee", run, _cl_improves("mean_guarantee_local", "guarantee"))
-
-
-def check_cl_error(run: Run) -> list[Verdict]:
-    """CL's test error at most ERROR_TOL above the best method's (MNIST, plain)."""
-
-    def parts(best: pd.DataFrame, cl: pd.Series) -> list[Part]:
-        low = best["test_error"].min()
+    def parts(self, best: pd.DataFrame, labelled: bool = False, absent: str = "") -> list[Part]:
+        """Its parts on ``best``; a comparison whose methods are not all there has a part
+        saying ``absent``, not judged (none without ``absent``)."""
+        have = set(best.index)
+        if self.pick:
+            there = [m for m in self.methods if m in have]
+            if self.a in have and set(there) - {self.a}:
+                return [self.part(best, there, labelled)]
+            pairs = [""]
+        else:
+            pairs = list(self.methods)
         return [
-            Part(
-                "test error of CL",
-                f"{pct(cl['test_error'])} vs best {pct(low)}, "
-                f"needs ≤ best + {100 * ERROR_TOL:.1f} points",
-                bool(cl["test_error"] <= low + ERROR_TOL + EPS),
-            )
+            self.part(best, b, labelled)
+            if {self.a, b} <= have
+            else Part(self.what.format(a=LABEL[self.a], b=LABEL.get(b, "")), absent, None)
+            for b in pairs
+            if {self.a, b} <= have or absent
         ]
 
-    return _cl_mnist("cl_mnist_error", run, parts)
+
+@dataclass(frozen=True)
+class Scope:
+    """The best models a claim compares: of ``family``, on every dataset with them (the
+    paper's dataset ``paper`` only, if given), one verdict per dataset and setting of
+    ``settings`` with data, named by ``label``; ``need``: why a verdict has no part."""
+
+    family: str = "mlp"
+    paper: str | None = None
+    settings: tuple[str, ...] = ("plain",)
+    label: str = "{ds}"
+    need: str = ""
 
 
-def check_local_global(run: Run) -> list[Verdict]:
+@dataclass(frozen=True)
+class Claim:
+    """A claim of Section 5 as the record checks it: the ``criterion`` printed in the record
+    (``{0}``, ``{1}``, ... stand for the thresholds of its tests, ``{smallest}`` for Table 1's
+    smallest ratios), and either ``rows`` compared among the best models of ``scope``, or a
+    ``check`` of its own reading ``test`` (and ``rows``, if any). ``none``: why a run has no
+    verdict; ``absent``: the text of a part whose methods the run lacks (default: no part);
+    ``labelled``: the numbers name their methods."""
+
+    key: str
+    criterion: str
+    none: str
+    rows: tuple[Row, ...] = ()
+    scope: Scope = Scope()
+    check: Callable[[Run, Claim], list[Verdict]] | None = None
+    test: Comparison | None = None
+    absent: str = ""
+    labelled: bool = False
+
+    @property
+    def sentence(self) -> str:
+        """The criterion with its thresholds."""
+        tests = [self.test] if self.test else [r.test for r in self.rows]
+        return self.criterion.format(*(t.text for t in tests), smallest=_smallest_ratios())
+
+    def evaluate(self, run: Run) -> list[Verdict]:
+        """The verdicts on ``run``: one per dataset and setting with data, else one saying
+        why there is none."""
+        out = self.check(run, self) if self.check else self._compare(run)
+        return out or [Verdict(self.key, run.name, "–", missing=self.none)]
+
+    def _compare(self, run: Run) -> list[Verdict]:
+        out, sc = [], self.scope
+        order = KERNEL_ORDER if sc.family == "kernel" else NET_ORDER
+        for ds in _datasets(run, sc.family, sc.paper):
+            for setting in sc.settings:
+                best = run.best(ds, sc.family, setting)
+                if not len(best):
+                    continue
+                scope = sc.label.format(ds=ds, setting=setting)
+                v = Verdict(self.key, run.name, scope, details=_bounds_table(best, order))
+                for row in self.rows:
+                    there = row.setting in (None, setting)
+                    b = best if there else run.best(ds, sc.family, row.setting)
+                    v.parts += row.parts(b, self.labelled, self.absent)
+                v.missing = "" if v.parts else sc.need.format(ds=ds)
+                out.append(v)
+        return out
+
+
+def _datasets(run: Run, family: str, paper: str | None = None) -> list[str]:
+    """The datasets of ``run`` with evaluated models of ``family`` (of the paper's dataset
+    ``paper`` only, if given)."""
+    return [d for d in run.datasets(family) if paper is None or PAPER_DATASET.get(d) == paper]
+
+
+def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
     """No evaluated point of any one-hidden-layer network has a global guarantee above its
     local one (``n_global_above_local == 0`` for every model)."""
     if "n_global_above_local" not in run.summary:
-        return _none(
-            "local_global",
-            run,
-            "summary.csv has no n_global_above_local column (exported before the column existed)",
-        )
+        why = "summary.csv has no n_global_above_local column (exported before the column existed)"
+        return [Verdict(claim.key, run.name, "–", missing=why)]
     out = []
     for ds in run.datasets("mlp"):
         s = run.evaluated()
@@ -427,13 +512,13 @@ def check_local_global(run: Run) -> list[Verdict]:
             f"ratio global/local {num(s['max_ratio_global_local'].max())}",
             n_above == 0,
         )
-        out.append(Verdict("local_global", run.name, ds, [part], details))
-    return out or _none("local_global", run, "no network with both guarantees evaluated")
+        out.append(Verdict(claim.key, run.name, ds, [part], details))
+    return out
 
 
-def check_table1(run: Run) -> list[Verdict]:
+def check_table1(run: Run, claim: Claim) -> list[Verdict]:
     """Each mean ratio alpha_global / alpha_local of the best model per regularizer (plain)
-    within RATIO_TOL of the paper's Table 1."""
+    near the paper's Table 1 (``claim.test``)."""
     out = []
     for ds in run.datasets("mlp"):
         paper_ds = PAPER_DATASET.get(ds)
@@ -442,51 +527,45 @@ def check_table1(run: Run) -> list[Verdict]:
         best = run.best(ds, "mlp")
         s = run.evaluated()
         s = s[(s["dataset"] == ds) & (s["family"] == "mlp") & (s["setting"] == "plain")]
-        v = Verdict("table1", run.name, f"{ds}, plain")
+        v = Verdict(claim.key, run.name, f"{ds}, plain")
         rows = []
         for reg in NET_ORDER:
             paper = TABLE1[(paper_ds, reg)]
             ours = best.loc[reg, "mean_ratio_global_local"] if reg in best.index else float("nan")
-            mean_all = s[s["method"] == reg]["mean_ratio_global_local"].mean()
-            ok = None if math.isnan(ours) else bool(abs(ours - paper.value) <= RATIO_TOL + EPS)
+            ok = claim.test.judge(ours, paper.value)
             rows.append(
                 {
                     "regularizer": paper.column,
                     "paper": paper.text,
                     "ours (best model)": num(ours, 2),
                     "difference": "–" if ok is None else f"{ours - paper.value:+.2f}",
-                    "ours (mean over models)": num(mean_all, 2),
+                    "ours (mean over models)": num(
+                        s[s["method"] == reg]["mean_ratio_global_local"].mean(), 2
+                    ),
                     "test error": pct(best.loc[reg, "test_error"]) if reg in best.index else "–",
                     "source": f"tex line {paper.line}",
                 }
             )
-            v.parts.append(
-                Part(
-                    f"{paper.column}",
-                    f"{num(ours, 2)} vs paper {paper.text}, needs ± {RATIO_TOL}",
-                    ok,
-                )
-            )
+            numbers = f"{num(ours, 2)} vs paper {paper.text}, needs {claim.test.needs()}"
+            v.parts.append(Part(paper.column, numbers, ok))
         v.details = pd.DataFrame(rows)
         out.append(v)
-    return out or _none("table1", run, "no MNIST or CIFAR10 network with guarantees evaluated")
+    return out
 
 
-def check_local_factor(run: Run) -> list[Verdict]:
+def check_local_factor(run: Run, claim: Claim) -> list[Verdict]:
     """The smallest mean ratio alpha_global / alpha_local among the best models per
     regularizer (plain), that is the largest factor by which the local guarantee beats the
-    global one, within RATIO_TOL of the smallest ratio of the paper's Table 1 for the
-    dataset."""
+    global one, near the smallest ratio of the paper's Table 1 for the dataset."""
     out = []
     for ds in run.datasets("mlp"):
-        paper_ds = PAPER_DATASET.get(ds)
-        paper = [n for (d, _), n in TABLE1.items() if d == paper_ds]
+        paper = [n for (d, _), n in TABLE1.items() if d == PAPER_DATASET.get(ds)]
         best = run.best(ds, "mlp")
         if not paper or not len(best):
             continue
         low = min(paper, key=lambda n: n.value)
         ratios = best["mean_ratio_global_local"].dropna()
-        v = Verdict("local_factor", run.name, f"{ds}, plain")
+        v = Verdict(claim.key, run.name, f"{ds}, plain")
         if len(ratios):
             m = ratios.idxmin()
             ours = float(ratios[m])
@@ -494,19 +573,18 @@ def check_local_factor(run: Run) -> list[Verdict]:
                 Part(
                     "smallest ratio",
                     f"{num(ours, 2)} ({LABEL[m]}), local ×{1 / ours:.1f} the global, vs paper "
-                    f"{low.text} ({low.column}), ×{1 / low.value:.1f}; needs ± {RATIO_TOL}",
-                    bool(abs(ours - low.value) <= RATIO_TOL + EPS),
+                    f"{low.text} ({low.column}), ×{1 / low.value:.1f}; needs "
+                    f"{claim.test.needs()}",
+                    claim.test.judge(ours, low.value),
                 )
             )
         out.append(v)
-    return out or _none(
-        "local_factor", run, "no MNIST or CIFAR10 network with guarantees evaluated"
-    )
+    return out
 
 
-def check_bounds_close(run: Run) -> list[Verdict]:
+def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
     """Per dataset and setting, every best network's mean upper bound (the paper's
-    procedure) at most BOUNDS_FACTOR times its mean guarantee; the refined upper bound
+    procedure) against its mean guarantee (``claim.test``); the refined upper bound
     (re-linearized at the sample, never larger) and the mean of the smallest verified bound
     per point (with the minimal-norm attack, where the run has it) are shown beside it."""
     out = []
@@ -514,7 +592,7 @@ def check_bounds_close(run: Run) -> list[Verdict]:
         s = run.evaluated()
         for setting in sorted(set(s[(s["dataset"] == ds) & (s["family"] == "mlp")]["setting"])):
             best = run.best(ds, "mlp", setting)
-            v = Verdict("bounds_close", run.name, f"{ds}, {setting}")
+            v = Verdict(claim.key, run.name, f"{ds}, {setting}")
             rows = []
             for m in [m for m in NET_ORDER if m in best.index]:
                 r = best.loc[m]
@@ -539,16 +617,16 @@ def check_bounds_close(run: Run) -> list[Verdict]:
                 v.parts.append(
                     Part(
                         f"upper bound / guarantee of {LABEL[m]}",
-                        f"{num(ub)} / {num(g)} = {times(k)}, needs ≤ {times(BOUNDS_FACTOR)}",
-                        None if math.isnan(k) else bool(k <= BOUNDS_FACTOR + EPS),
+                        f"{num(ub)} / {num(g)} = {times(k)}, needs {claim.test.needs()}",
+                        None if math.isnan(k) else claim.test.judge(ub, g),
                     )
                 )
             v.details = pd.DataFrame(rows)
             out.append(v)
-    return out or _none("bounds_close", run, "no network with both bounds evaluated")
+    return out
 
 
-def check_kernel_vs_nets(run: Run) -> list[Verdict]:
+def check_kernel_vs_nets(run: Run, claim: Claim) -> list[Verdict]:
     """Per dataset with kernel models and networks (plain): the largest mean guarantee of
     the best kernel models below the smallest of the best networks."""
     out = []
@@ -566,55 +644,20 @@ def check_kernel_vs_nets(run: Run) -> list[Verdict]:
         details = pd.concat(
             [_bounds_table(kern, KERNEL_ORDER), _bounds_table(nets, NET_ORDER)], ignore_index=True
         )
-        out.append(Verdict("kernel_vs_nets", run.name, f"{ds}, plain", [part], details))
-    return out or _none(
-        "kernel_vs_nets", run, "no run with kernel models and networks on the same dataset"
-    )
+        out.append(Verdict(claim.key, run.name, f"{ds}, plain", [part], details))
+    return out
 
 
-#: The kernel table's orderings: (what, quantity, larger, smaller) meaning larger > smaller.
-KERNEL_ORDERINGS = [
-    ("test error K-SVM < No Reg.", "test_error", "kernel_noreg", "kernel_logreg"),
-    ("test error K-CL < K-SVM", "test_error", "kernel_logreg", "kernel_cl"),
-    ("upper bound K-CL > K-SVM", "mean_upper_bound", "kernel_cl", "kernel_logreg"),
-    ("upper bound K-CL > No Reg.", "mean_upper_bound", "kernel_cl", "kernel_noreg"),
-    ("guarantee K-SVM > K-CL", "mean_guarantee_local", "kernel_logreg", "kernel_cl"),
-    ("guarantee K-CL > No Reg.", "mean_guarantee_local", "kernel_cl", "kernel_noreg"),
-]
-
-
-def check_kernel_order(run: Run) -> list[Verdict]:
-    """The orderings of the paper's kernel table among the best kernel models per method:
-    test error K-CL < K-SVM < No Reg., upper bound K-CL largest, guarantee K-SVM > K-CL >
-    No Reg. (those whose methods the run evaluated)."""
-    out = []
-    for ds in run.datasets("kernel"):
-        best = run.best(ds, "kernel")
-        v = Verdict("kernel_order", run.name, ds, details=_bounds_table(best, KERNEL_ORDER))
-        for what, col, hi, lo in KERNEL_ORDERINGS:
-            if hi in best.index and lo in best.index:
-                a, b = best.loc[hi, col], best.loc[lo, col]
-                fmt = pct if col == "test_error" else num
-                ok = bool(a > b) if not (math.isnan(a) or math.isnan(b)) else None
-                v.parts.append(Part(what, f"{fmt(a)} ({LABEL[hi]}) vs {fmt(b)} ({LABEL[lo]})", ok))
-            else:
-                v.parts.append(Part(what, "method not in the run", None))
-        out.append(v)
-    return out or _none("kernel_order", run, "no kernel model evaluated")
-
-
-def _setting_change(
-    claim: str, setting: str, run: Run, judge: Callable[[float], bool], need: str
-) -> list[Verdict]:
-    """Per regularizer, the best model of ``setting`` against the best plain one: both
-    mean bounds judged by ``judge(other / plain)``; on CIFAR10 also the test error, which
-    the paper says improves in both settings (line 674)."""
-    out = []
+def check_setting(run: Run, claim: Claim) -> list[Verdict]:
+    """Per regularizer, the best model of the setting ``claim.key`` against the best plain
+    one: both mean bounds judged by ``claim.test`` (other / plain); on CIFAR10 also the test
+    error, which the paper says improves in both settings (line 674)."""
+    out, setting, test = [], claim.key, claim.test
     for ds in run.datasets("mlp"):
         plain, other = run.best(ds, "mlp", "plain"), run.best(ds, "mlp", setting)
         if not len(other):
             continue
-        v = Verdict(claim, run.name, f"{ds}, plain vs {setting}")
+        v = Verdict(claim.key, run.name, f"{ds}, plain vs {setting}")
         rows = []
         for m in [m for m in NET_ORDER if m in plain.index and m in other.index]:
             p, o = plain.loc[m], other.loc[m]
@@ -626,15 +669,10 @@ def _setting_change(
                 ("mean_guarantee_local", "guarantee"),
                 ("mean_upper_bound", "upper bound"),
             ]:
-                r = _cmp(o[col], p[col])
+                r, pair = _cmp(o[col], p[col]), f"{num(p[col])} plain, {num(o[col])} {setting}"
                 row[f"{what} plain / {setting}"] = f"{num(p[col])} / {num(o[col])} ({times(r)})"
-                v.parts.append(
-                    Part(
-                        f"{what} {LABEL[m]}",
-                        f"{num(p[col])} plain, {num(o[col])} {setting} = {times(r)}, needs {need}",
-                        None if math.isnan(r) else judge(r),
-                    )
-                )
+                numbers = f"{pair} = {times(r)}, needs {test.needs()}"
+                v.parts.append(Part(f"{what} {LABEL[m]}", numbers, test.judge(o[col], p[col])))
             if PAPER_DATASET.get(ds) == "cifar10":
                 v.parts.append(
                     Part(
@@ -647,184 +685,7 @@ def _setting_change(
             rows.append(row)
         v.details = pd.DataFrame(rows)
         out.append(v)
-    return out or _none(claim, run, f"no network trained in the {setting} setting")
-
-
-def check_adversarial(run: Run) -> list[Verdict]:
-    """Per regularizer, the best adversarially trained model's mean guarantee and mean upper
-    bound both above the best plain model's."""
-    return _setting_change("adversarial", "adversarial", run, lambda r: bool(r > 1), "> ×1.00")
-
-
-def check_augment(run: Run) -> list[Verdict]:
-    """Per regularizer, the best augmented model's mean guarantee and mean upper bound each
-    within ± UNCHANGED_TOL (relative) of the best plain model's."""
-    return _setting_change(
-        "augment",
-        "augment",
-        run,
-        lambda r: bool(abs(r - 1) <= UNCHANGED_TOL + EPS),
-        f"×{1 - UNCHANGED_TOL:.2f} to ×{1 + UNCHANGED_TOL:.2f}",
-    )
-
-
-def check_cifar_guarantee(run: Run) -> list[Verdict]:
-    """CIFAR10: CL's mean guarantee (plain) at most (1 + IMPROVEMENT) times the best other
-    method's; with augmentation, CL's test error within ERROR_TOL of the best and its upper
-    bound the largest."""
-    out = []
-    for ds in _paper_datasets(run, "cifar10", "mlp"):
-        best, aug = run.best(ds, "mlp"), run.best(ds, "mlp", "augment")
-        v = Verdict("cifar_guarantee", run.name, ds, details=_bounds_table(best, NET_ORDER))
-        others = best.drop(index="cross_lipschitz", errors="ignore")
-        if "cross_lipschitz" in best.index and len(others):
-            r = _cmp(
-                best.loc["cross_lipschitz", "mean_guarantee_local"],
-                others["mean_guarantee_local"].max(),
-            )
-            v.parts.append(
-                Part(
-                    "plain: guarantee CL vs best other",
-                    f"{times(r)}, needs ≤ {times(1 + IMPROVEMENT)}",
-                    bool(r <= 1 + IMPROVEMENT + EPS),
-                )
-            )
-        aug_others = aug.drop(index="cross_lipschitz", errors="ignore")
-        if "cross_lipschitz" in aug.index and len(aug_others):
-            cl = aug.loc["cross_lipschitz"]
-            v.parts.append(
-                Part(
-                    "augment: test error of CL",
-                    f"{pct(cl['test_error'])} vs best {pct(aug['test_error'].min())}",
-                    bool(cl["test_error"] <= aug["test_error"].min() + ERROR_TOL + EPS),
-                )
-            )
-            v.parts.append(
-                Part(
-                    "augment: upper bound of CL",
-                    f"{num(cl['mean_upper_bound'])} "
-                    f"vs best other {num(aug_others['mean_upper_bound'].max())}",
-                    bool(cl["mean_upper_bound"] >= aug_others["mean_upper_bound"].max()),
-                )
-            )
-        else:
-            v.parts.append(
-                Part("augment: CL in test error and upper bound", "no augmented models", None)
-            )
-        out.append(v)
-    return out or _none("cifar_guarantee", run, "no CIFAR10 network evaluated")
-
-
-def check_gtsrb(run: Run) -> list[Verdict]:
-    """GTSRB (plain): CL's mean upper bound at least (1 + IMPROVEMENT) times WD's; DO's test
-    error more than ERROR_TOL below CL's and WD's; DO's mean upper bound within
-    ± UNCHANGED_TOL of CL's."""
-    out = []
-    for ds in _paper_datasets(run, "gtsrb", "mlp"):
-        best = run.best(ds, "mlp")
-        v = Verdict("gtsrb", run.name, ds, details=_bounds_table(best, NET_ORDER))
-        have = set(best.index)
-        ub, te = best["mean_upper_bound"], best["test_error"]
-        if {"cross_lipschitz", "weight_decay"} <= have:
-            r = _cmp(ub["cross_lipschitz"], ub["weight_decay"])
-            v.parts.append(
-                Part(
-                    "upper bound CL vs WD",
-                    f"{times(r)}, needs ≥ {times(1 + IMPROVEMENT)}",
-                    bool(r >= 1 + IMPROVEMENT - EPS),
-                )
-            )
-        if {"cross_lipschitz", "weight_decay", "dropout"} <= have:
-            low = min(te["cross_lipschitz"], te["weight_decay"])
-            v.parts.append(
-                Part(
-                    "test error DO vs CL and WD",
-                    f"{pct(te['dropout'])} vs {pct(low)}, needs {100 * ERROR_TOL:.1f} points lower",
-                    bool(te["dropout"] < low - ERROR_TOL),
-                )
-            )
-            r = _cmp(ub["dropout"], ub["cross_lipschitz"])
-            v.parts.append(
-                Part(
-                    "upper bound DO vs CL",
-                    f"{times(r)}, needs ×{1 - UNCHANGED_TOL:.2f} to ×{1 + UNCHANGED_TOL:.2f}",
-                    bool(abs(r - 1) <= UNCHANGED_TOL + EPS),
-                )
-            )
-        out.append(v)
-    return out or _none("gtsrb", run, "no GTSRB network evaluated")
-
-
-def _resnet_vs_wd_and_do(
-    claim: str, run: Run, part: Callable[[pd.DataFrame, str], Part]
-) -> list[Verdict]:
-    """Per ResNet dataset and setting (plain, augment): ``part(best, m)`` compares CL's best
-    ResNet with the best of ``m`` in WD and DO."""
-    out = []
-    for ds in run.datasets("resnet"):
-        for setting in ["plain", "augment"]:
-            best = run.best(ds, "resnet", setting)
-            if not len(best):
-                continue
-            v = Verdict(claim, run.name, f"{ds}, {setting}", details=_bounds_table(best, NET_ORDER))
-            v.parts = [
-                part(best, m)
-                for m in ["weight_decay", "dropout"]
-                if "cross_lipschitz" in best.index and m in best.index
-            ]
-            out.append(v)
-    return out or _none(claim, run, "no ResNet evaluated")
-
-
-def check_resnet(run: Run) -> list[Verdict]:
-    """ResNets on CIFAR10, per setting (plain, augment): CL's mean upper bound at least
-    RESNET_FACTOR times WD's and DO's."""
-
-    def part(best: pd.DataFrame, m: str) -> Part:
-        ub = best["mean_upper_bound"]
-        r = _cmp(ub["cross_lipschitz"], ub[m])
-        return Part(
-            f"upper bound CL vs {LABEL[m]}",
-            f"{times(r)}, needs ≥ {times(RESNET_FACTOR)}",
-            bool(r >= RESNET_FACTOR - EPS),
-        )
-
-    return _resnet_vs_wd_and_do("resnet", run, part)
-
-
-def check_gtsrb_guarantee(run: Run) -> list[Verdict]:
-    """GTSRB (plain): WD's and CL's mean guarantees each above DO's."""
-    out = []
-    for ds in _paper_datasets(run, "gtsrb", "mlp"):
-        best = run.best(ds, "mlp")
-        v = Verdict("gtsrb_guarantee", run.name, ds, details=_bounds_table(best, NET_ORDER))
-        g = best["mean_guarantee_local"]
-        for m in ["weight_decay", "cross_lipschitz"]:
-            if m in best.index and "dropout" in best.index:
-                v.parts.append(
-                    Part(
-                        f"guarantee {LABEL[m]} vs DO",
-                        f"{num(g[m])} vs {num(g['dropout'])}",
-                        bool(g[m] > g["dropout"]),
-                    )
-                )
-        out.append(v)
-    return out or _none("gtsrb_guarantee", run, "no GTSRB network evaluated")
-
-
-def check_resnet_error(run: Run) -> list[Verdict]:
-    """ResNets on CIFAR10, per setting (plain, augment): CL's test error above WD's and
-    DO's."""
-
-    def part(best: pd.DataFrame, m: str) -> Part:
-        te = best["test_error"]
-        return Part(
-            f"test error CL vs {LABEL[m]}",
-            f"{pct(te['cross_lipschitz'])} vs {pct(te[m])}, needs higher",
-            bool(te["cross_lipschitz"] > te[m]),
-        )
-
-    return _resnet_vs_wd_and_do("resnet_error", run, part)
+    return out
 
 
 def paper_illustration_means() -> dict[str, float]:
@@ -836,53 +697,28 @@ def paper_illustration_means() -> dict[str, float]:
     return {clf: sum(v) / len(v) for clf, v in norms.items()}
 
 
-def check_illustration(run: Run) -> list[Verdict]:
+def check_illustration(run: Run, claim: Claim) -> list[Verdict]:
     """MNIST, plain: per model kind, the CL model's mean L2 upper bound is the largest
-    (K-CL above K-SVM; NN-CL above NN-WD and NN-DO), over all evaluated points rather than
-    the paper's nine images."""
+    (``claim.rows``: K-CL above K-SVM; NN-CL above NN-WD and NN-DO), over all evaluated
+    points rather than the paper's nine images."""
     out = []
     paper = paper_illustration_means()
-    for ds in sorted(
-        set(_paper_datasets(run, "mnist", "mlp") + _paper_datasets(run, "mnist", "kernel"))
-    ):
+    for ds in sorted(set(_datasets(run, "mlp", "mnist") + _datasets(run, "kernel", "mnist"))):
         best = {fam: run.best(ds, fam) for fam in ("kernel", "mlp")}
-        v = Verdict("illustration", run.name, f"{ds}, plain")
-        rows = []
-        for clf, (fam, m) in ILLUSTRATION_CLASSIFIERS.items():
-            b = best[fam]
-            rows.append(
-                {
-                    "classifier": clf,
-                    "paper: mean ||δ||₂ of its 9 images": num(paper[clf], 2),
-                    "ours: mean upper bound (best model)": num(b.loc[m, "mean_upper_bound"])
-                    if m in b.index
-                    else "–",
-                }
-            )
-        for fam, cl, others in [
-            ("kernel", "kernel_cl", ["kernel_logreg"]),
-            ("mlp", "cross_lipschitz", ["weight_decay", "dropout"]),
-        ]:
-            b = best[fam]
-            for o in others:
-                if cl in b.index and o in b.index:
-                    a, c = b.loc[cl, "mean_upper_bound"], b.loc[o, "mean_upper_bound"]
-                    v.parts.append(
-                        Part(
-                            f"upper bound {LABEL[cl]} vs {LABEL[o]}",
-                            f"{num(a)} vs {num(c)}",
-                            bool(a > c),
-                        )
-                    )
-                else:
-                    v.parts.append(
-                        Part(
-                            f"upper bound {LABEL[cl]} vs {LABEL[o]}", "method not in the run", None
-                        )
-                    )
-        v.details = pd.DataFrame(rows)
-        out.append(v)
-    return out or _none("illustration", run, "no MNIST model evaluated")
+        rows = [
+            {
+                "classifier": clf,
+                "paper: mean ||δ||₂ of its 9 images": num(paper[clf], 2),
+                "ours: mean upper bound (best model)": num(best[fam].loc[m, "mean_upper_bound"])
+                if m in best[fam].index
+                else "–",
+            }
+            for clf, (fam, m) in ILLUSTRATION_CLASSIFIERS.items()
+        ]
+        family = {m: fam for fam, m in ILLUSTRATION_CLASSIFIERS.values()}
+        parts = [p for r in claim.rows for p in r.parts(best[family[r.a]], absent=claim.absent)]
+        out.append(Verdict(claim.key, run.name, f"{ds}, plain", parts, pd.DataFrame(rows)))
+    return out
 
 
 def _smallest_ratios() -> str:
@@ -895,118 +731,50 @@ def _smallest_ratios() -> str:
     return "; ".join(f"{n.row} {n.text}, ×{1 / n.value:.1f}" for n in low)
 
 
-#: claim key -> (the criterion, as printed in the record; its check), in the record's order.
-CRITERIA: dict[str, tuple[str, Callable[[Run], list[Verdict]]]] = {
-    "cl_mnist_upper": (
-        f"Best model per regularizer on MNIST, plain setting. Reproduced when CL's mean L2 "
-        f"upper bound (the paper's procedure) is at least {times(1 + IMPROVEMENT)} that of "
-        f"every other regularizer.",
-        check_cl_upper,
-    ),
-    "cl_mnist_guarantee": (
-        f"Best model per regularizer on MNIST, plain setting. Reproduced when CL's mean L2 "
-        f"guarantee is at least {times(1 + IMPROVEMENT)} that of every other regularizer.",
-        check_cl_guarantee,
-    ),
-    "cl_mnist_error": (
-        f"Best model per regularizer on MNIST, plain setting. Reproduced when CL's test "
-        f"error is at most {100 * ERROR_TOL:.1f} percentage points above the best test error.",
-        check_cl_error,
-    ),
-    "local_global": (
-        "Every evaluated one-hidden-layer network, every setting. Reproduced when "
-        "no correctly classified point has a global-constant guarantee above its "
-        "local (Proposition 2.3) guarantee.",
-        check_local_global,
-    ),
-    "table1": (
-        f"Best model per regularizer, plain setting. Reproduced when each mean ratio "
-        f"α_global/α_local is within ± {RATIO_TOL} of the paper's Table 1.",
-        check_table1,
-    ),
-    "local_factor": (
-        f"Best model per regularizer, plain setting. Reproduced when the smallest mean "
-        f"ratio α_global/α_local (the largest factor by which the local guarantee beats the "
-        f"global one) is within ± {RATIO_TOL} of the smallest of the paper's Table 1 for "
-        f"the dataset ({_smallest_ratios()}: the paper's 'eight').",
-        check_local_factor,
-    ),
-    "bounds_close": (
-        f"Best network per regularizer, every dataset and setting. Reproduced when each mean "
-        f"L2 upper bound (the paper's procedure) is at most {times(BOUNDS_FACTOR)} the mean "
-        f'guarantee: our reading of "not too far away", which the paper does not '
-        f"quantify. The refined upper bound (the sample re-linearized "
-        f"`attack.refine_steps` times; never larger) is shown beside it.",
-        check_bounds_close,
-    ),
-    "kernel_order": (
-        "Best kernel model per method. Reproduced when every ordering of the "
-        "paper's kernel table holds whose methods the run has: test error K-CL < "
-        "K-SVM < No Reg.; upper bound K-CL above both; guarantee K-SVM > K-CL > "
-        "No Reg. (our Kernel-LogReg with λ > 0 is the paper's K-SVM row).",
-        check_kernel_order,
-    ),
-    "kernel_vs_nets": (
-        "Best model per method, kernel models and networks on the same dataset, plain. "
-        "Reproduced when the largest mean guarantee of the kernel models is below the "
-        "smallest of the networks.",
-        check_kernel_vs_nets,
-    ),
-    "adversarial": (
-        "Best model per regularizer, plain vs adversarial training. Reproduced when "
-        "for every regularizer both the mean guarantee and the mean upper bound are "
-        "higher after adversarial training (on CIFAR10 also the test error lower).",
-        check_adversarial,
-    ),
-    "augment": (
-        f"Best model per regularizer, plain vs data augmentation. Reproduced when for "
-        f"every regularizer the mean guarantee and the mean upper bound each change by "
-        f"at most ± {100 * UNCHANGED_TOL:.0f}% (relative) (on CIFAR10 also the test error "
-        f"lower).",
-        check_augment,
-    ),
-    "cifar_guarantee": (
-        f"Best model per regularizer on CIFAR10. Reproduced when CL's mean "
-        f"guarantee (plain) is at most {times(1 + IMPROVEMENT)} the best other "
-        f"regularizer's and, with data augmentation, CL's test error is within "
-        f"{100 * ERROR_TOL:.1f} points of the best and its mean upper bound the "
-        f"largest.",
-        check_cifar_guarantee,
-    ),
-    "gtsrb": (
-        f"Best model per regularizer on GTSRB, plain. Reproduced when CL's mean upper "
-        f"bound is at least {times(1 + IMPROVEMENT)} WD's, DO's test error is more than "
-        f"{100 * ERROR_TOL:.1f} points below CL's and WD's, and DO's mean upper bound is "
-        f"within ± {100 * UNCHANGED_TOL:.0f}% of CL's.",
-        check_gtsrb,
-    ),
-    "gtsrb_guarantee": (
-        "Best model per regularizer on GTSRB, plain. Reproduced when WD's and CL's mean "
-        "guarantees are each above DO's.",
-        check_gtsrb_guarantee,
-    ),
-    "resnet": (
-        f"Best ResNet per regularizer on CIFAR10, plain and augmentation. Reproduced when "
-        f"CL's mean upper bound is at least {times(RESNET_FACTOR)} those of WD and DO in "
-        f"each setting.",
-        check_resnet,
-    ),
-    "resnet_error": (
-        "Best ResNet per regularizer on CIFAR10, plain and augmentation. Reproduced when "
-        "CL's test error is above WD's and DO's in each setting.",
-        check_resnet_error,
-    ),
-    "illustration": (
-        "Best model per method on MNIST, plain. Reproduced when the Cross-Lipschitz "
-        "model of each kind has the largest mean L2 upper bound of its kind (K-CL "
-        "above K-SVM; NN-CL above NN-WD and NN-DO), over all evaluated points; the "
-        "paper's numbers are the mean ||δ||₂ of its nine illustrated images.",
-        check_illustration,
-    ),
+#: Each claim's check of its own (claims.yaml: ``check``, default the claim's key).
+CHECKS = {
+    "local_global": check_local_global,
+    "table1": check_table1,
+    "local_factor": check_local_factor,
+    "bounds_close": check_bounds_close,
+    "kernel_vs_nets": check_kernel_vs_nets,
+    "setting": check_setting,
+    "illustration": check_illustration,
 }
+#: Groups of methods a row compares with: the networks other than CL, and all of them.
+GROUPS = {"others": ("none", "dropout", "weight_decay"), "all": tuple(NET_ORDER)}
+
+
+def _claims() -> dict[str, Claim]:
+    """The table of ``claims.yaml`` (beside this module): claim key -> :class:`Claim`."""
+    table = yaml.safe_load(Path(__file__).with_name("claims.yaml").read_text(encoding="utf-8"))
+    tests = {name: Comparison(op, t) for name, (op, t) in table["tests"].items()}
+
+    def row(what: str, col: str, a: str, b: str | list[str], test: str, *more: str) -> Row:
+        b = tuple(b) if isinstance(b, list) else GROUPS.get(b, b)
+        return Row(what, col, a, b, tests[test], *more)
+
+    return {
+        key: Claim(
+            key,
+            c["criterion"],
+            c["none"],
+            tuple(row(*r) for r in c.get("rows", ())),
+            Scope(**table["scopes"].get(c.get("scope"), {})),
+            CHECKS.get(c.get("check", key)),
+            tests.get(c.get("test")),
+            c.get("absent", ""),
+            c.get("labelled", False),
+        )
+        for key, c in table["claims"].items()
+    }
+
+
+#: The claims of Section 5 in the record's order (module docstring).
+CRITERIA = _claims()
 
 
 def evaluate(runs: list[Run]) -> dict[str, list[Verdict]]:
     """claim key -> the verdicts over all runs (in run order; pool them first with
     :func:`pool_runs` to evaluate pooled runs as one)."""
-    return {key: [v for run in runs for v in check(run)] for key, (_, check) in CRITERIA.items()}
+    return {key: [v for run in runs for v in c.evaluate(run)] for key, c in CRITERIA.items()}

@@ -1,20 +1,28 @@
-"""GPU time of the runs the record lacks, estimated from the job seconds of committed GPU runs.
+"""GPU time of the runs the record lacks, projected from the job seconds of committed GPU runs
+by :mod:`crosslip.projection`, the estimator ``benchmarks/bench_preset.py`` projects a preset
+with.
 
-Today every network trains in a Snakemake job of its own, and is certified and attacked in two
-more (``train``, ``certify``, ``attack``). A committed run made on a GPU records each job's
-seconds (run.yaml ``job_seconds.<rule>.each``, from Snakemake's benchmark files). From the GPU
-runs with the most epochs, :func:`measure` takes
+A committed run made on a GPU records each job's seconds (run.yaml
+``job_seconds.<rule>.each``, from Snakemake's benchmark files); the runs so far trained each
+network in a job of its own. From the GPU runs with the most epochs and, where there are
+some, those with the next fewer, :func:`measure` takes
 
-* per regularizer, the seconds per SGD step of a training job: its seconds over
-  ``epochs x ceil(training points / batch size)`` (start-up included, so slightly high);
-* the seconds per evaluated point of a certify job and of an attack job;
+* per regularizer, the cost of a training job as :func:`crosslip.projection.projected` fits
+  it: the difference of the mean job seconds at the two epoch counts over the epochs between
+  is the cost of an epoch (over ``ceil(training points / batch size)`` steps: the seconds per
+  SGD step), the rest the job's fixed cost (start-up, set-up, writing). With one epoch count
+  the line goes through the origin (the fixed cost inside the steps, so slightly high);
+* the seconds per evaluated point of a certify job and of an attack job (start-up included);
 * how many jobs shared the GPU (``--resources gpu=N`` of its command).
 
 :func:`estimate` applies them to a config (:data:`TARGETS`: the presets and reproduction
-configs not yet run): the training grid the workflow would train
-(:func:`crosslip.config.training_grid`), each network's epochs x steps x the measured seconds
-per step of its regularizer, plus its certify and attack points x the measured seconds per
-point, summed (job time) and divided by N (the time on one GPU, N jobs at once, as measured).
+configs not yet run): the training jobs the workflow runs for it
+(:func:`crosslip.projection.training_jobs`: with ``train.batch_grid`` a setting's networks
+in one job), each its fixed cost once plus its networks' epochs x steps x the seconds per
+step of their regularizers, and every model's certify and attack points x the seconds per
+point, summed (job time) and divided by N (the time on one GPU, N jobs at once, as
+measured). A batched job's step was not measured on a GPU: its networks are charged their
+per-model steps.
 
 Kernel models come from the ``bench_kernel_scale`` benchmark kept with a GPU run (run.yaml
 ``benchmarks``): seconds per L-BFGS objective evaluation and per certified point at the
@@ -25,7 +33,6 @@ What the measurements cannot say is said beside the number: the augment and adve
 settings (only plain steps were measured: their estimate is a lower bound), other datasets
 (the step time measured on MNIST is assumed, at batch size 64 the GPU is far from busy),
 attacks on kernel models and ResNets (not measured by a committed run: no estimate).
-Training many networks in one job (grid-batched) is not what these runs measured.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as crosslip_config
+from ..projection import one_dataset, projected, training_jobs
 from ..selection import method_of
 from .claims import LABEL, NET_ORDER, Run, duration
 from .export import ExportError, effective_config
@@ -114,16 +122,19 @@ TARGETS = [
 class Measured:
     """Per-job costs measured on a GPU (see the module docstring)."""
 
-    runs: tuple[str, ...]
+    runs: tuple[str, ...]  # the runs with the most epochs, then those with the next fewer
     device: str
     cores: int | None
     gpu_jobs: int
-    epochs: int
-    step_s: dict[str, float]  # regularizer -> mean seconds per SGD step of its jobs
+    epochs: int  # the most epochs
+    step_s: dict[str, float]  # regularizer -> seconds per SGD step, the fixed cost apart
     step_jobs: dict[str, int]  # regularizer -> training jobs behind step_s
     certify_s: float  # seconds per certified point (mean over jobs)
     attack_s: float  # seconds per attacked point
     eval_jobs: int
+    fewer_epochs: int = 0  # the next fewer epochs (0: none, the fit through the origin)
+    fixed_s: float = 0.0  # a training job's fixed cost (mean over the regularizers)
+    fewer_gpu_jobs: int = 0  # the jobs that shared the GPU in the runs of fewer epochs
     #: expansion points -> (seconds per L-BFGS objective evaluation, set-up seconds, seconds
     #: per certified point), from bench_kernel_scale; ``kernel_run`` names its run
     kernel: dict[int, tuple[float, float, float]] = field(default_factory=dict)
@@ -134,9 +145,23 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _train_jobs(runs: list[Run]) -> dict[str, list[tuple[float, int]]]:
+    """Per regularizer, (seconds, steps per epoch) of each training job of ``runs``."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for run in runs:
+        s = run.summary
+        method = dict(zip(s["dataset"] + "/" + s["model_id"], s["method"], strict=True))
+        batch = run.meta["config"]["train"]["batch_size"]
+        for key, sec in run.meta["job_seconds"]["train"]["each"].items():
+            ds = key.split("/")[0]
+            if key in method and ds in TRAIN_POINTS:  # a model of the summary, of known size
+                out.setdefault(method[key], []).append((sec, math.ceil(TRAIN_POINTS[ds] / batch)))
+    return out
+
+
 def measure(runs: list[Run]) -> Measured | None:
-    """The per-job costs from the committed GPU runs with per-job seconds and the most
-    epochs (``None`` when there is none)."""
+    """The per-job costs from the committed GPU runs with per-job seconds: the runs with the
+    most epochs and those with the next fewer (``None`` when there is none)."""
     gpu = [
         r
         for r in runs
@@ -146,26 +171,30 @@ def measure(runs: list[Run]) -> Measured | None:
     ]
     if not gpu:
         return None
-    top = max(r.epochs for r in gpu)
-    use = [r for r in gpu if r.epochs == top]
-    steps: dict[str, list[float]] = {}
+    counts = sorted({r.epochs for r in gpu})
+    top, fewer = counts[-1], counts[-2] if len(counts) > 1 else 0
+    use, low = [r for r in gpu if r.epochs == top], [r for r in gpu if r.epochs == fewer]
+    high_jobs, low_jobs = _train_jobs(use), _train_jobs(low)
+    step_s, step_jobs, fixed = {}, {}, []
+    for m, jobs in high_jobs.items():
+        below = low_jobs.get(m, [])
+        t1, e1 = (_mean([t for t, _ in below]), fewer) if below else (0.0, 0)
+        fit = projected(t1, _mean([t for t, _ in jobs]), e1, top, top)
+        step_s[m] = fit["seconds_per_epoch"] / _mean([k for _, k in jobs])
+        step_jobs[m] = len(jobs) + len(below)
+        fixed += [fit["fixed_seconds"]] if below else []
     cert: list[float] = []
     att: list[float] = []
     for run in use:
-        s = run.summary
-        keys = s["dataset"] + "/" + s["model_id"]
-        method = dict(zip(keys, s["method"], strict=True))
-        points = dict(zip(keys, s["n_eval"], strict=True))
-        batch = run.meta["config"]["train"]["batch_size"]
-        jobs = run.meta["job_seconds"]
-        for key, sec in jobs["train"]["each"].items():
-            ds = key.split("/")[0]
-            if key not in method or ds not in TRAIN_POINTS:
-                continue  # not a model of the summary, or a dataset of unknown size
-            n_steps = math.ceil(TRAIN_POINTS[ds] / batch)
-            steps.setdefault(method[key], []).append(sec / (top * n_steps))
+        points = dict(
+            zip(
+                run.summary["dataset"] + "/" + run.summary["model_id"],
+                run.summary["n_eval"],
+                strict=True,
+            )
+        )
         for rule, out in [("certify", cert), ("attack", att)]:
-            for key, sec in (jobs.get(rule) or {}).get("each", {}).items():
+            for key, sec in (run.meta["job_seconds"].get(rule) or {}).get("each", {}).items():
                 if points.get(key, 0) > 0:
                     out.append(sec / points[key])
     machine = use[0].meta.get("machine")
@@ -182,19 +211,22 @@ def measure(runs: list[Run]) -> Measured | None:
                 row["certify_seconds_per_point"],
             )
             kernel_run = run.name
-    if not steps:
+    if not step_s:
         return None
     return Measured(
-        runs=tuple(r.name for r in use),
+        runs=tuple(r.name for r in use + low),
         device=use[0].device,
         cores=machine.get("logical_cpus") if isinstance(machine, dict) else None,
         gpu_jobs=max(r.gpu_jobs or 1 for r in use),
         epochs=top,
-        step_s={m: _mean(v) for m, v in steps.items()},
-        step_jobs={m: len(v) for m, v in steps.items()},
+        step_s=step_s,
+        step_jobs=step_jobs,
         certify_s=_mean(cert) if cert else float("nan"),
         attack_s=_mean(att) if att else float("nan"),
         eval_jobs=len(cert),
+        fewer_epochs=fewer if fixed else 0,
+        fixed_s=_mean(fixed) if fixed else 0.0,
+        fewer_gpu_jobs=max((r.gpu_jobs or 1 for r in low), default=0),
         kernel=kernel,
         kernel_run=kernel_run,
     )
@@ -232,21 +264,51 @@ def command(target: Target, m: Measured, cfg: dict[str, Any]) -> str:
     return cmd
 
 
+def _training(est: Estimate, m: Measured, cfg: dict[str, Any], ds: str, nets: dict) -> float:
+    """The training jobs of ``nets`` on ``ds`` as the workflow runs them, one line per
+    setting; their job seconds."""
+    total = 0.0
+    for setting, jobs in training_jobs(one_dataset(cfg, ds), nets, nets).items():
+        specs = [nets[n] for job in jobs for n in job]
+        regs = [r for r in NET_ORDER if any(s.regularizer == r for s in specs)]
+        steps = [(s, s.epochs * math.ceil(TRAIN_POINTS[ds] / s.batch_size)) for s in specs]
+        secs = sum(m.step_s[s.regularizer] * k for s, k in steps) + len(jobs) * m.fixed_s
+        total += secs
+        counts = ", ".join(f"{LABEL[r]} {sum(s.regularizer == r for s in specs)}" for r in regs)
+        rates = ", ".join(f"{LABEL[r]} {1000 * m.step_s[r]:.2f}" for r in regs)
+        fixed = f" + {len(jobs)} × {m.fixed_s:.1f} s fixed" if m.fixed_s else ""
+        per_epoch = _values(math.ceil(TRAIN_POINTS[ds] / s.batch_size) for s in specs)
+        line = (
+            f"{ds}, {setting}: {len(specs)} networks ({counts}) in {len(jobs)} "
+            f"job{'s' if len(jobs) > 1 else ''} × {_values(s.epochs for s in specs)} epochs × "
+            f"{per_epoch} steps = {sum(k for _, k in steps):,} SGD steps, × ms per step "
+            f"({rates}){fixed} = {duration(secs)} of training jobs"
+        )
+        if setting != "plain":
+            est.lower = True
+            line += (
+                f" (at least: the {setting} step does more, not measured; the plain step's time)"
+            )
+        est.lines.append(
+            line + ("" if ds == "mnist" else " (assumes the step time measured on MNIST)")
+        )
+    return total
+
+
 def estimate(target: Target, m: Measured, root: Path) -> Estimate:
     """The GPU time of ``target`` from ``m`` (module docstring), its configs read under
     ``root``. Raises :class:`~crosslip.reproduction.export.ExportError` for a config that
     is missing or invalid."""
     cfg = effective_config([root / c for c in target.configs])
-    datasets = crosslip_config.dataset_names(cfg)
     est = Estimate(target, command(target, m, cfg))
     grid = crosslip_config.training_grid(cfg)
     best_only = cfg["certify"]["models"] == "best"
-    # (dataset, setting) -> regularizer -> (epochs, steps per epoch) of each network
-    nets: dict[tuple[str, str], dict[str, list[tuple[int, int]]]] = {}
     evaluated: set[tuple[str, str, str, str]] = set()
     kernels: dict[tuple[str, int], list[int]] = {}  # (dataset, centres) -> max_iter of each
     other: dict[str, int] = {}
-    for ds in datasets:
+    train_s = 0.0
+    for ds in crosslip_config.dataset_names(cfg):
+        nets = {}
         for model_id, spec in grid.items():
             est.trained += 1
             if isinstance(spec, crosslip_config.KernelTrainSpec):
@@ -263,31 +325,9 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
             if kind != "mlp" or spec.regularizer not in m.step_s or ds not in TRAIN_POINTS:
                 other[kind] = other.get(kind, 0) + 1
                 continue
-            per_epoch = math.ceil(TRAIN_POINTS[ds] / spec.batch_size)
-            nets.setdefault((ds, setting), {}).setdefault(spec.regularizer, []).append(
-                (spec.epochs, per_epoch)
-            )
+            nets[model_id] = spec
+        train_s += _training(est, m, cfg, ds, nets) if nets else 0.0
     est.evaluated = len(evaluated)
-    train_s = 0.0
-    for (ds, setting), regs in nets.items():
-        secs = sum(m.step_s[r] * e * k for r, v in regs.items() for e, k in v)
-        train_s += secs
-        every = [x for v in regs.values() for x in v]
-        counts = ", ".join(f"{LABEL[r]} {len(regs[r])}" for r in NET_ORDER if r in regs)
-        rates = ", ".join(f"{LABEL[r]} {1000 * m.step_s[r]:.2f}" for r in NET_ORDER if r in regs)
-        line = (
-            f"{ds}, {setting}: {len(every)} networks ({counts}) × {_values(e for e, _ in every)} "
-            f"epochs × {_values(k for _, k in every)} steps = {sum(e * k for e, k in every):,} "
-            f"SGD steps, × ms per step ({rates}) = {duration(secs)} of training jobs"
-        )
-        if setting != "plain":
-            est.lower = True
-            line += (
-                f" (at least: the {setting} step does more, not measured; the plain step's time)"
-            )
-        if ds != "mnist":
-            line += " (assumes the step time measured on MNIST)"
-        est.lines.append(line)
     mlp_eval = [e for e in evaluated if e[1] == "mlp" and e[0] in TEST_POINTS]
     eval_s = 0.0
     for ds in sorted({e[0] for e in mlp_eval}):
@@ -332,7 +372,7 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
         what = {"kernel": "kernel models", "resnet": "ResNets"}.get(kind, f"{kind} models")
         est.unmeasured.append(f"{n} {what}: no committed GPU run measured them")
     n = target.gpu_jobs or m.gpu_jobs
-    if kernels and not nets:
+    if kernels and not train_s:
         est.job_s = kernel_train + kernel_cert
         est.gpu_s = est.job_s / n
         est.summary = (
@@ -343,7 +383,7 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
             f"total: at most {duration(kernel_train)} training and {duration(kernel_cert)} "
             f"certification jobs, {n} at a time on one GPU; the attacks come on top"
         )
-    if nets:
+    if train_s:
         est.job_s = train_s + eval_s + kernel_train + kernel_cert
         est.gpu_s = est.job_s / n
         least = "at least " if est.lower else ""

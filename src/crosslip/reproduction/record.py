@@ -8,9 +8,10 @@ epochs, the runs not yet made with their command and estimated GPU time
 (:mod:`crosslip.reproduction.estimates`), a section "Where we differ from the paper and
 why" built from the measured gaps and from the runs' settings compared with the paper's, and
 the studies made to explain a gap (:mod:`crosslip.reproduction.studies`).
-Every table is generated (``DataFrame.to_markdown``); the output depends on the run folders
-and the configs they name for the runs not yet made (``config/``), so rendering twice gives
-the same bytes.
+The text is the Jinja2 template ``record.md.j2`` beside this module; this module gathers
+what it shows. Every table is generated (``DataFrame.to_markdown``); the output depends on
+the run folders and the configs they name for the runs not yet made (``config/``), so
+rendering twice gives the same bytes.
 """
 
 from __future__ import annotations
@@ -18,26 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
 from ..results_schema import L2_UPPER_METHODS
-from .claims import (
-    CRITERIA,
-    KERNEL_ORDER,
-    LABEL,
-    NET_ORDER,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    REPRODUCED,
-    Run,
-    Verdict,
-    duration,
-    evaluate,
-    num,
-    pct,
-    pool_runs,
-)
-from .estimates import Estimate, Measured, estimates
+from . import claims as C
+from .claims import LABEL, NET_ORDER, NOT_REPRODUCED, NOT_RUN, Run, Verdict, duration, num, pct
+from .estimates import estimates
 from .export import RUN_FILE
 from .paper import (
     AUTHORS_EPOCHS,
@@ -85,11 +73,6 @@ def machine_text(machine: Any) -> str:
         text += f" ({', '.join(extra)})"
     text += f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
     return text + (f"; {machine['software']}" if machine.get("software") else "")
-
-
-def _count(n: int, what: str) -> str:
-    """``1 file``, ``3 files``."""
-    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def short_device(device: str) -> str:
@@ -148,73 +131,53 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
             }
         )
 
+    def add_grid(what: str, s: Any, ours: list[float] | None, missing: str = "–") -> None:
+        same = bool(ours) and {float(x) for x in ours} == set(s.values)
+        add(what, _grid_text(s.values), _grid_text(ours) if ours else missing, same, s.line)
+
     points = meta.get("evaluated_points_per_model") or []
     for ds in cfg["datasets"]:
         pds = PAPER_DATASET.get(ds, ds)
         if (pds, "n_train") in SETTINGS:
-            add(
-                f"{ds}: dataset",
-                f"full MNIST ({SETTINGS[(pds, 'n_train')].text})",
-                ds,
-                ds == pds,
-                SETTINGS[(pds, "n_train")].line,
-            )
+            s = SETTINGS[(pds, "n_train")]
+            add(f"{ds}: dataset", f"full MNIST ({s.text})", ds, ds == pds, s.line)
         if (pds, "n_test") in SETTINGS:
-            n = SETTINGS[(pds, "n_test")].values[0]
+            s = SETTINGS[(pds, "n_test")]
+            ours = ", ".join(map(str, points)) or "–"
+            fits = bool(points) and min(points) >= s.values[0]
             add(
                 f"{ds}: evaluated points per model",
-                f"{n:g} (the test set)",
-                ", ".join(map(str, points)) or "–",
-                bool(points) and min(points) >= n,
-                SETTINGS[(pds, "n_test")].line,
+                f"{s.values[0]:g} (the test set)",
+                ours,
+                fits,
+                s.line,
             )
     train, kernel = cfg["train"], cfg.get("kernel", {})
     grid = train.get("grid") or {}
     if grid:
-        add(
-            "epochs",
-            f"not stated (the authors' code: {AUTHORS_EPOCHS})",
-            str(train["epochs"]),
-            train["epochs"] == AUTHORS_EPOCHS,
-            "authors' code",
-        )
+        epochs = train["epochs"]
+        paper = f"not stated (the authors' code: {AUTHORS_EPOCHS})"
+        add("epochs", paper, str(epochs), epochs == AUTHORS_EPOCHS, "authors' code")
         b, h = SETTINGS[("all", "batch_size")], SETTINGS[("all", "hidden")]
-        add(
-            "batch size",
-            f"{b.values[0]:g}",
-            str(train["batch_size"]),
-            train["batch_size"] == b.values[0],
-            b.line,
-        )
+        size = train["batch_size"]
+        add("batch size", f"{b.values[0]:g}", str(size), size == b.values[0], b.line)
         if cfg.get("model", {}).get("arch", "mlp") == "mlp":
-            add(
-                "hidden units",
-                f"{h.values[0]:g}",
-                str(cfg["model"]["hidden"]),
-                cfg["model"]["hidden"] == h.values[0],
-                h.line,
-            )
-        add(
-            "settings",
-            "plain, augment, adversarial",
-            ", ".join(train["settings"]),
-            set(train["settings"]) == {"plain", "augment", "adversarial"},
-            SETTINGS[("all", "settings")].line,
-        )
+            hidden = cfg["model"]["hidden"]
+            add("hidden units", f"{h.values[0]:g}", str(hidden), hidden == h.values[0], h.line)
+        both = set(train["settings"]) == {"plain", "augment", "adversarial"}
+        line = SETTINGS[("all", "settings")].line
+        add("settings", "plain, augment, adversarial", ", ".join(train["settings"]), both, line)
         decay = (
             f"×{train['lr_decay']:g} at {', '.join(f'{x:.0%}' for x in train['lr_decay_at'])}"
             " of the updates"
             if train.get("lr_decay_at")
             else "none"
         )
+        factor, at = AUTHORS_LR_DECAY
+        authors = ", ".join(f"×{factor ** (i + 1):g} at {f:.0%}" for i, f in enumerate(at))
         add(
             "learning-rate decay",
-            "not stated (the authors' code: "
-            + ", ".join(
-                f"×{AUTHORS_LR_DECAY[0] ** (i + 1):g} at {f:.0%}"
-                for i, f in enumerate(AUTHORS_LR_DECAY[1])
-            )
-            + ")",
+            f"not stated (the authors' code: {authors})",
             decay,
             None,
             "authors' code",
@@ -223,192 +186,42 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
             pds = PAPER_DATASET.get(ds, ds)
             if (pds, "lr") not in SETTINGS:
                 continue
-            lrs = sorted({float(x) for g in grid.values() for x in g["lr"]})
-            s = SETTINGS[(pds, "lr")]
-            add(
+            add_grid(
                 f"{ds}: learning rates",
-                _grid_text(s.values),
-                _grid_text(lrs),
-                set(lrs) == set(s.values),
-                s.line,
+                SETTINGS[(pds, "lr")],
+                sorted({float(x) for g in grid.values() for x in g["lr"]}),
             )
             for reg in ["weight_decay", "cross_lipschitz", "dropout"]:
                 if (pds, reg) not in SETTINGS:
                     continue
                 s = SETTINGS[(pds, reg)]
                 ours = grid.get(reg, {}).get("keep_hidden" if reg == "dropout" else "lambda")
-                add(
-                    f"{ds}: {s.what}",
-                    _grid_text(s.values),
-                    _grid_text(ours) if ours else "not trained",
-                    bool(ours) and {float(x) for x in ours} == set(s.values),
-                    s.line,
-                )
+                add_grid(f"{ds}: {s.what}", s, ours, "not trained")
     kgrid = kernel.get("grid") or {}
     if kgrid:
         n = kernel.get("n_centers", 0)
+        line = SETTINGS[("mnist", "n_train")].line
         add(
             "kernel: expansion points",
             "all 60000 training points",
             "all" if n == 0 else str(n),
             n == 0,
-            SETTINGS[("mnist", "n_train")].line,
+            line,
         )
-        s = SETTINGS[("mnist", "kernel_a")]
-        a = sorted({float(x) for g in kgrid.values() for x in g["a"]})
-        add(
+        add_grid(
             "kernel: a (γ = a/ρ²)",
-            _grid_text(s.values),
-            _grid_text(a),
-            set(a) == set(s.values),
-            s.line,
+            SETTINGS[("mnist", "kernel_a")],
+            sorted({float(x) for g in kgrid.values() for x in g["a"]}),
         )
         for reg in ["kernel_logreg", "kernel_cl"]:
             s = SETTINGS[("mnist", reg)]
-            ours = [x for x in kgrid.get(reg, {}).get("lambda", []) if x > 0]
-            add(
-                f"kernel: {s.what}",
-                _grid_text(s.values),
-                _grid_text(ours) if ours else "–",
-                bool(ours) and set(map(float, ours)) == set(s.values),
-                s.line,
+            add_grid(
+                f"kernel: {s.what}", s, [x for x in kgrid.get(reg, {}).get("lambda", []) if x > 0]
             )
-    models = cfg["certify"].get("models", "all")
-    add(
-        "models certified",
-        "networks: every model; kernels: the best per method",
-        models,
-        None,
-        SETTINGS[("all", "kernel_certified")].line,
-    )
+    networks = "networks: every model; kernels: the best per method"
+    line = SETTINGS[("all", "kernel_certified")].line
+    add("models certified", networks, cfg["certify"].get("models", "all"), None, line)
     return rows
-
-
-def _runs_section(runs: list[Run], units: list[Run]) -> list[str]:
-    out = ["## Runs", ""]
-    if not runs:
-        return [
-            *out,
-            "No run is committed under `docs/reproduction/`: every claim below is "
-            "*not run at this scale*.",
-            "",
-        ]
-    unit_of = {p: u for u in units for p in u.parts}
-    rows = []
-    for run in runs:
-        m, cfg = run.meta, run.meta["config"]
-        families = sorted(set(run.summary["family"]))
-        rows.append(
-            {
-                "run": run.name,
-                "device": run.device,
-                "datasets": ", ".join(m["datasets"]),
-                "models": ", ".join(families),
-                "settings": ", ".join(cfg["train"]["settings"])
-                if cfg["train"].get("grid")
-                else "plain",
-                "trained / evaluated": f"{m['models_trained']} / {m['models_evaluated']}",
-                "points per model": ", ".join(map(str, m["evaluated_points_per_model"])),
-                "epochs": str(m["epochs"]) if cfg["train"].get("grid") else "–",
-                "job time": duration(
-                    sum(v["seconds"] for v in (m.get("job_seconds") or {}).values())
-                ),
-                "commit": ((m.get("git") or {}).get("commit") or "–")[:10],
-                "evaluated as": unit_of[run.name].name,
-            }
-        )
-    out += [
-        "Device: what trained, certified and attacked the models (from their `metrics.json` "
-        "where the run recorded it, else the machine). Runs exported with the same pool "
-        "label ran the same settings and code on the same machine, for other models; the "
-        "claims evaluate them as one (`evaluated as`).",
-        "",
-        table(pd.DataFrame(rows)),
-        "",
-    ]
-    for run in runs:
-        m = run.meta
-        git = m.get("git") or {}
-        unit = unit_of[run.name]
-        out += [
-            f"### Run `{run.name}`",
-            "",
-            f"- device: {run.device}",
-            f"- command: `{m['command']}`",
-            f"- machine: {machine_text(m.get('machine'))}",
-            f"- job time (Snakemake benchmarks, summed over jobs): {job_time_text(m)}",
-            f"- elapsed: {duration(m.get('wall_time_s'))}",
-            f"- results written {m.get('results_written', '–')}, exported "
-            f"{m.get('exported', '–')}"
-            + (f" from `{m['exported_from']}`" if m.get("exported_from") else "")
-            + f", commit `{git.get('commit') or '–'}`"
-            f"{' (with uncommitted changes)' if git.get('dirty') else ''}",
-            f"- files: `docs/reproduction/{run.name}/` ({_count(len(m.get('files', [])), 'file')} "
-            f"and `{RUN_FILE}`)",
-        ]
-        if len(unit.parts) > 1:
-            out.append(f"- evaluated with the runs of pool `{m['pool']}` as `{unit.name}`")
-        out.append("")
-        for cf in m.get("config_files", []):
-            out += [
-                f"<details><summary>config file <code>{cf['path']}</code></summary>",
-                "",
-                "```yaml",
-                cf["content"].rstrip("\n"),
-                "```",
-                "",
-                "</details>",
-                "",
-            ]
-    return out
-
-
-def _quote(key: str) -> list[str]:
-    c = CLAIMS[key]
-    out = [f"> {c.quote}", ">", f"> — {TEX_NAME}, line {c.line}"]
-    for quote, line in c.more:
-        out += ["", f"> {quote}", ">", f"> — {TEX_NAME}, line {line}"]
-    return [*out, ""]
-
-
-def _verdict_lines(v: Verdict, unit: Run) -> list[str]:
-    out = [f"**{v.status}**: {run_links(unit)} ({unit_scale(unit)}), {v.scope}", ""]
-    out += [f"- {p.line()}" for p in v.parts] + [""]
-    if v.details is not None and len(v.details):
-        out += [table(v.details), ""]
-    return out
-
-
-def _claims_section(verdicts: dict[str, list[Verdict]], units: list[Run]) -> list[str]:
-    by_name = {u.name: u for u in units}
-    out = [
-        "## Claims of Section 5",
-        "",
-        "Each claim: the paper's sentence, where the paper shows it, our criterion, and the "
-        "verdict of every run (or pool of runs) with data for it, with the numbers behind it; "
-        "the runs without data are listed once.",
-        "",
-    ]
-    for i, (key, (criterion, _)) in enumerate(CRITERIA.items(), start=1):
-        out += [f"### {i}. {CLAIMS[key].title}", "", *_quote(key)]
-        if CLAIMS[key].evidence:
-            out += [f"**In the paper.** {CLAIMS[key].evidence}.", ""]
-        out += [f"**Criterion.** {criterion}", ""]
-        vs = verdicts[key]
-        for v in vs:
-            if v.status != NOT_RUN:
-                out += _verdict_lines(v, by_name[v.run])
-        idle = [v for v in vs if v.status == NOT_RUN]
-        if idle:
-            out += [
-                f"**{NOT_RUN}**: "
-                + "; ".join(f"{run_links(by_name[v.run])} ({v.numbers()})" for v in idle)
-                + ".",
-                "",
-            ]
-        if not vs:
-            out += [f"**{NOT_RUN}**: no run is committed.", ""]
-    return out
 
 
 def _combined(vs: list[Verdict]) -> tuple[str, int, int]:
@@ -416,13 +229,7 @@ def _combined(vs: list[Verdict]) -> tuple[str, int, int]:
     not reproduced if any is, else reproduced if any is; with the parts that hold and the
     parts checked."""
     statuses = {v.status for v in vs}
-    status = (
-        NOT_REPRODUCED
-        if NOT_REPRODUCED in statuses
-        else REPRODUCED
-        if REPRODUCED in statuses
-        else NOT_RUN
-    )
+    status = next((s for s in (NOT_REPRODUCED, C.REPRODUCED) if s in statuses), NOT_RUN)
     checked = [p.ok for v in vs for p in v.parts if p.ok is not None]
     return status, sum(checked), len(checked)
 
@@ -437,47 +244,41 @@ def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
     return max(with_data, key=lambda v: (rank[v.run], v.status == NOT_REPRODUCED))
 
 
-def _glance_section(verdicts: dict[str, list[Verdict]], units: list[Run]) -> list[str]:
-    """The verdict of every claim on every unit (a matrix), then each claim's verdict at
-    the largest scale with its numbers beside the paper's."""
+def _glance(verdicts: dict[str, list[Verdict]], units: list[Run]) -> pd.DataFrame:
+    """The verdict of every claim on every unit, with the checks that hold."""
     rows = []
-    for key in CRITERIA:
+    for key, vs in verdicts.items():
         row = {"claim": CLAIMS[key].title}
         for u in units:
-            status, ok, n = _combined([v for v in verdicts[key] if v.run == u.name])
+            status, ok, n = _combined([v for v in vs if v.run == u.name])
             row[unit_label(u)] = f"**{status}**" + (f" ({ok}/{n})" if n else "")
-        rows.append(row)
-    if not units:
-        rows = [{"claim": CLAIMS[k].title, "verdict": f"**{NOT_RUN}**"} for k in CRITERIA]
-    out = [
-        "## Verdicts at a glance",
-        "",
-        "Per claim and run (pooled runs as one; device and epochs in the header): the "
-        "verdict, and how many of its checks hold.",
-        "",
-        table(pd.DataFrame(rows)),
-        "",
-        "### Each claim at the largest scale we ran",
-        "",
-        "The verdict from the run with the most epochs that has data for the claim; our "
-        "numbers first, the paper's after `paper` where the paper prints them.",
-        "",
-    ]
-    by_name = {u.name: u for u in units}
-    for key in CRITERIA:
-        c = CLAIMS[key]
-        v = headline(verdicts[key], units)
-        if v is None:
-            out.append(
-                f"- **{c.title}**: **{NOT_RUN}** (no committed run has the data; "
-                f"paper: {c.evidence})."
-            )
-            continue
-        out.append(
-            f"- **{c.title}**: **{v.status}** at {unit_label(by_name[v.run])}, {v.scope}: "
-            f"{v.numbers()}. Paper: {c.evidence}."
+        rows.append(row if units else {**row, "verdict": f"**{NOT_RUN}**"})
+    return pd.DataFrame(rows)
+
+
+def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        m, cfg = run.meta, run.meta["config"]
+        grid = cfg["train"].get("grid")
+        rows.append(
+            {
+                "run": run.name,
+                "device": run.device,
+                "datasets": ", ".join(m["datasets"]),
+                "models": ", ".join(sorted(set(run.summary["family"]))),
+                "settings": ", ".join(cfg["train"]["settings"]) if grid else "plain",
+                "trained / evaluated": f"{m['models_trained']} / {m['models_evaluated']}",
+                "points per model": ", ".join(map(str, m["evaluated_points_per_model"])),
+                "epochs": str(m["epochs"]) if grid else "–",
+                "job time": duration(
+                    sum(v["seconds"] for v in (m.get("job_seconds") or {}).values())
+                ),
+                "commit": ((m.get("git") or {}).get("commit") or "–")[:10],
+                "evaluated as": unit_of[run.name].name,
+            }
         )
-    return [*out, ""]
+    return pd.DataFrame(rows)
 
 
 def _ratio_text(ratio: float, paper_ds: str | None, method: str, setting: str) -> str:
@@ -526,90 +327,51 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     )
 
 
-def _networks_section(units: list[Run]) -> list[str]:
-    out = [
-        "## Our networks, every evaluated model",
-        "",
-        "Each run's evaluated one-hidden-layer networks, straight from its `summary.csv`: "
-        "means over the correctly classified evaluated points, and the mean L2 guarantee "
-        "over all evaluated points with 0 for the misclassified ones (`all points, errors "
-        "0`: the other way the paper's figure may average). The upper bound by the "
-        "paper's procedure (Section 4: linearize at the point, then search the decision "
-        "boundary) and refined (re-linearized at the sample, `attack.refine_steps` times; "
-        "never larger); `refinement` is the change from the one to the other. The "
-        "minimal-norm attack (FMN walks from the refined sample with targets and restarts, "
-        "docs/bounds.md) and the mean of the smallest verified bound per point, the true "
-        "minimal perturbation lying between the guarantee and it; `best by` says how often "
-        "each method gave that smallest bound. Runs made before the minimal-norm attack "
-        "existed show `–` there. Table 1's ratio is the mean of α_global/α_local, with the "
-        "paper's for the regularizer.",
-        "",
+def _networks(units: list[Run]) -> list[tuple[Run, str, str, pd.DataFrame]]:
+    s = [(u, ds, u.evaluated()) for u in units for ds in u.datasets("mlp")]
+    return [
+        (u, ds, setting, network_rows(u, ds, setting))
+        for u, ds, e in s
+        for setting in sorted(set(e[(e["dataset"] == ds) & (e["family"] == "mlp")]["setting"]))
     ]
-    found = False
-    for u in units:
-        s = u.evaluated()
-        for ds in u.datasets("mlp"):
-            for setting in sorted(set(s[(s["dataset"] == ds) & (s["family"] == "mlp")]["setting"])):
-                found = True
-                out += [
-                    f"### `{u.name}`: {ds}, {setting}",
-                    "",
-                    f"{run_links(u)}; {unit_scale(u)}.",
-                    "",
-                    table(network_rows(u, ds, setting)),
-                    "",
-                ]
-    if not found:
-        out += [f"**{NOT_RUN}**: no committed run evaluated a network.", ""]
-    return out
 
 
-def _trend_section(units: list[Run]) -> list[str]:
-    """The best network per regularizer of every run of a paper dataset (plain), by epochs,
-    and per regularizer how its Table 1 ratio and guarantee move."""
-    out = [
-        "## With more epochs",
-        "",
-        "The paper does not state its epochs (the authors' code trains 200). The best network "
-        "per regularizer (lowest test error) of each run in the plain setting, by epochs; "
-        "the runs differ in more than epochs (learning rates, grids, device), see `lr` and "
-        "the runs' settings.",
-        "",
-    ]
-    found = False
+def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """Per paper dataset with networks from two units or more: the best network per
+    regularizer of every unit (plain), by epochs, and per regularizer how its Table 1
+    ratio and guarantee move."""
+    out = []
     for paper_ds in ["mnist", "cifar10", "gtsrb"]:
-        cols = []
-        for u in sorted(units, key=lambda u: (u.epochs or 0, u.name)):
-            for ds in u.datasets("mlp"):
-                if PAPER_DATASET.get(ds) == paper_ds and len(u.best(ds, "mlp")):
-                    cols.append((u, ds, u.best(ds, "mlp")))
+        cols = [
+            (u, u.best(ds, "mlp"))
+            for u in sorted(units, key=lambda u: (u.epochs or 0, u.name))
+            for ds in u.datasets("mlp")
+            if PAPER_DATASET.get(ds) == paper_ds and len(u.best(ds, "mlp"))
+        ]
         if len(cols) < 2:
             continue
-        found = True
-        rows = []
-        for u, _ds, best in cols:
-            for m in [m for m in NET_ORDER if m in best.index]:
-                r = best.loc[m]
-                rows.append(
-                    {
-                        "run": u.name,
-                        "device": short_device(u.device),
-                        "epochs": str(u.epochs),
-                        "method": LABEL[m],
-                        "model": r["model_id"],
-                        "lr": f"{r['lr']:g}",
-                        "test error": pct(r["test_error"]),
-                        "mean guarantee": num(r["mean_guarantee_local"]),
-                        "Table 1 ratio": _ratio_text(
-                            r["mean_ratio_global_local"], paper_ds, m, "plain"
-                        ),
-                        "upper bound": num(r["mean_upper_bound"]),
-                        "refined": num(r.get("mean_upper_bound_l2_refined", float("nan"))),
-                    }
-                )
-        out += [f"### {paper_ds}, plain", "", table(pd.DataFrame(rows)), ""]
+        rows = [
+            {
+                "run": u.name,
+                "device": short_device(u.device),
+                "epochs": str(u.epochs),
+                "method": LABEL[m],
+                "model": r["model_id"],
+                "lr": f"{r['lr']:g}",
+                "test error": pct(r["test_error"]),
+                "mean guarantee": num(r["mean_guarantee_local"]),
+                "Table 1 ratio": _ratio_text(r["mean_ratio_global_local"], paper_ds, m, "plain"),
+                "upper bound": num(r["mean_upper_bound"]),
+                "refined": num(r.get("mean_upper_bound_l2_refined", float("nan"))),
+            }
+            for u, best in cols
+            for m in NET_ORDER
+            if m in best.index
+            for r in [best.loc[m]]
+        ]
+        walks = []
         for m in NET_ORDER:
-            seq = [(u, best.loc[m]) for u, _, best in cols if m in best.index]
+            seq = [(u, best.loc[m]) for u, best in cols if m in best.index]
             if len(seq) < 2:
                 continue
 
@@ -617,79 +379,19 @@ def _trend_section(units: list[Run]) -> list[str]:
                 return " → ".join(f"{num(r[col], digits)} ({u.epochs} ep.)" for u, r in seq)
 
             paper = TABLE1.get((paper_ds, m))
-            out.append(
-                f"- {LABEL[m]}: Table 1 ratio {walk('mean_ratio_global_local', 2)}"
+            walks.append(
+                f"{LABEL[m]}: Table 1 ratio {walk('mean_ratio_global_local', 2)}"
                 + (f", paper {paper.text}" if paper else "")
                 + f"; mean guarantee {walk('mean_guarantee_local', 3)}; upper bound "
                 f"{walk('mean_upper_bound', 3)}"
             )
-        out.append("")
-    if not found:
-        out += ["No dataset has networks from two committed runs.", ""]
+        out.append((paper_ds, pd.DataFrame(rows), walks))
     return out
 
 
-def _missing_section(m: Measured | None, ests: list[Estimate | str]) -> list[str]:
-    out = [
-        "## Runs not yet made",
-        "",
-        "What the record lacks, the command that would make it, and its GPU time estimated "
-        "from the job seconds of the committed GPU runs (`estimates.py`: each network "
-        "trains, is certified and is attacked in jobs of its own, as in the measured runs).",
-        "",
-    ]
-    if m is None:
-        return [*out, "No committed GPU run measured the jobs: no estimate.", ""]
-    rates = ", ".join(
-        f"{LABEL[r]} {1000 * m.step_s[r]:.2f} ms ({m.step_jobs[r]} job"
-        f"{'s' if m.step_jobs[r] > 1 else ''})"
-        for r in NET_ORDER
-        if r in m.step_s
-    )
-    out += [
-        f"Measured on {m.device} by runs {', '.join(f'`{r}`' for r in m.runs)} "
-        f"({m.epochs} epochs, {m.gpu_jobs} jobs sharing the GPU at most): seconds per SGD "
-        f"step of a training job (its seconds over epochs × steps per epoch, start-up "
-        f"included) {rates}; per evaluated point {1000 * m.certify_s:.2f} ms to certify and "
-        f"{1000 * m.attack_s:.2f} ms to attack ({m.eval_jobs} jobs each). An estimate is "
-        f"the sum over the config's networks (job time), divided by the jobs sharing the "
-        f"GPU. Only plain-setting steps on MNIST were measured: the augment and adversarial "
-        f"settings do more per step (rotations and crops; an L∞ attack on half of each "
-        f"batch), so their figures are lower bounds, and other datasets assume MNIST's "
-        f"step time. Kernel models and ResNets were not measured by a committed run. "
-        f"CIFAR-10 and GTSRB download from their official URLs unless a mirror is given "
-        f"(`data.mirrors`).",
-        "",
-        "Training many networks in one job (grid-batched, being built separately) is not "
-        "measured on a GPU: these are the times of today's per-model jobs.",
-        "",
-    ]
-    for e in ests:
-        if isinstance(e, str):
-            out += [f"- {e}", ""]
-            continue
-        t = e.target
-        out += [
-            f"### `{t.key}`: {t.what}",
-            "",
-            f"Adds: {t.adds}. Models: {e.trained} trained, {e.evaluated} certified and "
-            f"attacked. Estimated time on one GPU: **{e.summary}**.",
-            "",
-            "```sh",
-            e.command,
-            "```",
-            "",
-            *[f"- {line}" for line in e.lines],
-            *[f"- {line}; no estimate" for line in e.unmeasured],
-            "",
-        ]
-    return out
-
-
-def _table1_section(units: list[Run]) -> list[str]:
+def _table1(units: list[Run]) -> pd.DataFrame:
     """The paper's Table 1 in full (both datasets), whether or not a run has the data, with
     the ratio of our best model per regularizer (plain) of every run beside it."""
-    claim = list(CRITERIA).index("table1") + 1
     rows = []
     for (ds, reg), number in TABLE1.items():
         row = {
@@ -707,244 +409,96 @@ def _table1_section(units: list[Run]) -> list[str]:
             if u.datasets("mlp"):
                 row[unit_label(u)] = ", ".join(num(x, 2) for x in ours) or NOT_RUN
         rows.append(row)
-    return [
-        "## Table 1 of the paper",
-        "",
-        "The paper's Table 1 in full: the mean ratio α_global/α_local per dataset and "
-        "regularizer, beside the ratio of our best model per regularizer (plain) in every "
-        f"run with networks; the verdicts are under claim {claim}.",
-        "",
-        table(pd.DataFrame(rows)),
-        "",
+    return pd.DataFrame(rows)
+
+
+def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str, pd.DataFrame]]]:
+    """The paper's kernel table (and the older one's columns) and, per run and dataset, the
+    best kernel model per method beside the paper's."""
+
+    def paper(m: str, col: str, old: bool = False) -> str:
+        return (KERNEL_COMMENTED_OUT if old else KERNEL)[(m, col)].text.replace("\\%", "%")
+
+    rows = [
+        {
+            "method": LABEL[m],
+            "test error": paper(m, "test_error"),
+            "avg. L2 adv. samples": paper(m, "mean_upper_bound"),
+            "avg. L2 rob. guar.": paper(m, "mean_guarantee_local"),
+            "older: avg. L2 adv. samples": paper(m, "mean_upper_bound", True),
+            "older: avg. L∞ adv. samples": paper(m, "mean_upper_bound_linf", True),
+        }
+        for m in C.KERNEL_ORDER
     ]
+    ours = []
+    for u in units:
+        for ds in u.datasets("kernel"):
+            best = u.best(ds, "kernel")
+            frame = [
+                {
+                    "method": LABEL[m],
+                    "model": r["model_id"],
+                    "test error": f"{pct(r['test_error'])} (paper {paper(m, 'test_error')})",
+                    "avg. L2 adv. samples": f"{num(r['mean_upper_bound'])} "
+                    f"(paper {paper(m, 'mean_upper_bound')})",
+                    "avg. L2 rob. guar.": f"{num(r['mean_guarantee_local'])} "
+                    f"(paper {paper(m, 'mean_guarantee_local')})",
+                    "avg. L∞ adv. samples": f"{num(r.get('mean_upper_bound_linf', float('nan')))}"
+                    f" (older table {paper(m, 'mean_upper_bound_linf', True)})",
+                    "correct points": str(int(r["n_correct"])),
+                }
+                for m in C.KERNEL_ORDER
+                if m in best.index
+                for r in [best.loc[m]]
+            ]
+            ours.append((u.name, ds, pd.DataFrame(frame)))
+    return pd.DataFrame(rows), ours
 
 
-def _kernel_section(runs: list[Run]) -> list[str]:
-    out = [
-        "## The kernel table",
-        "",
-        f"The paper's kernel table ({TEX_NAME}, lines 619–622) and an older version with an "
-        f"L∞ column that the source keeps commented out (lines 606–609, not in the published "
-        f"paper), beside the best kernel model per method of each run (lowest test error). "
-        f'The paper\'s "K-SVM" row is the standard RKHS-norm regularization, our '
-        f'Kernel-LogReg with λ > 0; "No Reg." is λ = 0.',
-        "",
-    ]
-    paper_rows = []
-    for m in KERNEL_ORDER:
-        paper_rows.append(
-            {
-                "method": LABEL[m],
-                "test error": KERNEL[(m, "test_error")].text.replace("\\%", "%"),
-                "avg. L2 adv. samples": KERNEL[(m, "mean_upper_bound")].text,
-                "avg. L2 rob. guar.": KERNEL[(m, "mean_guarantee_local")].text,
-                "older: avg. L2 adv. samples": KERNEL_COMMENTED_OUT[(m, "mean_upper_bound")].text,
-                "older: avg. L∞ adv. samples": KERNEL_COMMENTED_OUT[
-                    (m, "mean_upper_bound_linf")
-                ].text,
-            }
-        )
-    out += ["Paper:", "", table(pd.DataFrame(paper_rows)), ""]
-    any_kernel = False
-    for run in runs:
-        for ds in run.datasets("kernel"):
-            any_kernel = True
-            best = run.best(ds, "kernel")
-            rows = []
-            for m in KERNEL_ORDER:
-                if m not in best.index:
-                    continue
-                r = best.loc[m]
-                linf = r["mean_upper_bound_linf"] if "mean_upper_bound_linf" in r else float("nan")
-                rows.append(
-                    {
-                        "method": LABEL[m],
-                        "model": r["model_id"],
-                        "test error": f"{pct(r['test_error'])} "
-                        f"(paper {KERNEL[(m, 'test_error')].text.replace(chr(92) + '%', '%')})",
-                        "avg. L2 adv. samples": f"{num(r['mean_upper_bound'])} "
-                        f"(paper {KERNEL[(m, 'mean_upper_bound')].text})",
-                        "avg. L2 rob. guar.": f"{num(r['mean_guarantee_local'])} "
-                        f"(paper {KERNEL[(m, 'mean_guarantee_local')].text})",
-                        "avg. L∞ adv. samples": f"{num(linf)} (older table "
-                        f"{KERNEL_COMMENTED_OUT[(m, 'mean_upper_bound_linf')].text})",
-                        "correct points": str(int(r["n_correct"])),
-                    }
-                )
-            out += [f"Run `{run.name}`, {ds}:", "", table(pd.DataFrame(rows)), ""]
-    if not any_kernel:
-        out += [f"Ours: **{NOT_RUN}** (no committed run has kernel models).", ""]
-    return out
-
-
-def _figures_section(runs: list[Run], ests: list[Estimate | str]) -> list[str]:
-    out = [
-        "## Figures",
-        "",
-        "The paper's figures beside ours. The paper's source has no numbers for them (its "
-        "images are not in the LaTeX); compare the shapes, and the claims above for the "
-        "numbers.",
-        "",
-    ]
-    bare = [r.name for r in runs if not any(f.startswith("figures/") for f in r.meta["files"])]
-    if bare:
-        out += [
-            "Runs without figures (only their tables were kept; their numbers are in the "
-            "tables above): " + ", ".join(f"`{r}`" for r in bare) + ".",
-            "",
-        ]
+def _figures(runs: list[Run], ests: list) -> list[tuple[str, str, list, list]]:
+    """Per figure of the paper: the runs' matching figures (run, file, settings) and the
+    runs not yet made that would draw it."""
+    out = []
     for label, (what, patterns) in FIGURES.items():
-        out += [f"### Figure `{label}`: {what}", ""]
-        found = False
-        for run in runs:
-            for pattern in patterns:
-                path = run.folder / "figures" / pattern
-                if path.is_file():
-                    found = True
-                    rel = f"{RUNS_DIR}/{run.name}/figures/{pattern}"
-                    cfg = run.meta["config"]
-                    settings = (
-                        ", ".join(cfg["train"]["settings"]) if cfg["train"].get("grid") else "–"
-                    )
-                    out += [
-                        f"Run `{run.name}` ({short_device(run.device)}, "
-                        f"{run.epochs or 'no'} epochs, settings {settings}): `{pattern}`",
-                        "",
-                        f"![{run.name}: {pattern}]({rel})",
-                        "",
-                    ]
-        if not found:
-            out += [f"**{NOT_RUN}**: no committed run has this figure.", ""]
-        makers = [e for e in ests if not isinstance(e, str) and label in e.target.figures]
-        if makers:
-            out += [
-                "Not yet made at the paper's scale; would come from "
-                + "; ".join(
-                    f"`{e.target.key}` ("
-                    + ("no estimate" if e.gpu_s is None else e.summary + " on one GPU")
-                    + ")"
-                    for e in makers
-                )
-                + ", see *Runs not yet made*.",
-                "",
-            ]
-    return out
-
-
-def _differ_section(verdicts: dict[str, list[Verdict]], runs: list[Run]) -> list[str]:
-    out = [
-        "## Where we differ from the paper and why",
-        "",
-        "Generated from the verdicts above and from each run's settings; the numbers are "
-        "the measured gaps.",
-        "",
-        "### Measured gaps",
-        "",
-    ]
-    gaps = [(key, v) for key, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED]
-    if gaps:
-        out += [
-            f"- **{CLAIMS[key].title}** (run `{v.run}`, {v.scope}): {v.gap()}" for key, v in gaps
+        found = [
+            (run, pattern, ", ".join(t["settings"]) if t.get("grid") else "–")
+            for run in runs
+            for pattern in patterns
+            if (run.folder / "figures" / pattern).is_file()
+            for t in [run.meta["config"]["train"]]
         ]
-    else:
-        out += ["- No claim that a run covers is contradicted by it."]
-    out += ["", "### Not run at this scale", ""]
-    missing = [
-        CLAIMS[key].title for key, vs in verdicts.items() if all(v.status == NOT_RUN for v in vs)
-    ]
-    out += [f"- {t}" for t in missing] or ["- Every claim has data in at least one run."]
-    out += [
-        "",
-        "The runs that would cover them, with commands and GPU time: *Runs not yet made*.",
-        "",
-    ]
-    for run in runs:
-        rows = settings_rows(run.meta)
-        differs = [r for r in rows if r["same"] == "**no**"]
-        out += [f"### Settings of run `{run.name}` compared with the paper's", ""]
-        out += [_settings_paragraph(run), ""]
-        if differs:
-            out += [
-                "Settings that differ from the paper's, candidates for the gaps above: "
-                + "; ".join(f"{r['setting']} {r['this run']} (paper {r['paper']})" for r in differs)
-                + ".",
-                "",
-            ]
-        out += [table(pd.DataFrame(rows)), ""]
-        notes = run.folder / NOTES_FILE
-        if notes.is_file():
-            out += [
-                f"Notes written with run `{run.name}` (`{NOTES_FILE}`, not generated):",
-                "",
-                notes.read_text().rstrip("\n"),
-                "",
-            ]
+        makers = [e for e in ests if not isinstance(e, str) and label in e.target.figures]
+        out.append((label, what, found, makers))
     return out
 
 
-def _studies_section(docs: Path) -> list[str]:
-    """Every study under ``docs/reproduction/studies/`` (:mod:`.studies`): its hand-written
-    notes, then the tables generated from each of its results."""
-    studies = load_studies(docs / RUNS_DIR)
-    if not studies:
-        return []
-    out = [
-        "## Studies",
-        "",
-        f"Experiments made to explain a gap, each in `{RUNS_DIR}/{STUDIES_DIR}/<name>/`: the "
-        "notes are written by hand, every table is generated from the results (JSON) that "
-        "the study's script wrote.",
-        "",
-    ]
-    for study in studies:
-        out += [f"### {study.title}", ""]
-        if study.notes:
-            out += [
-                f"Notes of study `{study.name}` (`{STUDIES_DIR}/{study.name}/notes.md`, not "
-                "generated):",
-                "",
-                study.notes,
-                "",
-            ]
-        for file, entry in study.results.items():
-            out += [f"#### Result `{file}`", "", provenance(entry) + ".", ""]
-            for caption, frame in guarantee_gap_tables(entry["result"]):
-                out += [f"{caption}:", "", table(frame), ""]
-    return out
-
-
-def _settings_paragraph(run: Run) -> str:
-    m, cfg = run.meta, run.meta["config"]
-    train, cert, att = cfg["train"], cfg["certify"], cfg["attack"]
-    parts = [f"Run `{run.name}` used {', '.join(m['datasets'])}"]
-    if train.get("grid"):
-        regs = ", ".join(
-            f"{LABEL.get(r, r)} {_grid_text(g.get('lambda', g.get('keep_hidden', [])))}"
-            f" at lr {_grid_text(g['lr'])}"
-            for r, g in train["grid"].items()
-        )
-        parts.append(
-            f"networks ({cfg['model'].get('arch', 'mlp')}, {cfg['model'].get('hidden')} "
-            f"hidden units, bias {cfg['model'].get('bias')}, init "
-            f"{cfg['model'].get('init')}) trained {train['epochs']} epochs with batch "
-            f"size {train['batch_size']}, learning rate ×{train['lr_decay']:g} at "
-            f"{', '.join(f'{x:.0%}' for x in train['lr_decay_at'])} of the updates, in "
-            f"the settings {', '.join(train['settings'])}, grids: {regs}"
-        )
-    kernel = cfg.get("kernel", {})
-    if kernel.get("grid"):
-        n = kernel.get("n_centers", 0)
-        parts.append(
-            f"kernel models with {'all training points' if n == 0 else n} as expansion "
-            f"points, {kernel.get('max_iter')} L-BFGS iterations"
-        )
-    parts.append(
-        f"certified {cert.get('models', 'all')} models on "
-        f"{', '.join(map(str, m['evaluated_points_per_model'])) or 'no'} points each "
-        f"(certify.n_points {cert['n_points']}, attack.n_points {att['n_points']})"
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
     )
-    parts.append(f"on {machine_text(m.get('machine'))}; job time {job_time_text(m)}")
-    return "; ".join(parts) + "."
+    env.filters.update(
+        table=table,
+        duration=duration,
+        frame=pd.DataFrame,
+        codes=lambda xs: ", ".join(f"`{x}`" for x in xs),
+        pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
+        grid=_grid_text,
+    )
+    helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
+    env.globals.update({f.__name__: f for f in [*helpers, provenance, guarantee_gap_tables]})
+    env.globals.update(
+        {"NOT_RUN": NOT_RUN, "tex": TEX_NAME, "runs_dir": RUNS_DIR, "run_file": RUN_FILE},
+        notes_file=NOTES_FILE,
+        studies_dir=STUDIES_DIR,
+        titles={k: c.title for k, c in CLAIMS.items()},
+        labels=LABEL,
+        net_order=NET_ORDER,
+    )
+    return env
 
 
 def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
@@ -954,45 +508,53 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
     docs = Path(docs)
     root = docs.resolve().parent if root is None else Path(root)
     runs = load_runs(docs)
-    units = pool_runs(runs)
-    verdicts = evaluate(units)
+    units = C.pool_runs(runs)
+    verdicts = C.evaluate(units)
     measured, ests = estimates(runs, root)
-    head = [
-        "# Reproduction record",
-        "",
-        "<!-- Generated by `make record` (python -m crosslip.reproduction render) from "
-        "docs/reproduction/*/. Do not edit: export a run or change src/crosslip/reproduction/. -->",
-        "",
-        "The numbers of Hein & Andriushchenko, *Formal Guarantees on the Robustness of a "
-        "Classifier against Adversarial Manipulation* (NIPS 2017), Section 5, beside ours. "
-        "Generated by `make record` from the runs committed under `docs/reproduction/`, each "
-        "exported from a finished workflow run by `python -m crosslip.reproduction export` "
-        "(docs/reproduction-record.md), on a CPU or a GPU as each run's device says. Every "
-        f"paper number is quoted from the LaTeX source `{TEX_NAME}` with its line, and "
-        "`tests/test_reproduction.py` checks each against the source and that this file is "
-        "what the committed runs render to.",
-        "",
-        "Verdicts: **reproduced** (the stated criterion holds), **not reproduced** (it fails; "
-        "the numbers say by how much), **not run at this scale** (no committed run has the "
-        "data). Means are over the correctly classified evaluated points of the best model "
-        "per method (lowest test error).",
-        "",
+    kernel_paper, kernel_runs = _kernel_tables(units)
+    unit_of = {p: u for u in units for p in u.parts}
+    claims = [
+        {
+            "paper": CLAIMS[key],
+            "sentence": C.CRITERIA[key].sentence,
+            "verdicts": vs,
+            "headline": headline(vs, units),
+        }
+        for key, vs in verdicts.items()
     ]
-    lines = [
-        *head,
-        *_glance_section(verdicts, units),
-        *_runs_section(runs, units),
-        *_networks_section(units),
-        *_trend_section(units),
-        *_claims_section(verdicts, units),
-        *_table1_section(units),
-        *_kernel_section(units),
-        *_figures_section(runs, ests),
-        *_missing_section(measured, ests),
-        *_differ_section(verdicts, runs),
-        *_studies_section(docs),
-    ]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    text = (
+        _environment()
+        .get_template("record.md.j2")
+        .render(
+            claims=claims,
+            glance=_glance(verdicts, units),
+            runs=runs,
+            unit={u.name: u for u in units},
+            unit_of=unit_of,
+            runs_table=_runs_table(runs, unit_of),
+            networks=_networks(units),
+            trends=_trends(units),
+            table1=_table1(units),
+            table1_claim=list(verdicts).index("table1") + 1,
+            kernel_paper=kernel_paper,
+            kernel_runs=kernel_runs,
+            bare=[
+                r.name for r in runs if not any(f.startswith("figures/") for f in r.meta["files"])
+            ],
+            figures=_figures(runs, ests),
+            measured=measured,
+            estimates=ests,
+            gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED],
+            not_run=[
+                CLAIMS[k].title
+                for k, vs in verdicts.items()
+                if all(v.status == NOT_RUN for v in vs)
+            ],
+            settings=[(run, settings_rows(run.meta)) for run in runs],
+            studies=load_studies(docs / RUNS_DIR),
+        )
+    )
+    return text.rstrip("\n") + "\n"
 
 
 def write_record(docs: Path | str = "docs", root: Path | str | None = None) -> Path:
