@@ -337,8 +337,13 @@ BAD_CONFIGS = [
         changed(BASE, certify__kinds=["local", "l3"]),
         [
             'config key certify.kinds[1]: not an allowed value ("l3"); '
-            "allowed: one of local, global, l2, l1, linf, box"
+            "allowed: one of local, global, l2, l1, linf, box, linear, curvature, integrated"
         ],
+    ),
+    (
+        "method-without-norm",
+        changed(BASE, certify__kinds=["local", "linear"]),
+        ["config key certify.kinds: linear are computed for each requested norm", "add l2"],
     ),
     (
         "unknown-arch",
@@ -450,7 +455,11 @@ def test_defaults_are_filled_in():
     assert config["train"]["epochs"] == 200 and config["train"]["settings"] == ["plain"]
     assert config["model"]["bias"] is False and config["model"]["init"] == "authors"
     assert config["train"]["lr_decay_at"] == [0.72, 0.88] and config["train"]["lr_decay"] == 0.1
-    assert config["certify"]["kinds"] == ["local", "global", "l2", "l1", "linf", "box"]
+    assert config["certify"]["kinds"] == [
+        *("local", "global", "l2", "l1", "linf", "box"),
+        *("linear", "curvature", "integrated"),
+    ]
+    assert (config["certify"]["tangent_steps"], config["certify"]["integration_nodes"]) == (0, 8)
     assert config["attack"]["refine_steps"] == 5 and config["kernel"]["grid"] == {}
     assert list(grid) == ["none-lr0.1-lam0-seed0"] and grid["none-lr0.1-lam0-seed0"].epochs == 200
 

@@ -276,6 +276,13 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
                 "best models are chosen after training, too late to form the batches); set "
                 f"{stage}.batch_models: false or certify.models: all"
             )
+    kinds = set(config["certify"]["kinds"])
+    beyond = sorted(kinds & {"linear", "curvature", "integrated"})
+    if beyond and not kinds & {"l2", "l1", "linf"}:
+        raise ConfigError(
+            f"config key certify.kinds: {', '.join(beyond)} are computed for each requested "
+            "norm, and none is requested; add l2, l1 or linf to certify.kinds"
+        )
     softplus_keys_of_state_dicts_only(external_models(config), given)
     from .kernel_memory import config_problems  # torch-free; imports nothing from here
 

@@ -181,6 +181,8 @@ EVALUATION_PARAMS: dict[str, dict[str, str]] = {
         "n_points": "certify.n_points",
         "rtol": "certify.rtol",
         "kinds": "certify.kinds",
+        "tangent_steps": "certify.tangent_steps",
+        "integration_nodes": "certify.integration_nodes",
         "device": "device",
         "memory_gb": "kernel.memory_gb",
     },

@@ -1,5 +1,6 @@
-"""Certified radii (Theorem 2.1: L2, L1, Linf, box-constrained) for the eval points of one
-model, or of every model of a setting in one process (certify.batch_models)."""
+"""Certified radii (Theorem 2.1: L2, L1, Linf, box-constrained; the linear relaxation,
+curvature and integrated certificates) for the eval points of one model, or of every model
+of a setting in one process (certify.batch_models)."""
 
 import logging
 from pathlib import Path
@@ -23,6 +24,8 @@ def main() -> None:
         n_points=snakemake.params.n_points,
         rtol=snakemake.params.rtol,
         kinds=list(snakemake.params.kinds),
+        tangent_steps=snakemake.params.tangent_steps,
+        integration_nodes=snakemake.params.integration_nodes,
         device=snakemake.params.device,
         memory_gb=snakemake.params.memory_gb,
     )

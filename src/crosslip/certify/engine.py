@@ -173,9 +173,10 @@ def _certify_batch(
     def search(bound) -> Certificate:
         return theorem21(m, bound, rtol=rtol, vanishes=van)
 
-    def radius(fn, box: bool) -> torch.Tensor:
+    def radius(fn, box: bool, near: torch.Tensor) -> torch.Tensor:
+        """``fn``'s certified radii, the search started a little above ``near``."""
         r_max = box_diameter(x, fn.rng.p) if box else math.inf
-        cert = radius_search(fn, m, rtol, r_max=r_max, unbounded=unbounded)
+        cert = radius_search(fn, m, rtol, r_max=r_max, unbounded=unbounded, start=1.5 * near)
         return cert.guarantee.masked_fill(unbounded, math.inf)  # safe everywhere
 
     if "local" in kinds:
@@ -207,9 +208,10 @@ def _certify_batch(
                 res[f"{col}_integrated{suffix}"] = torch.maximum(steps, res[col + suffix])
             if "linear" in kinds:
                 relax = LinearRelaxation(rng(p, box), m, opt.tangent_steps)
-                res[f"{col}_linear{suffix}"] = radius(relax, box)
+                res[f"{col}_linear{suffix}"] = radius(relax, box, res[col + suffix])
             if "curvature" in kinds:
-                res[f"{col}_curvature{suffix}"] = radius(CurvatureBound(rng(p, box), m), box)
+                curv = CurvatureBound(rng(p, box), m)
+                res[f"{col}_curvature{suffix}"] = radius(curv, box, res[col + suffix])
             methods += [res[f"{col}_{k}{suffix}"] for k in METHOD_KINDS if k in kinds]
             if box:  # the whole ball's certificates hold in the box too
                 methods.append(res[f"{col}_best"])

@@ -173,6 +173,7 @@ def radius_search(
     r_max: float | torch.Tensor = float("inf"),
     unbounded: torch.Tensor | None = None,
     prune: bool = True,
+    start: torch.Tensor | None = None,
 ) -> Certificate:
     """The largest certified radius of every point, from per-class radii evaluated at R.
 
@@ -201,8 +202,10 @@ def radius_search(
     <= rtol * hi``: the reported value is then within a relative ``rtol`` of the optimum.
 
     *Steps.* In a wide bracket (``hi > 16 lo``) the next R is the geometric mean
-    ``sqrt(max(lo, tiny) hi)``: a bracket that spans many orders of magnitude (as after
-    ``r_cap``) shrinks to a factor 16 in about ``log2(log2(hi / lo))`` steps. Otherwise it
+    ``sqrt(lo hi)``: a bracket that spans many orders of magnitude (as after ``r_cap``)
+    shrinks to a factor 16 in about ``log2(log2(hi / lo))`` steps; with nothing certified
+    yet (``lo = 0``: a certificate whose lower bound on the margin at R is negative says
+    nothing smaller) the next R is ``hi / 8``. Otherwise it
     is the secant root of ``h(R) = g(R) - R`` through the last two evaluations, kept a
     quarter-tolerance inside the bracket; when the bracket did not halve over two steps, a
     bisection step is taken instead, so the search is never much slower than bisection. On
@@ -215,6 +218,10 @@ def radius_search(
     it is skipped (``need`` False), and the computed ``min(g, R)`` stays a certified radius.
     This is a statement about the real classifier, so it holds whether or not the bound
     is monotone in R. ``prune=False`` evaluates every class at every R.
+
+    ``start`` (n,), optional: the first R to try where it is positive and below
+    ``hi`` (for instance a little above another certificate's radius), instead of ``hi``;
+    it changes only the path of the search.
     """
     n = m.shape[0]
     dev, dt = m.device, m.dtype
@@ -261,6 +268,9 @@ def radius_search(
     width_1 = torch.full((n,), torch.inf, device=dev, dtype=dt)  # bracket one step ago
     width_2 = width_1.clone()  # two steps ago
     r = hi[active]
+    if start is not None:
+        first = start[active]
+        r = torch.where((first > 0) & (first < r), first, r)
     for it in range(max_iter + 1):
         if it > 0:
             active = active[(hi[active] - lo[active]) > rtol * hi[active]]
@@ -275,7 +285,8 @@ def radius_search(
             gap = 0.25 * rtol * a_hi
             r = torch.minimum(torch.maximum(r, a_lo + gap), a_hi - gap)
             wide = a_hi > 16 * a_lo
-            r = torch.where(wide, a_lo.clamp_min(tiny).sqrt() * a_hi.sqrt(), r)
+            geometric = torch.where(a_lo > 0, a_lo.clamp_min(tiny).sqrt() * a_hi.sqrt(), a_hi / 8)
+            r = torch.where(wide, geometric, r)
             width_2[active] = width_1[active]
             width_1[active] = width
         h = evaluate(active, r)
