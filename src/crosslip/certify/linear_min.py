@@ -70,7 +70,7 @@ def quad_radius(beta: torch.Tensor, lower: QuadLower, quad_extra: torch.Tensor |
     den = (lin + disc.sqrt().mul_(1 + 2 * UNIT)).mul_(1 + 2 * UNIT)
     rho = (2 * b / den).mul_(1 - 2 * UNIT)
     rho = torch.where(den > 0, rho, torch.inf)
-    return torch.where(b > 0, rho.nan_to_num(nan=0.0), torch.zeros_like(rho))
+    return torch.where(b > 0, rho.nan_to_num(nan=0.0, posinf=torch.inf), torch.zeros_like(rho))
 
 
 def dual_norm_lower(a_hat: torch.Tensor, err: torch.Tensor, q: float) -> QuadLower:
