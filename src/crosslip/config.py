@@ -717,9 +717,10 @@ def families(config: dict[str, Any]) -> list[tuple[str, str]]:
 def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
-    and family (a row per setting), the illustration, and the training curves per dataset
-    and family; models trained elsewhere add one bounds figure (family ``external``) per
-    dataset they are listed with."""
+    and family (a row per setting), the bracket between guarantees and upper bounds per
+    dataset for the one-hidden-layer networks (a panel per setting), the illustration, and
+    the training curves per dataset and family; models trained elsewhere add one bounds
+    and one bracket figure (family ``external``) per dataset they are listed with."""
     res = config["results"]
     fams = {fam for fam, _ in families(config)}
     tables = ["summary"]
@@ -736,6 +737,13 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     targets += [
         f"{res}/figures/bounds_vs_error/{ds}-{EXTERNAL}.{ext}"
         for ds in external
+        for ext in ("png", "pdf")
+    ]
+    certified = sorted(fams & {"mlp"}) + ([EXTERNAL] if external else [])
+    targets += [
+        f"{res}/figures/bracket/{ds}-{fam}.{ext}"
+        for fam in certified
+        for ds in (external if fam == EXTERNAL else dataset_names(config))
         for ext in ("png", "pdf")
     ]
     targets += [f"{res}/figures/adversarial_samples.{ext}" for ext in ("png", "pdf")]

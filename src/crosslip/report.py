@@ -297,6 +297,75 @@ def plot_bounds_vs_error(
     _save(fig, png, pdf)
 
 
+#: The bracket figure's four means: (column, label, filled marker, L2 upper bound).
+BRACKET_MEANS = [
+    ("mean_guarantee_local", "paper's guarantee (Prop. 2.3)", False, False),
+    ("mean_guarantee_l2_best", "best guarantee", True, False),
+    ("mean_upper_bound", "paper's upper bound (Section 4)", False, True),
+    ("mean_upper_bound_l2_best", "best upper bound", True, True),
+]
+
+
+def plot_bracket(
+    summary: pd.DataFrame, png: Path | str, pdf: Path | str, dataset: str, family: str
+) -> None:
+    """Where each model's minimal L2 adversarial perturbation lies: one panel per setting,
+    for each model (at its test error) the paper's guarantee and the best sound guarantee
+    below, the paper's upper bound and the best verified upper bound above, joined by a
+    line from the best guarantee to the best upper bound (the bracket that the
+    certificates beyond the paper narrow). Colour per regularizer; means over correctly
+    classified points (:func:`summarize`)."""
+    sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)]
+    sel = sel[sel["status"] == "ok"]
+    present = set(sel["setting"])
+    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
+    settings = settings or ["plain"]
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.2), squeeze=False)
+    for ax, setting in zip(axes[0], settings, strict=True):
+        part = sel[sel["setting"] == setting]
+        for _, row in part.iterrows():
+            color, _ = REG_STYLE.get(row["regularizer"], ("black", "x"))
+            x = 100 * row["test_error"]
+            ax.plot(
+                [x, x],
+                [row.get("mean_guarantee_l2_best"), row.get("mean_upper_bound_l2_best")],
+                color=color,
+                alpha=0.5,
+            )
+            for col, _, filled, upper in BRACKET_MEANS:
+                ax.scatter(
+                    [x],
+                    [row.get(col, np.nan)],
+                    marker="v" if upper else "^",
+                    s=45,
+                    facecolors=color if filled else "none",
+                    edgecolors=color,
+                )
+        handles = [
+            plt.Line2D([], [], ls="", marker="v" if up else "^", mfc="k" if fill else "none",
+                       mec="k", label=label)
+            for _, label, fill, up in BRACKET_MEANS
+        ]  # fmt: skip
+        handles += [
+            plt.Line2D([], [], color=REG_STYLE.get(r, ("black", "x"))[0], label=REG_LABEL.get(r, r))
+            for r in sorted(set(part["regularizer"]))
+        ]
+        ax.legend(handles=handles, fontsize=7)
+        ax.set_xlabel("test error (%)")
+        ax.set_ylabel("mean L2 radius")
+        ax.set_title(
+            f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+            f"{FAMILY_LABEL.get(family, family)}\nguarantees (below) and upper bounds (above)",
+            fontsize=9,
+        )
+        ax.grid(alpha=0.3)
+        if not len(part):
+            ax.text(
+                0.5, 0.5, "no model evaluated", ha="center", va="center", transform=ax.transAxes
+            )
+    _save(fig, png, pdf)
+
+
 #: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
 ILLUSTRATION_ORDER = [
     "kernel_logreg",

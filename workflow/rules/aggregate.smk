@@ -8,6 +8,7 @@ localrules:
     table1,
     kernel_table,
     figure_bounds,
+    figure_bracket,
     figure_adversarial,
     figure_training,
 
@@ -108,6 +109,28 @@ rule figure_bounds:
         code=code("figure_bounds.py"),
     script:
         "../scripts/figure_bounds.py"
+
+
+rule figure_bracket:
+    input:
+        summary=rules.summary.output.csv,
+    output:
+        png=report(
+            f"{RESULTS}/figures/bracket/{{dataset}}-{{family}}.png",
+            caption="../report/bracket.rst",
+            category="Figures",
+            subcategory="{dataset}: bracket",
+            labels={"family": "{family}"},
+        ),
+        pdf=f"{RESULTS}/figures/bracket/{{dataset}}-{{family}}.pdf",
+    log:
+        f"{RESULTS}/logs/figure_bracket/{{dataset}}-{{family}}.log",
+    conda:
+        ENV
+    params:
+        code=code("figure_bracket.py"),
+    script:
+        "../scripts/figure_bracket.py"
 
 
 rule figure_adversarial:
