@@ -8,7 +8,14 @@
    written for it), the batched search on ``--device``.
 3. Every guarantee family (tighter L2, L1, Linf, box-constrained, global) on a subset, with
    their means and the Table 1 ratio.
-4. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
+4. The certificates beyond the paper (linear relaxation, curvature, Theorem 2.1 integrated;
+   :mod:`crosslip.certify.engine` ``METHOD_KINDS``) in L2 on ``--method-points`` points: each
+   one's seconds on top of today's ``guarantee_l2`` (local, global and tightest L2), all
+   three together against it, their means, and the mean of the best sound L2 guarantee per
+   point against the paper's (Proposition 2.3); also every norm and box variant together
+   against today's every-kind certification. ``--model`` certifies another network (any
+   model file of the workflow, e.g. a 200-epoch one) instead of the cached one.
+5. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
 
 The network is trained once (3 epochs of plain SGD, ~1 min here) and cached under
 ``results/bench/``. The data come from the mirror ``../shared/data/mnist`` (or ``--mirror``).
@@ -30,6 +37,7 @@ import torch
 from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
 from bench_kernel_bound import run as kernel_bound
 from crosslip.certify import certify_softplus
+from crosslip.certify.engine import METHOD_KINDS
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, load_dataset
@@ -64,15 +72,52 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--mirror", default=str(MNIST_MIRROR))
     ap.add_argument("--reference-points", type=int, default=20)
     ap.add_argument("--all-kinds-points", type=int, default=1000)
+    ap.add_argument("--method-points", type=int, default=10000)
+    ap.add_argument("--model", default=None, help="a model file to certify instead")
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")
     return ap
+
+
+PAPER_L2 = ("local", "global", "l2")
+OLD_KINDS = ("local", "global", "l2", "l1", "linf", "box")
+
+
+def beyond(net, x: torch.Tensor, y, dev: torch.device) -> dict:
+    """Section 4 of the module docstring: seconds per certificate beyond the paper, their
+    ratio to today's L2 guarantees, and their means over the correctly classified points."""
+    _, base_s = timed(lambda: certify_softplus(net, x, kinds=PAPER_L2), dev)
+    seconds = {}
+    for method in METHOD_KINDS:
+        _, secs = timed(lambda m=method: certify_softplus(net, x, kinds=(*PAPER_L2, m)), dev)
+        seconds[method] = secs - base_s
+    every, all_s = timed(lambda: certify_softplus(net, x, kinds=(*PAPER_L2, *METHOD_KINDS)), dev)
+    _, old_s = timed(lambda: certify_softplus(net, x, kinds=OLD_KINDS), dev)
+    _, full_s = timed(lambda: certify_softplus(net, x, kinds=(*OLD_KINDS, *METHOD_KINDS)), dev)
+    ok = every["pred"].cpu().numpy() == y[: len(x)]
+    means = {
+        k: float(v.cpu()[ok].double().mean())
+        for k, v in every.items()
+        if k.startswith("guarantee_l2") or k == "guarantee_local"
+    }
+    return {
+        "method_points": len(x),
+        "paper_l2_seconds": base_s,
+        "method_seconds": seconds,
+        "methods_l2_seconds": all_s - base_s,
+        "methods_vs_paper_l2_seconds": (all_s - base_s) / base_s,
+        "all_kinds_old_seconds": old_s,
+        "all_kinds_new_seconds": full_s,
+        "methods_all_norms_vs_paper_l2_seconds": (full_s - old_s) / base_s,
+        "method_means_correct": means,
+        "best_vs_paper_mean_ratio": means["guarantee_l2_best"] / means["guarantee_local"],
+    }
 
 
 def main() -> None:
     bench = start(arguments())
     args, dev = bench.args, bench.device
     ds = full_mnist(args.mirror)
-    net, train_s = trained_net(ds)
+    net, train_s = (load_model(args.model), None) if args.model else trained_net(ds)
     x = torch.as_tensor(ds.x_test)
     with torch.no_grad():
         err = float((net(x).argmax(1).numpy() != ds.y_test).mean())
@@ -119,6 +164,9 @@ def main() -> None:
         ),
     )
 
+    if args.method_points:
+        res.update(beyond(net, xd[: args.method_points], ds.y_test, dev))
+
     if not args.no_kernel:
         res.update(kernel_bound(device=dev))
 
@@ -143,6 +191,17 @@ def main() -> None:
         f"local on {res['share_global_beats_local']:.1%}; tighter L2 beats Prop. 2.3 on "
         f"{res['share_l2_tighter_than_local']:.1%}"
     )
+    if "method_seconds" in res:
+        print(
+            f"beyond the paper, L2, {res['method_points']} points: today's guarantee_l2 "
+            f"{res['paper_l2_seconds']:.1f} s; on top of it "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in res["method_seconds"].items())
+            + f"; all three x{res['methods_vs_paper_l2_seconds']:.2f} today's; every norm and "
+            f"box x{res['methods_all_norms_vs_paper_l2_seconds']:.2f}"
+        )
+        for k, v in res["method_means_correct"].items():
+            print(f"  mean {k:<26} {v:.4f}")
+        print(f"  best / paper (Prop. 2.3) mean: x{res['best_vs_paper_mean_ratio']:.3f}")
     if "kernel_seconds" in res:
         print(
             f"kernel bound (Prop. 2.2), {res['kernel_centers']} centres, "
