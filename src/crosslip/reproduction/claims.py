@@ -380,6 +380,8 @@ class Row:
 
     def part(self, best: pd.DataFrame, b: str | list[str], labelled: bool) -> Part:
         """The part comparing ``a`` with ``b`` (a method, or the methods to ``pick`` from)."""
+        if self.col not in best:  # exported before the column existed: no data, no verdict
+            best = best.assign(**{self.col: math.nan})
         x = best.loc[self.a, self.col]
         one = isinstance(b, str)
         y = best.loc[b, self.col] if one else getattr(best.loc[b, self.col], self.pick)()

@@ -33,7 +33,11 @@ from .. import config as crosslip_config
 RUN_FILE = "run.yaml"
 #: Files copied from a results folder when present (paths relative to it).
 TABLES = ["tables/summary.csv", "tables/table1_global_local.csv", "tables/kernel.csv"]
-FIGURES = ["figures/bounds_vs_error/*.png", "figures/adversarial_samples.png"]
+FIGURES = [
+    "figures/bounds_vs_error/*.png",
+    "figures/bracket/*.png",
+    "figures/adversarial_samples.png",
+]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
