@@ -41,6 +41,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
         *("--centers", "100", "200", "--iterations", "1", "--gamma-points", "300"),
         *("--points", "2", "--memory-gb", "1.5", "--mirror", "m", "--cache", "c", "--streamed"),
     ],
+    "study_bracket.py": ["--results", "r", "--out", "o.json"],
     "study_guarantee_gap.py": [
         *("--dataset", "mnist5k", "--mirror", "m", "--train-subset", "100", "--epochs", "2"),
         *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--checkpoints", "1", "2"),
@@ -54,7 +55,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
     ],
 }
 #: The scripts whose parser has no ``--device`` or ``--threads`` (no torch code of their own).
-NO_TORCH_OPTIONS = {"suite_times.py"}
+NO_TORCH_OPTIONS = {"suite_times.py", "study_bracket.py"}
 
 
 def test_there_are_benchmarks():

@@ -8,10 +8,11 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from crosslip.reproduction import render
-from crosslip.reproduction.studies import guarantee_gap_tables, load_studies
+from crosslip.reproduction.studies import guarantee_gap_tables, load_studies, study_tables
 
 from .helpers import ROOT, run_benchmark
 
@@ -126,8 +127,11 @@ def test_no_study_no_section(tmp_path: Path) -> None:
     assert "## Studies" not in render(tmp_path / "docs", root=ROOT)
 
 
-def committed() -> list[tuple[str, dict]]:
+def committed(kind: str = "guarantee_gap") -> list[tuple[str, dict]]:
+    """The committed study results of ``kind`` (``study_tables``: ``bracket`` or the
+    guarantee-gap study's)."""
     found = [(p.name, json.loads(p.read_text())) for p in sorted(STUDIES.glob("*/*.json"))]
+    found = [(n, e) for n, e in found if e["result"].get("kind", "guarantee_gap") == kind]
     if not found:
         pytest.skip("no study result is committed")
     return found
@@ -176,3 +180,47 @@ def test_the_study_script_runs_and_ends_with_one_json_line(tmp_path: Path) -> No
     assert json.loads((tmp_path / "r.json").read_text())["result"] == res
     tables = guarantee_gap_tables(res)
     assert len(tables) == 3
+
+
+def instances(model: str, reg: str, paper: float, best: float, upper: float) -> pd.DataFrame:
+    """Four correctly classified points and one error of a network with these means."""
+    return pd.DataFrame(
+        {
+            "dataset": "mnist5k",
+            "model_id": model,
+            "family": "mlp",
+            "regularizer": reg,
+            "test_error": 0.2,
+            "correct": [True] * 4 + [False],
+            "guarantee_local": [paper] * 4 + [9.0],
+            "guarantee_l2": [paper] * 4 + [9.0],
+            "guarantee_l2_integrated": [paper] * 4 + [9.0],
+            "guarantee_l2_linear": [best] * 4 + [9.0],
+            "guarantee_l2_curvature": [paper] * 4 + [9.0],
+            "guarantee_l2_best": [best] * 4 + [9.0],
+            "guarantee_l2_best_method": ["linear"] * 4 + [None],
+            "upper_bound_l2_best": [upper] * 4 + [0.0],
+        }
+    )
+
+
+def test_the_bracket_study_measures_what_each_certificate_closes(tmp_path: Path) -> None:
+    folder = tmp_path / "results" / "instances" / "mnist5k"
+    folder.mkdir(parents=True)
+    instances("cl", "cross_lipschitz", 0.5, 1.0, 2.0).to_parquet(folder / "cl.parquet")
+    instances("none", "none", 0.5, 0.5, 0.5 * math.e).to_parquet(folder / "none.parquet")
+    out = tmp_path / "bracket.json"
+    lines = run_benchmark(
+        "study_bracket.py", "--results", str(tmp_path / "results"), "--out", str(out)
+    )
+    res = json.loads(lines[-1])
+    assert json.loads(out.read_text())["result"] == res and res["kind"] == "bracket"
+    cl, none = res["rows"]
+    assert cl["n_correct"] == 4 and cl["bracket_paper"] == 4.0 and cl["bracket_best"] == 2.0
+    assert math.isclose(cl["closed_linear"], 0.5) and cl["closed_curvature"] == 0
+    assert cl["share_best_linear"] == 1.0 and cl["share_best_paper"] == 0.0
+    assert math.isclose(none["bracket_best"], math.e) and none["closed_best"] == 0
+    tables = study_tables(res)
+    assert [len(frame) for _, frame in tables] == [2, 2]
+    assert "×2.00" in tables[0][1]["best per point"].iloc[0]
+    assert tables[1][1]["linear relaxation"].iloc[0] == "50%"

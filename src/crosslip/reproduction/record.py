@@ -39,7 +39,7 @@ from .paper import (
     TABLE1,
     TEX_NAME,
 )
-from .studies import STUDIES_DIR, guarantee_gap_tables, load_studies, provenance
+from .studies import STUDIES_DIR, load_studies, provenance, study_tables
 
 RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
@@ -489,7 +489,7 @@ def _environment() -> jinja2.Environment:
         grid=_grid_text,
     )
     helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
-    env.globals.update({f.__name__: f for f in [*helpers, provenance, guarantee_gap_tables]})
+    env.globals.update({f.__name__: f for f in [*helpers, provenance, study_tables]})
     env.globals.update(
         {"NOT_RUN": NOT_RUN, "tex": TEX_NAME, "runs_dir": RUNS_DIR, "run_file": RUN_FILE},
         notes_file=NOTES_FILE,

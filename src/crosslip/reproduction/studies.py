@@ -7,8 +7,10 @@ date, commit and the script's JSON object under ``result``). The record shows ea
 notes, marked as not generated, and generates every table from the JSON results, so no
 measured number is typed by hand.
 
-The only kind of result so far is ``benchmarks/study_guarantee_gap.py``'s: rows of figures
-per network and checkpoint (:func:`guarantee_gap_tables`).
+Two kinds of result: ``benchmarks/study_guarantee_gap.py``'s, rows of figures per network
+and checkpoint (:func:`guarantee_gap_tables`), and ``benchmarks/study_bracket.py``'s
+(``kind: bracket``), how much of the bracket between guarantee and upper bound each
+certificate closes (:func:`bracket_tables`); :func:`study_tables` picks by kind.
 """
 
 from __future__ import annotations
@@ -181,9 +183,79 @@ def guarantee_gap_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame
     ]
 
 
+#: The certificates of a bracket study, as its tables name them.
+BRACKET_NAMES = {
+    "paper": "paper (Prop. 2.3)",
+    "min_bound": "Theorem 2.1, tightest bound",
+    "integrated": "integrated",
+    "linear": "linear relaxation",
+    "curvature": "curvature",
+    "best": "best per point",
+}
+
+
+def bracket_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """The tables of one ``study_bracket.py`` result: per network the mean guarantee of
+    each certificate with the bracket it leaves, and the share of the paper's bracket each
+    closes with how often each gives the best guarantee."""
+    rows, names = result["rows"], result["certificates"]
+    means = pd.DataFrame(
+        {
+            "network": [r["network"] for r in rows],
+            "test error": [pct(r["test_error"]) for r in rows],
+            "best upper bound": [num(r["mean_upper_bound_best"]) for r in rows],
+            **{
+                BRACKET_NAMES.get(n, n): [
+                    f"{num(r[f'mean_{n}'])} (×{r[f'bracket_{n}']:.2f})" for r in rows
+                ]
+                for n in names
+            },
+        }
+    )
+    closed = pd.DataFrame(
+        {
+            "network": [r["network"] for r in rows],
+            **{
+                BRACKET_NAMES.get(n, n): [f"{100 * r[f'closed_{n}']:.0f}%" for r in rows]
+                for n in names
+                if n != "paper"
+            },
+            "best by paper / tightest / integrated / linear / curvature": [
+                " / ".join(f"{100 * r[f'share_best_{n}']:.0f}%" for n in names if n != "best")
+                for r in rows
+            ],
+        }
+    )
+    return [
+        (
+            "Mean L2 guarantee per certificate over the correctly classified points, and "
+            "the bracket it leaves (best upper bound over it)",
+            means,
+        ),
+        (
+            "Share of the paper's bracket each certificate closes "
+            "(log(guarantee / paper's) / log(upper bound / paper's)), and how often each "
+            "gives the best guarantee",
+            closed,
+        ),
+    ]
+
+
+def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """The tables of a study result of either kind (module docstring)."""
+    if result.get("kind") == "bracket":
+        return bracket_tables(result)
+    return guarantee_gap_tables(result)
+
+
 def provenance(entry: dict[str, Any]) -> str:
     """One line: command, date, commit, machine and seconds of a study result."""
     res = entry["result"]
+    if res.get("kind") == "bracket":
+        return (
+            f"`{entry['command']}`; {entry['date']}, commit `{entry['commit']}`; "
+            f"{res['machine']}; from the per-instance results of `{res['results']}`"
+        )
     return (
         f"`{entry['command']}`; {entry['date']}, commit `{entry['commit']}`; "
         f"{res['machine']}; {res['dataset']} ({res['n_train']} training digits), "
