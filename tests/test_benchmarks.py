@@ -35,7 +35,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
     ],
     "bench_certify.py": [
         *("--mirror", "m", "--reference-points", "2", "--all-kinds-points", "20"),
-        *("--method-points", "20", "--model", "f.pt", "--no-kernel"),
+        *("--method-points", "20", "--all-norms-points", "10", "--model", "f.pt", "--no-kernel"),
     ],
     "bench_kernel_scale.py": [
         *("--centers", "100", "200", "--iterations", "1", "--gamma-points", "300"),
