@@ -1,5 +1,5 @@
-"""A session on a lent GPU machine in parts, each of which fits one call of the device tool
-(10 minutes at most): the checks and benchmarks that only a GPU can run (docs/scaling.md,
+"""A GPU session in parts of under 10 minutes each (so that a session can be split across
+short allocations): the checks and benchmarks that only a GPU can run (docs/scaling.md,
 "A GPU session"), their logs and benchmark records written to one folder and packed into
 one tarball.
 
@@ -26,10 +26,12 @@ into docs/benchmarks/ and render docs/performance.md. ``summary.json`` lists eve
 with its exit status and seconds; a command that fails or runs out of time is recorded and
 the part goes on. The folder is packed as ``<out>/gpu-<part>.tar.gz``.
 
-On the GPU machine, in the checkout, after ``source .gpu-wheels/shared-gpu/device-setup.sh``
-(../shared/gpu/README.md; the MNIST files in ``.gpu-wheels/mnist``)::
+On the GPU machine, in the checkout, with the environment installed and MNIST's four
+``.gz`` files in a folder (``--mirror``)::
 
-    CROSSLIP_COMMIT=<sha> python3 benchmarks/gpu_session.py check --out "$OUT"
+    python3 benchmarks/gpu_session.py check --mirror /path/to/mnist --out results/gpu-session
+
+(``CROSSLIP_COMMIT=<sha>`` names the commit where the checkout has no git history.)
 
 ``--dry-run`` prints the commands of a part and runs none (on any machine).
 """
@@ -54,7 +56,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ["config/presets/mnist.yaml", "config/overrides/gpu.yaml"]
 PARTS = ("check", "project", "validate", "compile")
-#: Seconds a part may take in all: a call of the device tool ends after 10 minutes.
+#: Seconds a part may take in all: under 10 minutes, so that each fits a short allocation.
 PART_SECONDS = 560
 
 
