@@ -366,6 +366,10 @@ def plot_bracket(
     _save(fig, png, pdf)
 
 
+#: The figures drawn per dataset and model family, by name (workflow/scripts/figure_bounds.py).
+FAMILY_FIGURES = {"bounds_vs_error": plot_bounds_vs_error, "bracket": plot_bracket}
+
+
 #: Column order of the illustration (the paper's: K-SVM, K-CL, NN-WD, NN-DO, NN-CL).
 ILLUSTRATION_ORDER = [
     "kernel_logreg",

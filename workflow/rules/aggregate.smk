@@ -106,6 +106,7 @@ rule figure_bounds:
     conda:
         ENV
     params:
+        figure="bounds_vs_error",
         code=code("figure_bounds.py"),
     script:
         "../scripts/figure_bounds.py"
@@ -128,9 +129,10 @@ rule figure_bracket:
     conda:
         ENV
     params:
-        code=code("figure_bracket.py"),
+        figure="bracket",
+        code=code("figure_bounds.py"),
     script:
-        "../scripts/figure_bracket.py"
+        "../scripts/figure_bounds.py"
 
 
 rule figure_adversarial:

@@ -1,12 +1,14 @@
-"""Bounds against test error for one dataset and model family, a row per setting (Section 5)."""
+"""A figure per dataset and model family (Section 5): bounds against test error, a row per
+setting, or the bracket between guarantees and upper bounds, a panel per setting
+(params.figure names it: crosslip.report.FAMILY_FIGURES)."""
 
 from crosslip.io import run_script
-from crosslip.report import plot_bounds_vs_error, read_summary
+from crosslip.report import FAMILY_FIGURES, read_summary
 
 
 def main() -> None:
     wc = snakemake.wildcards
-    plot_bounds_vs_error(
+    FAMILY_FIGURES[snakemake.params.figure](
         read_summary(snakemake.input.summary),
         snakemake.output.png,
         snakemake.output.pdf,
