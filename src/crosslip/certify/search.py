@@ -205,7 +205,8 @@ def radius_search(
     ``sqrt(lo hi)``: a bracket that spans many orders of magnitude (as after ``r_cap``)
     shrinks to a factor 16 in about ``log2(log2(hi / lo))`` steps; with nothing certified
     yet (``lo = 0``: a certificate whose lower bound on the margin at R is negative says
-    nothing smaller) the next R is ``hi / 8``. Otherwise it
+    nothing smaller) the next R is ``hi / 8``, then ``hi / 8^2``, ``hi / 8^4``, … while
+    nothing is certified (from ``r_cap`` to 1 in about 9 steps). Otherwise it
     is the secant root of ``h(R) = g(R) - R`` through the last two evaluations, kept a
     quarter-tolerance inside the bracket; when the bracket did not halve over two steps, a
     bisection step is taken instead, so the search is never much slower than bisection. On
@@ -241,7 +242,7 @@ def radius_search(
     hi = torch.clamp(g0, max=r_cap)
 
     def evaluate(idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        """``h(r) = g(r) - r`` at the points ``idx``; records the best ``alpha``."""
+        """``g(r)`` at the points ``idx``; records the best ``alpha``."""
         need = rho[idx] <= hi[idx][:, None] if prune else everything[idx]
         q = radius(idx, r, need).masked_fill(~need, torch.inf)
         g, j = q.min(dim=1)
@@ -254,7 +255,7 @@ def radius_search(
         if prune:
             update = need & (g < r)[:, None]  # skipped classes keep their older radius
             rho[idx] = torch.where(update, torch.maximum(rho[idx], q), rho[idx])
-        return g - r
+        return g
 
     # Zero margins keep 0. Points where every class provably never overtakes c get r_max
     # (inf by default) and no bound class; all others get a finite, positive bracket.
@@ -267,6 +268,7 @@ def radius_search(
     r_last, h_last = r_prev.clone(), g0.clone()
     width_1 = torch.full((n,), torch.inf, device=dev, dtype=dt)  # bracket one step ago
     width_2 = width_1.clone()  # two steps ago
+    shrink = torch.full((n,), 8.0, device=dev, dtype=dt)  # the next step down while lo = 0
     r = hi[active]
     if start is not None:
         first = start[active]
@@ -285,12 +287,15 @@ def radius_search(
             gap = 0.25 * rtol * a_hi
             r = torch.minimum(torch.maximum(r, a_lo + gap), a_hi - gap)
             wide = a_hi > 16 * a_lo
-            geometric = torch.where(a_lo > 0, a_lo.clamp_min(tiny).sqrt() * a_hi.sqrt(), a_hi / 8)
+            down = (a_hi / shrink[active]).clamp_min(tiny)
+            geometric = torch.where(a_lo > 0, a_lo.clamp_min(tiny).sqrt() * a_hi.sqrt(), down)
             r = torch.where(wide, geometric, r)
+            grow = wide & (a_lo == 0)
+            shrink[active] = torch.where(grow, (shrink[active] ** 2).clamp(max=1e300), 8.0)
             width_2[active] = width_1[active]
             width_1[active] = width
-        h = evaluate(active, r)
-        g = h + r
+        g = evaluate(active, r)
+        h = g - r  # g itself, not h + r: for R near the largest float64, h + r cancels g
         lo[active] = torch.maximum(lo[active], torch.minimum(g, r))
         hi[active] = torch.minimum(hi[active], torch.maximum(g, r))
         r_prev[active], h_prev[active] = r_last[active], h_last[active]
