@@ -342,10 +342,17 @@ def plot_bracket(
                     edgecolors=color,
                 )
         handles = [
-            plt.Line2D([], [], ls="", marker="v" if up else "^", mfc="k" if fill else "none",
-                       mec="k", label=label)
+            plt.Line2D(
+                [],
+                [],
+                ls="",
+                marker="v" if up else "^",
+                mfc="k" if fill else "none",
+                mec="k",
+                label=label,
+            )
             for _, label, fill, up in BRACKET_MEANS
-        ]  # fmt: skip
+        ]
         handles += [
             plt.Line2D([], [], color=REG_STYLE.get(r, ("black", "x"))[0], label=REG_LABEL.get(r, r))
             for r in sorted(set(part["regularizer"]))

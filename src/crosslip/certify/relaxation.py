@@ -135,9 +135,18 @@ class LinearRelaxation:
         delta = self.W[c[point]] - self.W[cls]  # (nr, H)
         tangent = tangent_units(delta)
         row = _Row(
-            delta, tangent, zh[point], pad[point], lo[point], hi[point], width[point],
-            s_lo[point], s_hi[point], s_z[point], chord[point],
-        )  # fmt: skip
+            delta,
+            tangent,
+            zh[point],
+            pad[point],
+            lo[point],
+            hi[point],
+            width[point],
+            s_lo[point],
+            s_hi[point],
+            s_z[point],
+            chord[point],
+        )
         m_rows = self.m[idx][point, cls]
         x_rows = rng.x[idx][point] if rng.box else None
         r_rows = r[point]
