@@ -19,13 +19,14 @@ is monotone. Class j cannot overtake c while this stays below its margin, so its
 the point's is the smallest over j. With one node (``N = 1``, ``s_1 = R``) this is exactly
 ``alpha(R)`` of Theorem 2.1, the paper's bound.
 
-*Nodes.* ``int_0^r L >= r L(0)``, so no radius exceeds the first-order distance ``R_1 =
-min_j m_j / L_j(0)``: the nodes are ``s_i = i R_1 / N``. A class with ``m_j / L_j(R_1) >=
-R_1`` cannot overtake within ``R_1`` (Theorem 2.1 at ``R_1``), so it is evaluated at the
-last node only. Where ``R_1`` exceeds :data:`SPAN` times Theorem 2.1's guarantee (units
-saturated at x, so that ``L(0)`` is tiny) the nodes stop there: any nodes are sound. The
-reported value is never below Theorem 2.1's own guarantee with the same bound, which the
-caller passes in (each is valid, so their maximum is).
+*Nodes.* Any nodes are sound; the radius found cannot exceed the last. They are
+``s_i = i R_1 / N`` with ``R_1`` :data:`SPAN` times Theorem 2.1's guarantee ``alpha``
+(which the caller passes in): on the 200-epoch networks of the record the integrated
+radius is 1.1–1.25 times ``alpha``, and nodes spread wider (up to the first-order distance
+``min_j m_j / L_j(0)``, which bounds every radius since ``int_0^r L >= r L(0)``) cost more
+resolution than they gain. A class with ``m_j / L_j(R_1) >= R_1`` cannot overtake within
+``R_1`` (Theorem 2.1 at ``R_1``), so it is evaluated at the last node only. The reported
+value is never below ``alpha`` (each is valid, so their maximum is).
 
 *Rounding.* The margins are lower bounds and each ``L(s_i)`` an upper bound with its
 rounding covered (:mod:`.softplus_bounds`); the steps ``s_i - s_{i-1}`` are rounded up by
@@ -40,8 +41,8 @@ import torch
 from .rounding import UNIT, gamma
 from .search import Certificate, LipschitzFn, ratios
 
-#: The nodes span at most this multiple of Theorem 2.1's guarantee (module docstring).
-SPAN = 8.0
+#: The nodes span this multiple of Theorem 2.1's guarantee (module docstring).
+SPAN = 1.5
 
 
 def integrated(
@@ -71,18 +72,13 @@ def integrated(
         return lip.masked_fill(~need, 0.0)
 
     result = paper.guarantee.clone()
-    ratio0 = ratios(m, bound(idx_all, torch.zeros(n, dtype=dt, device=dev), full), van)
-    reach = ratio0.min(1).values.clamp(max=torch.finfo(dt).max)  # first-order distance R_1
-    todo = idx_all[torch.isfinite(result) & (reach > 0) & (m > 0).all(1)]
+    todo = idx_all[torch.isfinite(result) & (result > 0) & (m > 0).all(1)]
     if len(todo) == 0:
         return result
-    m_t, r1 = m[todo], reach[todo]
-    # nodes beyond what any class can need cost tightness only: where L(0) vanishes (units
-    # saturated at x) R_1 is huge, and a multiple of Theorem 2.1's guarantee spans the gain
-    floor = result[todo]
-    r1 = torch.where(floor > 0, torch.minimum(r1, SPAN * floor), r1)
+    m_t = m[todo]
+    r1 = (SPAN * result[todo]).clamp(max=torch.finfo(dt).max)  # the last node
     van_t = None if van is None else van[todo]
-    # the last node with every class: those safe up to R_1 need no other node
+    # the last node with every class: those safe up to it need no other node
     last = bound(todo, r1, full[todo])
     need = ratios(m_t, last, van_t) < r1[:, None]
     step = r1 / nodes
