@@ -386,17 +386,22 @@ def test_two_runs_at_once_one_is_refused_and_neither_corrupts_the_other(tmp_path
     assert f"Snakemake pid {winner.pid} " in out and "wait for it to end or stop it" in out
     assert "Finished jobid" not in out and "LockException" not in out
 
-    # A third one, while the winner computes, is refused as well and touches nothing.
+    # A third one, while the winner computes, is refused as well and touches nothing. The
+    # winner and its jobs are held (SIGSTOP to its process group) inside its train job
+    # until the third run has ended, so however loaded the machine, the winner is still
+    # running when the third one starts: a stopped process keeps its lock and its pid.
     wait_for_job(winner, "train")
-    locks = {p: p.read_text() for p in snakemake_lock_files(work)}
-    assert locks  # the winner's own Snakemake locks
-    third = run(cmd)
+    os.killpg(winner.pid, signal.SIGSTOP)
+    try:
+        locks = {p: p.read_text() for p in snakemake_lock_files(work)}
+        assert locks  # the winner's own Snakemake locks
+        third = run(cmd)
+        after = {p: p.read_text() for p in snakemake_lock_files(work)}
+    finally:
+        os.killpg(winner.pid, signal.SIGCONT)
     assert third.returncode == 1 and f"Snakemake pid {winner.pid} " in third.stderr
     assert "Finished jobid" not in third.stdout + third.stderr
-    after = {p: p.read_text() for p in snakemake_lock_files(work)}
-    # the winner's locks are untouched while it runs (on a loaded machine it may have
-    # finished, and removed them itself, before the third run had started up)
-    assert after == locks or (winner.poll() is not None and not after)
+    assert after == locks  # the winner's locks are untouched
 
     out = winner.communicate(timeout=600)[0]
     assert winner.returncode == 0, out[-3000:]
