@@ -58,10 +58,6 @@ OWN_OPTIONS: dict[str, list[str]] = {
 NO_TORCH_OPTIONS = {"suite_times.py", "study_bracket.py"}
 
 
-def test_there_are_benchmarks():
-    assert len(BENCHES) >= 5, BENCHES
-
-
 def test_every_benchmark_has_its_options_listed_here():
     scripts = {p.name for p in BENCHMARKS.glob("[!_]*.py") if "def arguments()" in p.read_text()}
     assert scripts == set(OWN_OPTIONS) >= set(BENCHES)

@@ -49,12 +49,6 @@ def test_a_slow_test_may_start_snakemake(tmp_path):
     assert cmd[-3:] == ["--configfile", str(tmp_path / "c.yaml"), "-n"]
 
 
-def test_in_this_session_every_test_that_uses_a_shared_run_is_slow(request):
-    for item in request.session.items:
-        if conftest.WORKFLOW_FIXTURES & set(item.fixturenames):
-            assert item.get_closest_marker("slow") is not None, item.nodeid
-
-
 def test_in_this_session_the_tests_of_one_shared_run_share_one_xdist_group(request):
     """Under ``--dist loadgroup`` the group must reach pytest-xdist's scheduler (the node id
     ends with ``@<group>``). pytest 9.2 stores node ids where pytest-xdist 3.8 cannot add the
