@@ -40,8 +40,8 @@ from bench_kernel_bound import run as kernel_bound
 from crosslip.certify import certify_softplus
 from crosslip.certify.engine import METHOD_KINDS
 from crosslip.certify.reference import certify_prop23_reference
-from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, load_dataset
+from crosslip.models.checkpoints import load_model, save_model
 from crosslip.train import TrainConfig, train
 
 #: What the certification and attack benchmarks keep between runs: MNIST's prepared copy

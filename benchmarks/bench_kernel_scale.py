@@ -31,7 +31,7 @@ from crosslip.config import default
 from crosslip.data import load_dataset
 from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.kernel_train import KernelTrainConfig, train_kernel
-from crosslip.kernels import gamma_from_data
+from crosslip.models.kernels import gamma_from_data
 
 
 def run(bench: Run) -> dict:

@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from crosslip import pipeline
-from crosslip.checkpoints import save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import atomic_path, read_json, write_json
+from crosslip.models.checkpoints import save_model
 from crosslip.pipeline import (
     attack_stage,
     certify_stage,

@@ -22,7 +22,7 @@ from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.certify.kernel_bounds import plan_for as certify_plan_for
 from crosslip.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
 from crosslip.kernel_train import KernelTrainConfig, plan_for, train_kernel
-from crosslip.kernels import GaussianKernelModel
+from crosslip.models.kernels import GaussianKernelModel
 
 from .device_checks import cpu_peak_bytes
 

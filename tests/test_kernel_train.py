@@ -20,8 +20,8 @@ from crosslip.kernel_train import (
     rkhs_norm,
     train_kernel,
 )
-from crosslip.kernels import GaussianKernelModel, gamma_from_data
 from crosslip.models import class_gradients
+from crosslip.models.kernels import GaussianKernelModel, gamma_from_data
 
 
 def small_model(n=15, d=4, k=3, seed=0, gamma=0.7):

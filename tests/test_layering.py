@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.op_count",
         "crosslip.flops",
     ),  # vocabulary, files, progress lines, operation and flop counts
-    ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
+    ("crosslip.data", "crosslip.augment", "crosslip.models.kernels", "crosslip.models.softplus"),
     (
         "crosslip.config",
         "crosslip.selection",
@@ -49,8 +49,8 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     (
         "crosslip.models",
-        "crosslip.resnet",
-        "crosslip.torch_softplus",
+        "crosslip.models.resnet",
+        "crosslip.models.torch_softplus",
         "crosslip.results_schema",
     ),  # classifiers, schema
     ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
@@ -58,8 +58,8 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.train",
         "crosslip.training",
         "crosslip.kernel_train",
-        "crosslip.checkpoints",
-        "crosslip.external",
+        "crosslip.models.checkpoints",
+        "crosslip.models.external",
     ),  # training, model files
     ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
     ("crosslip.reproduction",),  # the reproduction record, from the tables

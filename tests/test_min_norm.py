@@ -21,9 +21,9 @@ from crosslip.attacks import (
     upper_bound,
 )
 from crosslip.certify import certify
-from crosslip.kernels import GaussianKernelModel
-from crosslip.resnet import ResNet
-from crosslip.torch_softplus import TorchSoftplusNet
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.resnet import ResNet
+from crosslip.models.torch_softplus import TorchSoftplusNet
 
 from .helpers import random_net, random_points
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import crosslip.train
-from crosslip.checkpoints import load_model, save_model
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
+from crosslip.models.checkpoints import load_model, save_model
 from crosslip.train import (
     GradientDescent,
     TrainConfig,

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from crosslip.checkpoints import load_model
+from crosslip.models.checkpoints import load_model
 
 from .helpers import ROOT, dry_run_jobs, snakemake_cmd
 

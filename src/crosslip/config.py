@@ -345,7 +345,7 @@ def dataset_entry(config: dict[str, Any], name: str) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------------
 # models trained elsewhere
 # --------------------------------------------------------------------------------------
-#: File endings that imply an external model's format (crosslip.external uses the same).
+#: File endings that imply an external model's format (crosslip.models.external uses the same).
 MODEL_SUFFIX_FORMATS = {".npz": "kernel_npz", ".pt": "state_dict", ".pth": "state_dict"}
 
 

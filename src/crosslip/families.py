@@ -3,7 +3,7 @@
 Section 5 trains one-hidden-layer softplus networks (``mlp``) and ResNets (``resnet``) by
 SGD with one of :data:`NET_REGULARIZERS` (:mod:`crosslip.train`), and Gaussian-kernel models
 (``kernel``) by L-BFGS with one of :data:`KERNEL_REGULARIZERS` (:mod:`crosslip.kernel_train`).
-Models trained elsewhere (:mod:`crosslip.external`) form the family ``external``.
+Models trained elsewhere (:mod:`crosslip.models.external`) form the family ``external``.
 These names are shared by training, the results (``family``, ``regularizer`` columns) and the
 report, so they live here, apart from any maths (no torch).
 """

@@ -6,7 +6,7 @@ Both minimize the convex objective (eq. L-Alg)
 
 over the coefficients ``alpha`` (K, N) by L-BFGS, with ``k(x, y) = exp(-gamma ||x - y||^2)``,
 ``gamma = a / rho^2`` (``rho``: mean 40-nearest-neighbour distance on the training set,
-:func:`crosslip.kernels.gamma_from_data`) and expansion points ``x_r``: all training points,
+:func:`crosslip.models.kernels.gamma_from_data`) and expansion points ``x_r``: all training points,
 or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop.
 
 * Kernel-LogReg: ``Omega = sum_j ||f_j||_H^2 = sum_j alpha_j^T K_cc alpha_j`` (RKHS norm).
@@ -46,7 +46,7 @@ from .config import default as config_default
 from .device import host_tensor
 from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from .kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
-from .kernels import GaussianKernelModel, gamma_from_data, kernel_rows
+from .models.kernels import GaussianKernelModel, gamma_from_data, kernel_rows
 from .progress import Progress
 from .train import TrainResult
 

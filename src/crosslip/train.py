@@ -32,10 +32,10 @@ from .device import in_tf32
 from .errors import ConfigError
 from .families import NET_REGULARIZERS
 from .models import SoftplusNet
+from .models.resnet import ResNet
 from .norms import norm_p
 from .progress import Progress
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
-from .resnet import ResNet
 
 LOG = logging.getLogger(__name__)
 REGULARIZERS = NET_REGULARIZERS

@@ -23,7 +23,7 @@ RESULTS = config["results"]
 ENV = "../../environment.yml"
 DATASETS = crosslip_config.dataset_names(config)
 GRID = crosslip_config.training_grid(config)
-# models trained elsewhere: name -> config entry (crosslip.external)
+# models trained elsewhere: name -> config entry (crosslip.models.external)
 EXTERNAL = crosslip_config.external_models(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"

@@ -42,7 +42,7 @@ for job in training_rules():
 
 # A model trained elsewhere (config external_models) takes a training job's place: read
 # without running code from it, checked against its dataset, stored with its metrics
-# (crosslip.external). The file is an input: a changed file imports it again.
+# (crosslip.models.external). The file is an input: a changed file imports it again.
 rule import_model:
     input:
         data=lambda wc: f"{RESULTS}/data/{EXTERNAL[wc.model]['dataset']}.npz",

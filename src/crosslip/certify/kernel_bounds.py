@@ -1,9 +1,9 @@
 r"""Local cross-Lipschitz bound of Proposition 2.2 for Gaussian-kernel classifiers (p = q = 2).
 
 Setting (Section 2.2). ``f_j(y) = sum_r alpha_jr k(x_r, y)`` with ``k(x, y) = exp(-gamma
-||x - y||^2)`` (:class:`crosslip.kernels.GaussianKernelModel`), predicted class ``c`` at ``x``,
-``beta_r = alpha_jr - alpha_cr``. Theorem 2.1 needs, for every ``j != c``, an upper bound
-``L_j(R) >= max_{y in B_2(x, R)} ||grad f_j(y) - grad f_c(y)||_2``.
+||x - y||^2)`` (:class:`crosslip.models.kernels.GaussianKernelModel`), predicted class
+``c`` at ``x``, ``beta_r = alpha_jr - alpha_cr``. Theorem 2.1 needs, for every ``j != c``, an upper
+bound ``L_j(R) >= max_{y in B_2(x, R)} ||grad f_j(y) - grad f_c(y)||_2``.
 
 Derivation, step by step
 ------------------------
@@ -145,7 +145,7 @@ import torch
 from ..config import default as config_default
 from ..device import host_tensor
 from ..kernel_memory import CertifyPlan, budget_bytes, certify_plan
-from ..kernels import GaussianKernelModel
+from ..models.kernels import GaussianKernelModel
 from ..progress import Progress
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .search import certificate_columns, margins, margins_lower, theorem21

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints import save_model
 from ..config import NetTrainSpec
 from ..data import load_prepared
 from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS
 from ..io import write_json
 from ..kernel_train import KernelTrainConfig, train_kernel
+from ..models.checkpoints import save_model
 from ..train import TrainConfig, TrainResult, train
 from ..training.grid import train_grid
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .augment import to_images
+from ..augment import to_images
 from .softplus import Softplus
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .device import host_tensor
+from ..device import host_tensor
 
 
 class GaussianKernelModel(nn.Module):
