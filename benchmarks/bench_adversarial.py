@@ -22,7 +22,7 @@ Figures per G and kind: seconds per step (median over the rounds), network-epoch
 second (a network-epoch: 60,000 digits, one full MNIST epoch, for one network), the
 operations one step dispatches (each a kernel launch on a GPU; views and allocations not
 counted) and how many of them read a value back to the host (each one a stall of the GPU,
-and none allowed in a recorded graph): :class:`crosslip.op_count.OpCount`. The last line is
+and none allowed in a recorded graph): :class:`benchmarks.op_count.OpCount`. The last line is
 one JSON object; ``speedup_one_step_vs_search`` and the ``ops_per_step_*`` are those of the
 largest G.
 Run: ``.venv/bin/python benchmarks/bench_adversarial.py [--device auto]``
@@ -39,9 +39,9 @@ from _harness import ROOT, finish, medians, parser, start
 from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.models import StackedSoftplusNet
-from crosslip.op_count import OpCount
-from crosslip.train import TrainConfig, adversarial_rows
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
+from crosslip.training.single import TrainConfig, adversarial_rows
+from op_count import OpCount
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

@@ -37,7 +37,7 @@ from bench_certify import full_mnist, trained_net
 from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.config import default
 from crosslip.data import load_dataset
-from crosslip.train import TrainConfig, train
+from crosslip.training.single import TrainConfig, train
 
 
 def network(args: argparse.Namespace):

@@ -25,7 +25,7 @@ from crosslip.data import CustomDataError, Dataset, available, load_custom, load
 from crosslip.data.custom import check_fits_training, fingerprint
 from crosslip.pipeline import prepare_data
 from crosslip.report import plot_adversarial_samples
-from crosslip.train import TrainConfig, train
+from crosslip.training.single import TrainConfig, train
 
 from .helpers import dry_run_jobs, fields, snakemake_cmd
 from .workflow_helpers import BASE, THREADS, changed, files_under, offline_env

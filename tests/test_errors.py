@@ -27,11 +27,11 @@ from crosslip.errors import (
     UnknownDatasetError,
 )
 from crosslip.io import write_json
-from crosslip.kernel_train import KernelTrainConfig
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.norms import norm_p
 from crosslip.report import SUMMARY_COLUMNS
-from crosslip.train import TrainConfig
+from crosslip.training.kernel import KernelTrainConfig
+from crosslip.training.single import TrainConfig
 
 from .helpers import ROOT, random_net
 

@@ -29,35 +29,20 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.norms",
         "crosslip.families",
         "crosslip.io",
-        "crosslip.job_files",
         "crosslip.device",
         "crosslip.progress",
-        "crosslip.op_count",
-        "crosslip.flops",
-    ),  # vocabulary, files, progress lines, operation and flop counts
-    ("crosslip.data", "crosslip.augment", "crosslip.models.kernels", "crosslip.models.softplus"),
-    (
-        "crosslip.config",
-        "crosslip.selection",
-        "crosslip.tracking",
-        "crosslip.perfdoc",
-        "crosslip.runlock",
-        "crosslip.kernel_memory",
-        "crosslip.job_resources",
-        "crosslip.job_batches",
-        "crosslip.projection",
-    ),
+    ),  # vocabulary, files, progress lines
+    ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
+    ("crosslip.config", "crosslip.jobs", "crosslip.projection"),  # config, job planning
     (
         "crosslip.models",
         "crosslip.models.resnet",
         "crosslip.models.torch_softplus",
         "crosslip.results_schema",
     ),  # classifiers, schema
-    ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
+    ("crosslip.training.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     (
-        "crosslip.train",
         "crosslip.training",
-        "crosslip.kernel_train",
         "crosslip.models.checkpoints",
         "crosslip.models.external",
     ),  # training, model files
@@ -75,12 +60,12 @@ TORCH_FREE = [
     "crosslip.norms",
     "crosslip.families",
     "crosslip.config",
-    "crosslip.selection",
-    "crosslip.tracking",
-    "crosslip.kernel_memory",
-    "crosslip.job_resources",
-    "crosslip.job_batches",  # the Snakefile plans the training jobs with it
-    "crosslip.job_files",
+    "crosslip.jobs.selection",
+    "crosslip.jobs.tracking",
+    "crosslip.jobs.kernel_memory",
+    "crosslip.jobs.resources",
+    "crosslip.jobs.batches",  # the Snakefile plans the training jobs with it
+    "crosslip.jobs.files",
     "crosslip.projection",  # the reproduction record's estimates
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it

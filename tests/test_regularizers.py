@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crosslip.regularizers import (
+from crosslip.training.regularizers import (
     _ContrastGradientNorm,
     _GramNorm,
     cross_lipschitz_autograd,
@@ -14,7 +14,7 @@ from crosslip.regularizers import (
     helmert,
     weight_decay,
 )
-from crosslip.train import TrainConfig, objective_terms
+from crosslip.training.single import TrainConfig, objective_terms
 
 from .helpers import random_net, random_points
 

@@ -1,6 +1,6 @@
 """Rerun only what changed: after a finished tiny run, each change plans exactly the jobs
 that depend on it, by Snakemake's rerun triggers (missing output, params, set of inputs,
-code digests of crosslip.tracking), and nothing else.
+code digests of crosslip.jobs.tracking), and nothing else.
 
 The workflow (Snakefile, workflow/, src/, ...) is copied next to the run, because some tests
 edit library files, whose digests the copy's Snakefile reads: the real repository is never

@@ -17,8 +17,8 @@ import torch
 import crosslip.models.softplus_net as softplus_net
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, StackedSoftplusNet, class_gradients
-from crosslip.train import TrainConfig, train
 from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, train_grid
+from crosslip.training.single import TrainConfig, train
 
 from .device_checks import implicit_tensors_on_meta
 from .helpers import random_net, random_points
@@ -97,7 +97,7 @@ class Replay(torch.nn.Module):
 
 
 def train_alone(cfg, data, monkeypatch, recorded: Recorded | None):
-    """``crosslip.train.train`` of one network; a dropout network replays the masks that
+    """``crosslip.training.single.train`` of one network; a dropout network replays the masks that
     the batched run drew for it."""
     if cfg.regularizer == "dropout":
         g = next(i for i, s in enumerate(recorded.specs) if s is cfg)
@@ -495,8 +495,8 @@ def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
     """``train.tf32`` sets TF32 for CUDA's float32 products and convolutions during the
     training (batched or alone), whatever was set before, and puts the settings back; on
     the CPU the weights do not depend on it."""
-    import crosslip.train as train_module
     import crosslip.training.grid as grid
+    import crosslip.training.single as train_module
 
     seen = []
     real_grid, real_alone = grid.grid_errors, train_module.error_rate

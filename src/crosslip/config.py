@@ -284,7 +284,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             "norm, and none is requested; add l2, l1 or linf to certify.kinds"
         )
     softplus_keys_of_state_dicts_only(external_models(config), given)
-    from .kernel_memory import config_problems  # torch-free; imports nothing from here
+    from .jobs.kernel_memory import config_problems  # torch-free; imports nothing from here
 
     memory = config_problems(config)
     if memory:
@@ -554,7 +554,7 @@ def tracked_params(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     input). A training job receives exactly this as its ``params``, and
     :func:`spec_from_tracked` gives the spec back, so Snakemake retrains a model when, and
     only when, its spec changes; networks of one setting and seed share it, which lets one
-    job train several of them (:mod:`crosslip.job_batches`)."""
+    job train several of them (:mod:`crosslip.jobs.batches`)."""
     keep_input = float(config["train"]["keep_input"])
     out: dict[str, dict[str, Any]] = {}
     for model_id, spec in training_grid(config).items():

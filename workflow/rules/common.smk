@@ -1,17 +1,17 @@
 # Config validation, the training grid and the targets come from the library
-# (crosslip.config, tested on its own); code tracking from crosslip.tracking.
+# (crosslip.config, tested on its own); code tracking from crosslip.jobs.tracking.
 import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from crosslip import config as crosslip_config
-from crosslip import selection as crosslip_selection
+from crosslip.jobs import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.job_resources import grid_batch_resources, job_resources, take_overrides
-from crosslip.tracking import code_digest
-from crosslip import job_batches as crosslip_batches
-from crosslip.job_batches import evaluation_batches, plan_batches
+from crosslip.jobs.resources import grid_batch_resources, job_resources, take_overrides
+from crosslip.jobs.tracking import code_digest
+from crosslip.jobs import batches as crosslip_batches
+from crosslip.jobs.batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
     try:
@@ -32,7 +32,7 @@ PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 def code(script):
     """Digest of a script and the crosslip code it imports (from the package beside this
     Snakefile): a rule's params.code, so that a job reruns when, and only when, the code it
-    runs changes (crosslip.tracking)."""
+    runs changes (crosslip.jobs.tracking)."""
     return code_digest(SCRIPTS / script, PACKAGE if PACKAGE.is_dir() else None)
 
 
@@ -47,7 +47,7 @@ ATTACK_BATCHES = evaluation_batches(config, GRID, "attack")
 
 def evaluation_params(stage):
     """The params of a `certify` or `attack` job, per-model or batched alike (one
-    definition: crosslip.job_batches.evaluation_params), with the code digest of its
+    definition: crosslip.jobs.batches.evaluation_params), with the code digest of its
     script."""
     return {
         **crosslip_batches.evaluation_params(config, stage),
@@ -65,7 +65,7 @@ def training_rules():
         "metrics": f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
         "log": f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
         "benchmark": f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv",
-        # From the config and the model (crosslip.job_resources): kernel models the memory
+        # From the config and the model (crosslip.jobs.resources): kernel models the memory
         # budget kernel.memory_gb and a runtime from their flop count. One GPU per job
         # unless device is cpu: counted by Snakemake only where a limit is given
         # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
@@ -104,7 +104,7 @@ def training_rules():
 
 def batch_resources(batch, stage):
     """mem_mb, runtime and gpu of a batched certify or attack job: the most memory of one
-    of its models, the sum of their runtimes, one GPU (crosslip.job_resources)."""
+    of its models, the sum of their runtimes, one GPU (crosslip.jobs.resources)."""
     each = [job_resources(config, GRID[m], batch.dataset, stage) for m in batch.models]
     return {
         "mem_mb": max(r["mem_mb"] for r in each),
@@ -114,7 +114,7 @@ def batch_resources(batch, stage):
 
 
 def resources_of(wildcards, stage):
-    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources);
+    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.jobs.resources);
     a model trained elsewhere (not in GRID) gets the networks' defaults."""
     return job_resources(config, GRID.get(wildcards.model), wildcards.dataset, stage)
 

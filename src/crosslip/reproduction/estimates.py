@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as crosslip_config
+from ..jobs.selection import method_of
 from ..projection import one_dataset, projected, training_jobs
-from ..selection import method_of
 from .claims import LABEL, NET_ORDER, Run, duration
 from .export import ExportError, effective_config
 

@@ -8,7 +8,7 @@ dimension, so one step costs one batched product per layer for all G of them (on
 many kernel launches as one network). Each grid point keeps its own
 
 * regularizer and lambda: none, weight decay (half the squared norm of the weights),
-  Cross-Lipschitz in closed form (eq. crosslip, :func:`crosslip.regularizers.
+  Cross-Lipschitz in closed form (eq. crosslip, :func:`crosslip.training.regularizers.
   cross_lipschitz_closed_form` on the stack), dropout;
 * learning rate and schedule (``lr_decay`` after each fraction ``lr_decay_at`` of the
   updates);
@@ -22,7 +22,7 @@ many kernel launches as one network). Each grid point keeps its own
 * divergence: a grid point whose loss is not finite stops at that update, as a training of
   its own would, and the others go on.
 
-Apart from the dropout masks, grid point ``g`` comes out as :func:`crosslip.train.train`
+Apart from the dropout masks, grid point ``g`` comes out as :func:`crosslip.training.single.train`
 trains it alone: the same initialisation (the seed's), batches, augmentations and update
 per step (tests/test_train_grid.py compares them in float64, dropout under the same masks).
 """
@@ -42,14 +42,14 @@ import torch
 from torch.nn import functional as F
 
 from ..attacks import one_step_stacked, upper_bound
-from ..augment import augment, center_crop
+from ..data.augment import augment, center_crop
 from ..device import in_tf32
 from ..errors import ConfigError
 from ..models import SoftplusNet, StackedSoftplusNet
 from ..norms import norm_p
 from ..progress import Progress
-from ..regularizers import cross_lipschitz_closed_form
-from ..train import (
+from .regularizers import cross_lipschitz_closed_form
+from .single import (
     TrainConfig,
     TrainResult,
     adversarial_fractions,
@@ -215,7 +215,7 @@ class GridStep:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per grid point, the mean cross-entropy on the batch and the penalty without
         lambda (eq. L-Alg), each (G,), for ``x`` (n, d) or (G, n, d) and labels ``y`` (n,).
-        Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.train.
+        Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.training.single.
         objective_terms` does. ``weights``: the ``(U, W)`` each penalty piece reads (by
         default slices of the stack's)."""
         stack = self.stack
@@ -384,7 +384,7 @@ def adversarial_inputs(
     """The batch of every grid point for ``adv_attack`` ``search``, (G, n, d): ``xb`` (n, d)
     with its first ``adv_fraction`` replaced by box-constrained adversarial samples of that
     grid point's network (the paper's attack with rtol 1e-2 and 10 bisection steps, as
-    :func:`crosslip.train.adversarial_batch` for one network; a point whose attack fails
+    :func:`crosslip.training.single.adversarial_batch` for one network; a point whose attack fails
     stays as it is). All G networks are attacked in one batch of G x m rows."""
     size, (n, d) = stack.size, xb.shape
     m = adversarial_rows(cfg, n)
@@ -414,7 +414,7 @@ def _networks(
     specs: Sequence[TrainConfig], shared: dict[str, Any], in_dim: int, num_classes: int
 ) -> list[SoftplusNet]:
     """A copy per grid point (with its dropout) of the seed's initial network, drawn as
-    :func:`crosslip.train.train` draws it (the global RNG freshly seeded)."""
+    :func:`crosslip.training.single.train` draws it (the global RNG freshly seeded)."""
     shape = (in_dim, num_classes, shared["hidden"], shared["alpha"], shared["bias"])
     template = SoftplusNet(*shape, init=shared["init"])
     nets = []
@@ -441,9 +441,9 @@ def train_grid(
     on_epoch: Callable[[int, list[SoftplusNet]], None] | None = None,
 ) -> list[TrainResult]:
     """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
-    batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
+    batched model on ``device``; returns one :class:`crosslip.training.single.TrainResult` per spec,
     in the order given, each model on the CPU with the metrics of
-    :func:`crosslip.train.train` (``seconds`` is the whole batch's) and ``grid_networks``
+    :func:`crosslip.training.single.train` (``seconds`` is the whole batch's) and ``grid_networks``
     (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`: a generator on
     ``device`` per dropout network); ``tags``: one name per network for its
     progress lines (:data:`crosslip.progress.TAG`). ``cuda_graph``: on CUDA, replay the

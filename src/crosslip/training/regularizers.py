@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .models import SoftplusNet
+from ..models import SoftplusNet
 
 
 def cross_lipschitz_from_gradients(grads: torch.Tensor) -> torch.Tensor:

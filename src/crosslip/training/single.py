@@ -25,16 +25,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .attacks import one_step, upper_bound
-from .augment import augment, center_crop
-from .config import NetTrainSpec
-from .device import in_tf32
-from .errors import ConfigError
-from .families import NET_REGULARIZERS
-from .models import SoftplusNet
-from .models.resnet import ResNet
-from .norms import norm_p
-from .progress import Progress
+from ..attacks import one_step, upper_bound
+from ..config import NetTrainSpec
+from ..data.augment import augment, center_crop
+from ..device import in_tf32
+from ..errors import ConfigError
+from ..families import NET_REGULARIZERS
+from ..models import SoftplusNet
+from ..models.resnet import ResNet
+from ..norms import norm_p
+from ..progress import Progress
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 
 LOG = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def train(
     """Train a :class:`SoftplusNet`; returns it (on CPU) with metrics.
 
     Settings (Section 5): ``plain``; ``augment``: every batch is augmented
-    (:func:`crosslip.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
+    (:func:`crosslip.data.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
     error is on center crops, the model takes crops); ``adversarial``: the first
     ``adv_fraction`` of every batch is replaced by box-constrained samples of the current
     model in the ``adv_norm``, with their true labels: ``adv_attack`` ``one_step`` (the

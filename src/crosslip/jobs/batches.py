@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import KernelTrainSpec, NetTrainSpec, dataset_names, spec_params, tracked_params
-from .families import model_family
+from ..config import KernelTrainSpec, NetTrainSpec, dataset_names, spec_params, tracked_params
+from ..families import model_family
 
 
 @dataclass(frozen=True)
