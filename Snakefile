@@ -72,4 +72,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        crosslip_config.aggregate_targets(config),
+        aggregate_targets(config),

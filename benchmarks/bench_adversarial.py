@@ -36,12 +36,12 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, medians, parser, start
-from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.models import StackedSoftplusNet
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
 from crosslip.training.single import TrainConfig, adversarial_rows
 from op_count import OpCount
+from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

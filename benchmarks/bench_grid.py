@@ -40,7 +40,6 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, parser, start, timed
-from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.device import tf32
 from crosslip.models import SoftplusNet, StackedSoftplusNet
@@ -49,6 +48,7 @@ from crosslip.training.regularizers import cross_lipschitz_flops
 from crosslip.training.single import GradientDescent, TrainConfig, objective_terms, train
 from flops import matmul_rate
 from op_count import OpCount
+from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

@@ -27,7 +27,7 @@ import torch
 
 from _harness import Run, finish, parser, start
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
-from crosslip.config import default
+from crosslip.config.schema import default
 from crosslip.data import load_dataset
 from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.models.kernels import gamma_from_data

@@ -68,7 +68,9 @@ import yaml
 from snakemake.utils import update_config
 
 from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
-from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
+from crosslip.config.grid import dataset_names, training_grid
+from crosslip.config.specs import NetTrainSpec, spec_params
+from crosslip.config.validate import validate
 from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.projection import job_count, projected, training_jobs
 from crosslip.stages.attack import attack_stage

@@ -16,9 +16,11 @@ import yaml
 from torch import nn
 
 from crosslip.certify import certify
-from crosslip.config import ConfigError, aggregate_targets, default, validate
+from crosslip.config.grid import aggregate_targets
+from crosslip.config.schema import default
+from crosslip.config.validate import validate
 from crosslip.data import load_prepared
-from crosslip.errors import ModelFileError
+from crosslip.errors import ConfigError, ModelFileError
 from crosslip.io import read_json
 from crosslip.models.checkpoints import load_model
 from crosslip.models.external import load_external

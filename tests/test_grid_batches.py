@@ -27,14 +27,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from crosslip.config import (
-    ConfigError,
-    spec_from_tracked,
-    spec_params,
-    tracked_params,
-    training_grid,
-    validate,
-)
+from crosslip.config.grid import tracked_params, training_grid
+from crosslip.config.specs import spec_from_tracked, spec_params
+from crosslip.config.validate import validate
+from crosslip.errors import ConfigError
 from crosslip.jobs.batches import evaluation_params, needs_training, plan_batches
 from crosslip.jobs.files import as_list
 from crosslip.jobs.resources import take_overrides

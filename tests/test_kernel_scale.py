@@ -15,7 +15,10 @@ import yaml
 
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.certify.kernel_bounds import plan_for as certify_plan_for
-from crosslip.config import ConfigError, NetTrainSpec, training_grid, validate
+from crosslip.config.grid import training_grid
+from crosslip.config.specs import NetTrainSpec
+from crosslip.config.validate import validate
+from crosslip.errors import ConfigError
 from crosslip.jobs.kernel_memory import (
     BYTES,
     DATASET_SHAPES,

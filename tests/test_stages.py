@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from crosslip.config import default
+from crosslip.config.schema import default
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
 from crosslip.models import SoftplusNet

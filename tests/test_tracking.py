@@ -55,7 +55,7 @@ def test_docstring_comment_and_formatting_edits_change_no_digest(package):
     net = package / "models" / "softplus_net.py"
     edit(net, '"""Input gradients', '"""Edited: input gradients')
     edit(net, "\nimport torch\n", "\nimport torch  # a new comment\n\n")
-    edit(package / "regularizers.py", "\n\n\n", "\n\n\n\n")
+    edit(package / "training" / "regularizers.py", "\n\n\n", "\n\n\n\n")
     assert digests() == before
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import NetTrainSpec, dataset_names
+from .config.grid import dataset_names
+from .config.specs import NetTrainSpec
 from .jobs.batches import evaluation_batches, plan_batches
 
 

@@ -5,7 +5,15 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from crosslip import config as crosslip_config
+from crosslip.errors import ConfigError
+from crosslip.config.grid import (
+    aggregate_targets,
+    dataset_entry,
+    dataset_names,
+    tracked_params,
+    training_grid,
+)
+from crosslip.config.validate import external_models, validate
 from crosslip.jobs import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.jobs.resources import grid_batch_resources, job_resources, take_overrides
@@ -15,16 +23,16 @@ from crosslip.jobs.batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
     try:
-        crosslip_config.validate(config)
-    except crosslip_config.ConfigError as exc:
+        validate(config)
+    except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
-DATASETS = crosslip_config.dataset_names(config)
-GRID = crosslip_config.training_grid(config)
+DATASETS = dataset_names(config)
+GRID = training_grid(config)
 # models trained elsewhere: name -> config entry (crosslip.models.external)
-EXTERNAL = crosslip_config.external_models(config)
+EXTERNAL = external_models(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 
@@ -38,7 +46,7 @@ def code(script):
 
 # what each training job receives (with the model id: the whole spec), and the networks
 # trained as one batched model (rules in train.smk)
-TRACKED = crosslip_config.tracked_params(config)
+TRACKED = tracked_params(config)
 TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
 # with certify.batch_models / attack.batch_models: one job per dataset, family and setting
 CERTIFY_BATCHES = evaluation_batches(config, GRID, "certify")

@@ -27,7 +27,7 @@ for job in training_rules():
         resources:
             **job["resources"],
         params:
-            # with the model id, the whole training spec (crosslip.config.spec_from_tracked)
+            # with the model id, the whole training spec (crosslip.config.specs.spec_from_tracked)
             tracked=job["tracked"],
             code=code("train.py"),
             device=config["device"],

@@ -142,7 +142,7 @@ import math
 import numpy as np
 import torch
 
-from ..config import default as config_default
+from ..config.schema import default as config_default
 from ..device import host_tensor
 from ..jobs.kernel_memory import CertifyPlan, budget_bytes, certify_plan
 from ..models.kernels import GaussianKernelModel

@@ -501,7 +501,7 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     does not fit ``kernel.memory_gb`` on the config's ``device`` (``auto`` counts as a GPU,
     whose reserve the CPU does not need: :func:`device_reserve_bytes`): the estimate in GiB,
     the keys to change (``kernel.n_centers``, ``kernel.memory_gb``, ``datasets``) and the
-    most expansion points that fit. Torch-free, so that :func:`crosslip.config.validate`
+    most expansion points that fit. Torch-free, so that :func:`crosslip.config.validate.validate`
     rejects such a config before any job runs."""
     kern = config.get("kernel", {})
     regs = sorted(kern.get("grid", {}))

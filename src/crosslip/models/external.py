@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import MODEL_SUFFIX_FORMATS
+from ..config.validate import MODEL_SUFFIX_FORMATS
 from ..errors import ModelFileError
 from ..io import read_npz_array
 from .checkpoints import load_error_reason

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import NetTrainSpec
+from ..config.specs import NetTrainSpec
 from ..data import load_prepared
 from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import KernelTrainSpec
-from ..config import default as config_default
+from ..config.schema import default as config_default
+from ..config.specs import KernelTrainSpec
 from ..device import host_tensor
 from ..families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from ..jobs.kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan

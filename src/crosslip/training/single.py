@@ -26,7 +26,7 @@ import torch
 from torch.nn import functional as F
 
 from ..attacks import one_step, upper_bound
-from ..config import NetTrainSpec
+from ..config.specs import NetTrainSpec
 from ..data.augment import augment, center_crop
 from ..device import in_tf32
 from ..errors import ConfigError
