@@ -15,7 +15,7 @@ kinds that take turns over ``--rounds`` rounds of ``--steps`` steps each:
   point's samples itself (:func:`crosslip.attacks.one_step_stacked`), fixed shapes and no
   read back to the host, so on CUDA the whole step is one recorded graph;
 * **search** (``train.adv_attack: search``): the paper's attack on every grid point
-  (:func:`crosslip.training.grid.adversarial_inputs`, rtol 1e-2, at most 10 bisection
+  (:func:`crosslip.training.adversarial.adversarial_inputs`, rtol 1e-2, at most 10 bisection
   steps), then the step.
 
 Figures per G and kind: seconds per step (median over the rounds), network-epochs per
@@ -38,8 +38,9 @@ import torch
 from _harness import ROOT, finish, medians, parser, start
 from crosslip.data import load_dataset
 from crosslip.models import StackedSoftplusNet
-from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
-from crosslip.training.single import TrainConfig, adversarial_rows
+from crosslip.training.adversarial import adversarial_inputs, adversarial_rows
+from crosslip.training.core import TrainConfig
+from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
 from op_count import OpCount
 from presets import preset_networks
 

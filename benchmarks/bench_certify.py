@@ -42,7 +42,8 @@ from crosslip.certify.engine import METHOD_KINDS
 from crosslip.certify.reference import certify_prop23_reference
 from crosslip.data import Dataset, load_dataset
 from crosslip.models.checkpoints import load_model, save_model
-from crosslip.training.single import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 #: What the certification and attack benchmarks keep between runs: MNIST's prepared copy
 #: and their network, trained once.

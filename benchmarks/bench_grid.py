@@ -43,9 +43,10 @@ from _harness import ROOT, finish, parser, start, timed
 from crosslip.data import load_dataset
 from crosslip.device import tf32
 from crosslip.models import SoftplusNet, StackedSoftplusNet
+from crosslip.training.core import TrainConfig
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
 from crosslip.training.regularizers import cross_lipschitz_flops
-from crosslip.training.single import GradientDescent, TrainConfig, objective_terms, train
+from crosslip.training.single import GradientDescent, objective_terms, train
 from flops import matmul_rate
 from op_count import OpCount
 from presets import preset_networks

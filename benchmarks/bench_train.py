@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from _harness import finish, parser, start, timed
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
+from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig, train_kernel
 from crosslip.training.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
-from crosslip.training.single import GradientDescent, TrainConfig, objective_terms
+from crosslip.training.single import GradientDescent, objective_terms
 
 H, K = 1024, 10
 LAM = 1e-3

@@ -47,8 +47,8 @@ from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.certify.decomposition import decompose, unit_sharpness
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
+from crosslip.training.core import TrainConfig, error_rate
 from crosslip.training.grid import train_grid
-from crosslip.training.single import TrainConfig, error_rate
 
 DEFAULT_NETWORKS = [
     "none:0:0.5",
@@ -62,7 +62,7 @@ DEFAULT_NETWORKS = [
 
 
 def network_spec(text: str, **common) -> TrainConfig:
-    """``REGULARIZER:VALUE:LR`` as a :class:`~crosslip.training.single.TrainConfig` (module
+    """``REGULARIZER:VALUE:LR`` as a :class:`~crosslip.training.core.TrainConfig` (module
     docstring)."""
     try:
         reg, value, lr = text.split(":")

@@ -27,7 +27,8 @@ from crosslip.data.custom import check_fits_training, fingerprint
 from crosslip.errors import ConfigError
 from crosslip.pipeline import prepare_data
 from crosslip.report import plot_adversarial_samples
-from crosslip.training.single import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 from .helpers import dry_run_jobs, fields, snakemake_cmd
 from .workflow_helpers import BASE, THREADS, changed, files_under, offline_env

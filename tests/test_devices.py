@@ -37,8 +37,9 @@ from crosslip.models.checkpoints import load_model, save_model
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.models.torch_softplus import from_sequential
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
+from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
-from crosslip.training.single import TrainConfig, train
+from crosslip.training.single import train
 
 from .device_checks import assert_same, implicit_tensors_on_meta
 from .helpers import LEARNABLE_ERROR, LEARNABLE_NET, learnable_digits, random_net, random_points

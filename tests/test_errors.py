@@ -30,8 +30,8 @@ from crosslip.io import write_json
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.norms import norm_p
 from crosslip.report import SUMMARY_COLUMNS
+from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig
-from crosslip.training.single import TrainConfig
 
 from .helpers import ROOT, random_net
 

@@ -11,9 +11,9 @@ import torch
 
 from benchmarks.flops import count_flops, matmul_rate
 from crosslip.models import StackedSoftplusNet
+from crosslip.training.core import TrainConfig
 from crosslip.training.grid import GridStep
 from crosslip.training.regularizers import cross_lipschitz_flops
-from crosslip.training.single import TrainConfig
 
 from .helpers import random_net, random_points
 

@@ -204,7 +204,8 @@ def test_resnet_on_flat_inputs():
 def trained_net():
     """A 784-64-10 softplus net after 2 epochs of SGD on 4,000 digits of mnist5k."""
     from crosslip.data import load_dataset
-    from crosslip.training.single import TrainConfig, train
+    from crosslip.training.core import TrainConfig
+    from crosslip.training.single import train
 
     ds = load_dataset("mnist5k")
     cfg = TrainConfig(epochs=2, lr=0.2, hidden=64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from crosslip.training.core import TrainConfig
 from crosslip.training.regularizers import (
     _ContrastGradientNorm,
     _GramNorm,
@@ -14,7 +15,7 @@ from crosslip.training.regularizers import (
     helmert,
     weight_decay,
 )
-from crosslip.training.single import TrainConfig, objective_terms
+from crosslip.training.single import objective_terms
 
 from .helpers import random_net, random_points
 

@@ -14,13 +14,9 @@ import crosslip.training.single
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
 from crosslip.models.checkpoints import load_model, save_model
-from crosslip.training.single import (
-    GradientDescent,
-    TrainConfig,
-    adversarial_batch,
-    lr_decay_updates,
-    train,
-)
+from crosslip.training.adversarial import adversarial_batch
+from crosslip.training.core import TrainConfig, lr_decay_updates
+from crosslip.training.single import GradientDescent, train
 
 
 @pytest.fixture(scope="module")

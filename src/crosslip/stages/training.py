@@ -13,9 +13,10 @@ from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS
 from ..io import write_json
 from ..models.checkpoints import save_model
+from ..training.core import TrainConfig, TrainResult
 from ..training.grid import train_grid
 from ..training.kernel import KernelTrainConfig, train_kernel
-from ..training.single import TrainConfig, TrainResult, train
+from ..training.single import train
 
 
 def _write(

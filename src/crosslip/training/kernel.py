@@ -48,7 +48,7 @@ from ..families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from ..jobs.kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
 from ..models.kernels import GaussianKernelModel, gamma_from_data, kernel_rows
 from ..progress import Progress
-from .single import TrainResult
+from .core import TrainResult
 
 LOG = logging.getLogger(__name__)
 
