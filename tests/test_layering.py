@@ -59,7 +59,8 @@ TORCH_FREE = [
     "crosslip.errors",
     "crosslip.norms",
     "crosslip.families",
-    "crosslip.config",
+    "crosslip.config.validate",  # with the schema, the specs and the grid
+    "crosslip.config.reference",
     "crosslip.jobs.selection",
     "crosslip.jobs.tracking",
     "crosslip.jobs.kernel_memory",
