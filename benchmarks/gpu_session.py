@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import shlex
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def commands(part: str, args: argparse.Namespace, work: Path) -> list[Command]:
 def run(cmd: Command, folder: Path) -> dict[str, Any]:
     """Run ``cmd`` in the checkout with its time limit, output to ``folder/<name>.log``;
     its record to ``folder/<name>.json`` where it printed one. Returns its summary."""
-    from perfdoc import entry, write_record
+    # perfdoc.py beside this file, also where this script is loaded without its folder on
+    # sys.path (runpy.run_path, as tests/test_gpu_session.py does)
+    perfdoc = runpy.run_path(str(Path(__file__).with_name("perfdoc.py")))
+    entry, write_record = perfdoc["entry"], perfdoc["write_record"]
 
     log = folder / f"{cmd.name}.log"
     t0 = time.perf_counter()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from crosslip.config.validate.validate import validate
 
 from crosslip.config.grid import training_grid
 from crosslip.config.specs import NetTrainSpec
+from crosslip.config.validate import validate
 
 
 def preset_networks(

@@ -49,7 +49,7 @@ from crosslip.data.unpickle import load_restricted
 
 from .helpers import files_in
 
-SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config" / "schema.yaml"
 
 # --------------------------------------------------------------------------------------
 # helpers: hashing, HTTP server, closed port
