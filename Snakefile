@@ -23,7 +23,7 @@ include: "workflow/rules/common.smk"
 
 # A run lock that dies with its holder: a killed run resumes with the same command, a second
 # run for the same results folder is refused (docs/troubleshooting-resume.md).
-from crosslip.runlock import guard_run
+from crosslip.jobs.runlock import guard_run
 
 guard_run(workflow, config["results"])
 
@@ -72,4 +72,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        crosslip_config.aggregate_targets(config),
+        aggregate_targets(config),

@@ -7,8 +7,8 @@
 * timing: :func:`timed` reads the clock around a call with the device synchronised, and
   :func:`medians` times kinds that take turns over rounds, the median of each;
 * the end: :func:`finish` prints the JSON line that ends every benchmark's output (the
-  object that ``python -m crosslip.perfdoc record`` keeps in ``docs/benchmarks/``), and
-  writes it with its provenance (command, date, commit: :func:`crosslip.perfdoc.provenance`)
+  object that ``python benchmarks/perfdoc.py record`` keeps in ``docs/benchmarks/``), and
+  writes it with its provenance (command, date, commit: :func:`benchmarks.perfdoc.provenance`)
   where asked.
 
 A benchmark runs as ``python benchmarks/<name>.py``: Python puts the script's folder first on
@@ -53,7 +53,7 @@ from crosslip.device import (
     resolve_device,
     synchronize,
 )
-from crosslip.perfdoc import provenance
+from perfdoc import provenance
 
 T = TypeVar("T")
 

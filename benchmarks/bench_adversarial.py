@@ -15,14 +15,14 @@ kinds that take turns over ``--rounds`` rounds of ``--steps`` steps each:
   point's samples itself (:func:`crosslip.attacks.one_step_stacked`), fixed shapes and no
   read back to the host, so on CUDA the whole step is one recorded graph;
 * **search** (``train.adv_attack: search``): the paper's attack on every grid point
-  (:func:`crosslip.training.grid.adversarial_inputs`, rtol 1e-2, at most 10 bisection
+  (:func:`crosslip.training.adversarial.adversarial_inputs`, rtol 1e-2, at most 10 bisection
   steps), then the step.
 
 Figures per G and kind: seconds per step (median over the rounds), network-epochs per
 second (a network-epoch: 60,000 digits, one full MNIST epoch, for one network), the
 operations one step dispatches (each a kernel launch on a GPU; views and allocations not
 counted) and how many of them read a value back to the host (each one a stall of the GPU,
-and none allowed in a recorded graph): :class:`crosslip.op_count.OpCount`. The last line is
+and none allowed in a recorded graph): :class:`benchmarks.op_count.OpCount`. The last line is
 one JSON object; ``speedup_one_step_vs_search`` and the ``ops_per_step_*`` are those of the
 largest G.
 Run: ``.venv/bin/python benchmarks/bench_adversarial.py [--device auto]``
@@ -36,12 +36,13 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, medians, parser, start
-from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.models import StackedSoftplusNet
-from crosslip.op_count import OpCount
-from crosslip.train import TrainConfig, adversarial_rows
-from crosslip.training.grid import REGULARIZER_ORDER, GridStep, adversarial_inputs, train_grid
+from crosslip.training.adversarial import adversarial_inputs, adversarial_rows
+from crosslip.training.core import TrainConfig
+from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
+from op_count import OpCount
+from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

@@ -40,9 +40,10 @@ from bench_kernel_bound import run as kernel_bound
 from crosslip.certify import certify_softplus
 from crosslip.certify.engine import METHOD_KINDS
 from crosslip.certify.reference import certify_prop23_reference
-from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, load_dataset
-from crosslip.train import TrainConfig, train
+from crosslip.models.checkpoints import load_model, save_model
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 #: What the certification and attack benchmarks keep between runs: MNIST's prepared copy
 #: and their network, trained once.

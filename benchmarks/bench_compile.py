@@ -36,10 +36,10 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, parser, start, timed
-from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, StackedSoftplusNet
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep
+from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

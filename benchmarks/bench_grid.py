@@ -9,7 +9,8 @@ eight Cross-Lipschitz networks, the whole grid) they are trained for ``--epochs`
 
 * **batched**: :func:`crosslip.training.grid.train_grid`, one model of G stacked networks
   (on CUDA its full batches' step replayed as a CUDA graph);
-* **separate**: :func:`crosslip.train.train` for each network, one after the other: what one
+* **separate**: :func:`crosslip.training.single.train` for each network, one after the other: what
+one
   process per model computes, without the processes' start-up (about 2 s each here).
 
 Figures per G: the seconds of each (median over the rounds), network-epochs per second (a
@@ -17,7 +18,7 @@ network-epoch: one pass of one network over 60,000 digits, the full MNIST traini
 the measured rate), the speedup of batched over separate, and the *arithmetic bound*: the
 step's matrix-product flops (forward ``2 n d H + 2 n H K``, backward ``2 n d H + 4 n H K``
 per network, plus for Cross-Lipschitz the cheaper exact form,
-``crosslip.regularizers.cross_lipschitz_flops``) over the float32 matrix-product rate this
+``crosslip.training.regularizers.cross_lipschitz_flops``) over the float32 matrix-product rate this
 machine gave meanwhile (the fastest of the step's own product shapes); the ratio of the
 batched time to it says how far from the arithmetic the training runs (launches, memory
 traffic, Python). Also the operations of one step (each a kernel launch on a GPU; views and
@@ -39,15 +40,16 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, parser, start, timed
-from crosslip.config import preset_networks
 from crosslip.data import load_dataset
 from crosslip.device import tf32
-from crosslip.flops import matmul_rate
 from crosslip.models import SoftplusNet, StackedSoftplusNet
-from crosslip.op_count import OpCount
-from crosslip.regularizers import cross_lipschitz_flops
-from crosslip.train import GradientDescent, TrainConfig, objective_terms, train
+from crosslip.training.core import TrainConfig
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
+from crosslip.training.regularizers import cross_lipschitz_flops
+from crosslip.training.single import GradientDescent, objective_terms, train
+from flops import matmul_rate
+from op_count import OpCount
+from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
 K = 10

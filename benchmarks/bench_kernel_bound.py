@@ -28,7 +28,7 @@ import torch
 
 from _harness import MNIST_MIRROR, finish, parser, start, timed
 from crosslip.certify.kernel_bounds import certify_kernel, certify_kernel_reference
-from crosslip.kernels import GaussianKernelModel, gamma_from_data
+from crosslip.models.kernels import GaussianKernelModel, gamma_from_data
 
 #: The MNIST mirror: ``CROSSLIP_MNIST_MIRROR`` where set, else the shared one.
 MIRROR = Path(os.environ.get("CROSSLIP_MNIST_MIRROR", MNIST_MIRROR))

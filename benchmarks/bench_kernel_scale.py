@@ -2,13 +2,13 @@
 
 For each number of expansion points ``N`` (``--centers``), on all 60,000 MNIST training
 digits: one Kernel-CL training run of ``--iterations`` L-BFGS iterations
-(:func:`crosslip.kernel_train.train_kernel`: bandwidth, Gram matrix, seconds per iteration,
+(:func:`crosslip.training.kernel.train_kernel`: bandwidth, Gram matrix, seconds per iteration,
 the plan the budget gave), then Proposition 2.2 guarantees for ``--points`` test digits with
 the plan of the budget (:func:`crosslip.certify.kernel_bounds.certify_kernel`) and, with
 ``--streamed``, again with the (N, N) arrays recomputed per tile (as for a model whose
 arrays do not fit, forced by a budget of the minimum and two (N, N) arrays). ``--device``
 picks the device (``auto``: CUDA if there is one). The largest ``N`` whose training fits
-the budget on that device comes from :func:`crosslip.kernel_memory.largest_centers`. The
+the budget on that device comes from :func:`crosslip.jobs.kernel_memory.largest_centers`. The
 model is trained for a few iterations only: the timings, not its accuracy, are the point.
 Wall-clock and CPU time of the process are both reported: on a shared machine the CPU time
 is the steadier figure.
@@ -27,11 +27,11 @@ import torch
 
 from _harness import Run, finish, parser, start
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
-from crosslip.config import default
+from crosslip.config.schema import default
 from crosslip.data import load_dataset
-from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
-from crosslip.kernel_train import KernelTrainConfig, train_kernel
-from crosslip.kernels import gamma_from_data
+from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, largest_centers
+from crosslip.models.kernels import gamma_from_data
+from crosslip.training.kernel import KernelTrainConfig, train_kernel
 
 
 def run(bench: Run) -> dict:

@@ -35,9 +35,10 @@ import torch
 from _harness import MNIST_MIRROR, finish, parser, start, timed
 from bench_certify import full_mnist, trained_net
 from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
-from crosslip.config import default
+from crosslip.config.schema import default
 from crosslip.data import load_dataset
-from crosslip.train import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 
 def network(args: argparse.Namespace):

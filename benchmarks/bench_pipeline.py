@@ -19,7 +19,8 @@ from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import load_dataset
 from crosslip.pipeline import eval_indices
-from crosslip.train import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ MNIST preset trains 78 networks for 200 epochs and certifies and attacks 10,000 
 each. This benchmark runs the workflow's own stage functions on a part of that work and
 projects the rest; every projection is linear in what it scales:
 
-* **training** (per setting, the workflow's jobs of :func:`crosslip.job_batches.plan_batches`
+* **training** (per setting, the workflow's jobs of :func:`crosslip.jobs.batches.plan_batches`
   through :func:`crosslip.stages.training.train_grid_stage`): the setting's whole grid
   trained as one batched model for ``E1`` and for ``E2`` epochs (``--epochs E1 E2``) on
   ``--train-points`` digits; the difference gives the seconds per epoch, the rest the fixed
@@ -27,7 +27,7 @@ projects the rest; every projection is linear in what it scales:
 * **start-up**: a Python process that imports the stages and initialises the device,
   timed (median of ``--startup-runs``), times the jobs on the device: batched (this config)
   or one per model.
-* **the arithmetic floor** (:mod:`crosslip.flops`): the matrix-product flops of each stage,
+* **the arithmetic floor** (:mod:`benchmarks.flops`): the matrix-product flops of each stage,
   counted by dtype in untimed runs of the same work (a setting's grid trained for 1 and 2
   epochs without a CUDA graph, projected as the seconds are; the first evaluated model of a
   setting certified and attacked), over the device's matrix-product rate in that dtype
@@ -68,15 +68,17 @@ import yaml
 from snakemake.utils import update_config
 
 from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
-from crosslip.config import NetTrainSpec, dataset_names, spec_params, training_grid, validate
+from crosslip.config.grid import dataset_names, training_grid
+from crosslip.config.specs import NetTrainSpec, spec_params
+from crosslip.config.validate import validate
 from crosslip.data import Dataset, load_prepared, save_prepared
-from crosslip.flops import count_flops, matmul_rate
 from crosslip.projection import job_count, projected, training_jobs
 from crosslip.stages.attack import attack_stage
 from crosslip.stages.certification import certify_stage
 from crosslip.stages.data import prepare_data
 from crosslip.stages.training import train_grid_stage, train_stage
 from crosslip.training.grid import REGULARIZER_ORDER, train_grid
+from flops import count_flops, matmul_rate
 
 CONFIGS = [ROOT / "config" / "presets" / "mnist.yaml", ROOT / "config" / "overrides" / "gpu.yaml"]
 STARTUP = (

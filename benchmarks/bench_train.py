@@ -2,7 +2,7 @@
 
 784-1024-10 softplus network, float32, batches of real MNIST digits (mnist5k): one step
 (forward, loss, backward, update) for plain SGD, weight decay, dropout and Cross-Lipschitz in
-closed form, exactly as ``crosslip.train`` computes them, and two baselines:
+closed form, exactly as ``crosslip.training.single`` computes them, and two baselines:
 Cross-Lipschitz by double backpropagation (``cross_lipschitz_autograd``, the generic method)
 and the same closed form differentiated by autograd instead of by its hand-written backward.
 The kinds take turns in rounds (one untimed step, then ``--block`` timed steps each), so that
@@ -16,7 +16,7 @@ contrasts: K - 1 rows carry all of them), i.e. ``2 n (K-1) H d`` flops forward a
 that backward (``dA = Y U^T``, ``dU = A^T Y``), plus the plain step ``6 n d H``; the
 alternative Gram form (``U U^T`` and ``sum_i s_i s_i^T``) needs ``4 H^2 d + 4 n H^2`` with
 its backward and is cheaper when ``n K`` is well above ``H``; the bound takes the smaller
-(``crosslip.regularizers.cross_lipschitz_flops``), at the rate the machine gave while the
+(``crosslip.training.regularizers.cross_lipschitz_flops``), at the rate the machine gave while the
 steps were timed (the products the bound counts take their turn in each round, and the
 fastest of each round counts). Kernel: time
 per L-BFGS iteration with 2,000 expansion points on MNIST. ``--device`` (``auto``: CUDA if
@@ -37,10 +37,11 @@ import torch.nn.functional as F
 
 from _harness import finish, parser, start, timed
 from crosslip.data import load_dataset
-from crosslip.kernel_train import KernelTrainConfig, train_kernel
 from crosslip.models import SoftplusNet
-from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
-from crosslip.train import GradientDescent, TrainConfig, objective_terms
+from crosslip.training.core import TrainConfig
+from crosslip.training.kernel import KernelTrainConfig, train_kernel
+from crosslip.training.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
+from crosslip.training.single import GradientDescent, objective_terms
 
 H, K = 1024, 10
 LAM = 1e-3
@@ -62,7 +63,7 @@ def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
 
 def _objective(kind: str):
     """(net, x, y) -> loss of one training step; the first four are exactly the training
-    code's objective (``crosslip.train.objective_terms``), the last two are baselines."""
+    code's objective (``crosslip.training.single.objective_terms``), the last two are baselines."""
     if kind in ("cross_lipschitz_double_backprop", "cross_lipschitz_autograd_backward"):
         pen = cross_lipschitz_autograd if "double" in kind else _closed_form_by_autograd
         return lambda net, x, y: F.cross_entropy(net(x), y) + LAM * pen(net, x)

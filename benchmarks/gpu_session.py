@@ -20,7 +20,7 @@ Parts (``PART``):
   ``bench_grid`` with ``--tf32`` (``train.tf32``: TF32 products, against its own bound).
 
 Each command runs with a time limit, its output in ``<name>.log``. A benchmark's JSON line
-becomes ``<name>.json``, a record in the format of ``python -m crosslip.perfdoc``
+becomes ``<name>.json``, a record in the format of ``python benchmarks/perfdoc.py``
 (docs/benchmarks/), named after the benchmark and the device (``bench_grid_cuda``): copy it
 into docs/benchmarks/ and render docs/performance.md. ``summary.json`` lists every command
 with its exit status and seconds; a command that fails or runs out of time is recorded and
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import shlex
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def commands(part: str, args: argparse.Namespace, work: Path) -> list[Command]:
 def run(cmd: Command, folder: Path) -> dict[str, Any]:
     """Run ``cmd`` in the checkout with its time limit, output to ``folder/<name>.log``;
     its record to ``folder/<name>.json`` where it printed one. Returns its summary."""
-    from crosslip.perfdoc import entry, write_record
+    # perfdoc.py beside this file, also where this script is loaded without its folder on
+    # sys.path (runpy.run_path, as tests/test_gpu_session.py does)
+    perfdoc = runpy.run_path(str(Path(__file__).with_name("perfdoc.py")))
+    entry, write_record = perfdoc["entry"], perfdoc["write_record"]
 
     log = folder / f"{cmd.name}.log"
     t0 = time.perf_counter()

@@ -47,7 +47,7 @@ from crosslip.attacks import min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.certify.decomposition import decompose, unit_sharpness
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
-from crosslip.train import TrainConfig, error_rate
+from crosslip.training.core import TrainConfig, error_rate
 from crosslip.training.grid import train_grid
 
 DEFAULT_NETWORKS = [
@@ -62,7 +62,8 @@ DEFAULT_NETWORKS = [
 
 
 def network_spec(text: str, **common) -> TrainConfig:
-    """``REGULARIZER:VALUE:LR`` as a :class:`~crosslip.train.TrainConfig` (module docstring)."""
+    """``REGULARIZER:VALUE:LR`` as a :class:`~crosslip.training.core.TrainConfig` (module
+    docstring)."""
     try:
         reg, value, lr = text.split(":")
         value_f, lr_f = float(value), float(lr)

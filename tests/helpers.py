@@ -102,7 +102,7 @@ def dry_run_jobs(stdout: str) -> list[dict]:
 
 def stage_of(rule: str) -> str:
     """The stage of a rule: a batched rule (``train_grid_*``, ``certify_grid_*``,
-    ``attack_grid_*``: crosslip.job_batches) counts as its per-model rule."""
+    ``attack_grid_*``: crosslip.jobs.batches) counts as its per-model rule."""
     return rule.split("_grid_")[0] if "_grid_" in rule else rule
 
 

@@ -4,7 +4,7 @@ shape that depends on values, would be frozen at the recording). On the CPU noth
 copy, so the check looks at the operations themselves:
 
 * the operators whose result goes to Python or whose output shape depends on the values
-  (:func:`crosslip.op_count.host_read`): ``aten._local_scalar_dense`` (``item()``,
+  (:func:`benchmarks.op_count.host_read`): ``aten._local_scalar_dense`` (``item()``,
   ``bool()``, ``int()``, ``float()`` of a tensor), ``nonzero``, ``masked_select``,
   ``unique``, boolean-mask indexing, ``repeat_interleave`` with tensor repeats;
 * the Tensor methods that copy to the host: ``tolist``, ``numpy``, ``cpu``.
@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from crosslip.op_count import host_read
+from benchmarks.op_count import host_read
 
 HOST_COPYING_METHODS = frozenset({"tolist", "numpy", "cpu"})
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from crosslip.augment import augment, center_crop, crop, rotate, to_flat, to_images
 from crosslip.data import load_dataset
+from crosslip.data.augment import augment, center_crop, crop, rotate, to_flat, to_images
 
 
 def test_flat_image_round_trip_and_exact_crop():

@@ -17,8 +17,8 @@ import torch
 
 from crosslip.attacks import refine_upper_bound, upper_bound
 from crosslip.certify import certify_kernel, certify_softplus, linear_lipschitz, theorem21
-from crosslip.kernels import GaussianKernelModel
 from crosslip.models import SoftplusNet
+from crosslip.models.kernels import GaussianKernelModel
 
 from .helpers import random_net, random_points
 

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from crosslip.certify import Certification, certify, certify_kernel, certify_model, certify_softplus
-from crosslip.kernels import GaussianKernelModel
 from crosslip.models import SoftplusNet
-from crosslip.resnet import ResNet
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.resnet import ResNet
 
 from .helpers import random_net
 

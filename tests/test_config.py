@@ -9,14 +9,11 @@ import subprocess
 import pytest
 import yaml
 
-from crosslip.config import (
-    ConfigError,
-    KernelTrainSpec,
-    NetTrainSpec,
-    load_schema,
-    training_grid,
-    validate,
-)
+from crosslip.config.grid import training_grid
+from crosslip.config.schema import load_schema
+from crosslip.config.specs import KernelTrainSpec, NetTrainSpec
+from crosslip.config.validate import validate
+from crosslip.errors import ConfigError
 
 from .helpers import ROOT, dry_run_jobs, snakemake_cmd, trained_models
 from .workflow_helpers import BASE, DELETE, changed, files_under, snakemake
@@ -384,7 +381,7 @@ BAD_CONFIGS = [
         yaml.safe_dump(BASE).replace("epochs: 1", "epochs: 1.0e2"),
         ['config key train.epochs: wrong type ("1.0e2")', "1.0e+6"],
     ),
-    # consistency checks after the schema (crosslip.config.training_grid)
+    # consistency checks after the schema (crosslip.config.grid.training_grid)
     (
         "trains-no-model",
         changed(BASE, train__grid={}),
@@ -583,7 +580,7 @@ def test_quick_override_dry_run_lists_one_model_per_regularizer_and_setting(tmp_
 # one source: every key described, the reference generated from it
 # --------------------------------------------------------------------------------------
 def _keys(node, root, path=""):
-    from crosslip.config import _resolve
+    from crosslip.config.schema import _resolve
 
     node = _resolve(node, root)
     for name, sub in node.get("properties", {}).items():
@@ -604,7 +601,7 @@ def test_every_schema_key_has_a_description():
 def test_configuration_reference_is_generated_from_the_schema():
     """docs/configuration.md is `python -m crosslip.config`'s output (regenerate it after a
     schema change) and lists every key."""
-    from crosslip.config import reference_markdown
+    from crosslip.config.reference import reference_markdown
 
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == reference_markdown()
@@ -614,7 +611,8 @@ def test_configuration_reference_is_generated_from_the_schema():
 
 
 def test_spec_defaults_are_the_schema_defaults():
-    from crosslip.config import KernelTrainSpec, default
+    from crosslip.config.schema import default
+    from crosslip.config.specs import KernelTrainSpec
 
     spec, kern = NetTrainSpec(), KernelTrainSpec()
     assert spec.epochs == default("train.epochs") and spec.bias is default("model.bias")

@@ -23,9 +23,9 @@ import torch
 
 from crosslip.attacks import BoxProblem, project_box
 from crosslip.certify.kernel_bounds import certify_kernel
-from crosslip.checkpoints import load_model
 from crosslip.data import load_prepared
 from crosslip.io import read_json
+from crosslip.models.checkpoints import load_model
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
 
 from .helpers import LEARNABLE_ERROR, LEARNABLE_NET, ROOT, TINY_BENCH_ARGS, learnable_digits

@@ -20,12 +20,15 @@ import yaml
 from PIL import Image
 
 import crosslip.report
-from crosslip.config import ConfigError, aggregate_targets, dataset_entry, dataset_names, validate
+from crosslip.config.grid import aggregate_targets, dataset_entry, dataset_names
+from crosslip.config.validate import validate
 from crosslip.data import CustomDataError, Dataset, available, load_custom, load_prepared
 from crosslip.data.custom import check_fits_training, fingerprint
+from crosslip.errors import ConfigError
 from crosslip.pipeline import prepare_data
 from crosslip.report import plot_adversarial_samples
-from crosslip.train import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.single import train
 
 from .helpers import dry_run_jobs, fields, snakemake_cmd
 from .workflow_helpers import BASE, THREADS, changed, files_under, offline_env
@@ -598,7 +601,7 @@ def test_config_accepts_registered_names_and_entries():
 
 
 def test_schema_lists_exactly_the_registered_datasets():
-    from crosslip.config import registered_datasets
+    from crosslip.config.grid import registered_datasets
 
     assert sorted(registered_datasets()) == available()
 

@@ -33,7 +33,6 @@ import torch
 import yaml
 from PIL import Image
 
-from crosslip.augment import to_images
 from crosslip.data import (
     ChecksumError,
     DataFormatError,
@@ -44,12 +43,13 @@ from crosslip.data import (
 )
 from crosslip.data import cifar10 as cifar_mod
 from crosslip.data import gtsrb as gtsrb_mod
+from crosslip.data.augment import to_images
 from crosslip.data.fetch import RemoteFile, content_digest, fetch_files
 from crosslip.data.unpickle import load_restricted
 
 from .helpers import files_in
 
-SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[1] / "src" / "crosslip" / "config" / "schema.yaml"
 
 # --------------------------------------------------------------------------------------
 # helpers: hashing, HTTP server, closed port

@@ -30,15 +30,16 @@ from crosslip.attacks import (
 )
 from crosslip.certify import certify
 from crosslip.certify.kernel_bounds import certify_kernel
-from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import read_json, write_json
-from crosslip.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
-from crosslip.kernel_train import KernelTrainConfig, plan_for, train_kernel
-from crosslip.kernels import GaussianKernelModel
+from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
+from crosslip.models.checkpoints import load_model, save_model
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.torch_softplus import from_sequential
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
-from crosslip.torch_softplus import from_sequential
-from crosslip.train import TrainConfig, train
+from crosslip.training.core import TrainConfig
+from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
+from crosslip.training.single import train
 
 from .device_checks import assert_same, implicit_tensors_on_meta
 from .helpers import LEARNABLE_ERROR, LEARNABLE_NET, learnable_digits, random_net, random_points

@@ -49,13 +49,13 @@ def test_readme_stays_short():
 
 
 def test_performance_page_is_generated_from_the_records():
-    from crosslip.perfdoc import render
+    from benchmarks.perfdoc import render
 
     assert (DOCS / "performance.md").read_text() == render()
 
 
 def test_nested_results_become_one_row_per_figure():
-    from crosslip.perfdoc import rows
+    from benchmarks.perfdoc import rows
 
     result = {
         "machine": "m",

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from crosslip.certify import certify
-from crosslip.checkpoints import load_model, save_model
 from crosslip.data import Dataset, UnsafePickleError, load_dataset, save_prepared
 from crosslip.data.idx import IdxFormatError
 from crosslip.errors import (
@@ -28,10 +27,11 @@ from crosslip.errors import (
     UnknownDatasetError,
 )
 from crosslip.io import write_json
-from crosslip.kernel_train import KernelTrainConfig
+from crosslip.models.checkpoints import load_model, save_model
 from crosslip.norms import norm_p
 from crosslip.report import SUMMARY_COLUMNS
-from crosslip.train import TrainConfig
+from crosslip.training.core import TrainConfig
+from crosslip.training.kernel import KernelTrainConfig
 
 from .helpers import ROOT, random_net
 

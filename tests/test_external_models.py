@@ -16,15 +16,17 @@ import yaml
 from torch import nn
 
 from crosslip.certify import certify
-from crosslip.checkpoints import load_model
-from crosslip.config import ConfigError, aggregate_targets, default, validate
+from crosslip.config.grid import aggregate_targets
+from crosslip.config.schema import default
+from crosslip.config.validate import validate
 from crosslip.data import load_prepared
-from crosslip.errors import ModelFileError
-from crosslip.external import load_external
+from crosslip.errors import ConfigError, ModelFileError
 from crosslip.io import read_json
-from crosslip.kernels import GaussianKernelModel
+from crosslip.models.checkpoints import load_model
+from crosslip.models.external import load_external
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet
 from crosslip.pipeline import attack_stage, certify_stage, import_model_stage, prepare_data
-from crosslip.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet
 
 from .helpers import snakemake_cmd
 from .test_custom_data import H, K, W, npz_arrays, sha256, write_npz

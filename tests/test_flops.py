@@ -1,4 +1,4 @@
-"""crosslip.flops: the matrix-product flops a function dispatches, by dtype, and the
+"""benchmarks.flops: the matrix-product flops a function dispatches, by dtype, and the
 device's measured rate; the count of a training step agrees with the closed-form count the
 benchmarks use for the arithmetic bound (Section 3.2's Cross-Lipschitz form included)."""
 
@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from crosslip.flops import count_flops, matmul_rate
+from benchmarks.flops import count_flops, matmul_rate
 from crosslip.models import StackedSoftplusNet
-from crosslip.regularizers import cross_lipschitz_flops
-from crosslip.train import TrainConfig
+from crosslip.training.core import TrainConfig
 from crosslip.training.grid import GridStep
+from crosslip.training.regularizers import cross_lipschitz_flops
 
 from .helpers import random_net, random_points
 
@@ -39,7 +39,7 @@ def test_products_are_counted_forward_and_backward_by_dtype():
 def test_a_training_step_costs_what_the_closed_form_counts(n, d, h):
     """One batched step of a plain and a Cross-Lipschitz network: the forward's and
     backward's products (``4 n d H + 6 n H K`` each) plus the cheaper exact Cross-Lipschitz
-    form (:func:`crosslip.regularizers.cross_lipschitz_flops`), and the small products that
+    form (:func:`crosslip.training.regularizers.cross_lipschitz_flops`), and the small products that
     count leaves out (each ``O((K-1) H^2)`` or less, beside its ``O(n K H d)``): the
     Helmert contrasts ``Q W`` forward and backward, ``4 (K-1) K H``, and in the Gram form
     ``C = (QW)^T (QW)`` and its gradient, ``4 (K-1) H^2``."""

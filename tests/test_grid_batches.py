@@ -1,4 +1,4 @@
-"""Which networks train together (crosslip.job_batches), and how Snakemake sees it.
+"""Which networks train together (crosslip.jobs.batches), and how Snakemake sees it.
 
 Without Snakemake: the tracked params and the model id give back the whole spec for every
 preset; networks of one dataset, setting and seed that need training form one batch; what
@@ -27,17 +27,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from crosslip.config import (
-    ConfigError,
-    spec_from_tracked,
-    spec_params,
-    tracked_params,
-    training_grid,
-    validate,
-)
-from crosslip.job_batches import evaluation_params, needs_training, plan_batches
-from crosslip.job_files import as_list
-from crosslip.job_resources import take_overrides
+from crosslip.config.grid import tracked_params, training_grid
+from crosslip.config.specs import spec_from_tracked, spec_params
+from crosslip.config.validate import validate
+from crosslip.errors import ConfigError
+from crosslip.jobs.batches import evaluation_params, needs_training, plan_batches
+from crosslip.jobs.files import as_list
+from crosslip.jobs.resources import take_overrides
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
 from .workflow_helpers import TINY_RUN, snakemake
@@ -119,7 +115,7 @@ def params_read(script: str) -> set[str]:
 @pytest.mark.parametrize("stage", ["certify", "attack"])
 def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
     """The per-model and the batched certify (attack) rules pass
-    crosslip.job_batches.evaluation_params and the code digest: what the script reads, no
+    crosslip.jobs.batches.evaluation_params and the code digest: what the script reads, no
     more (a param that the script ignores would still rerun jobs when it changes)."""
     config = validate(copy.deepcopy(TINY_RUN))
     params = evaluation_params(config, stage)
@@ -130,7 +126,7 @@ def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
 
 
 def test_a_script_takes_one_file_or_several_as_a_list():
-    """crosslip.job_files.as_list, shared by the train, certify and attack scripts: a
+    """crosslip.jobs.files.as_list, shared by the train, certify and attack scripts: a
     per-model rule gives one path, a batched rule several."""
     assert as_list("results/models/m/model.pt") == ["results/models/m/model.pt"]
     assert as_list(("a.pt", "b.pt")) == ["a.pt", "b.pt"]
@@ -139,7 +135,7 @@ def test_a_script_takes_one_file_or_several_as_a_list():
 
 
 def test_take_overrides_works_on_the_installed_snakemakes_objects():
-    """crosslip.job_resources.take_overrides, a shim over Snakemake's internals, on the
+    """crosslip.jobs.resources.take_overrides, a shim over Snakemake's internals, on the
     installed Snakemake's own objects: the settings built from its command line as its CLI
     builds them, rules with its Resources. Fails where a release moves what the shim reads
     or writes (the slow test below checks the result in real dry runs)."""
@@ -327,7 +323,7 @@ def test_a_new_grid_value_trains_alone_and_a_new_epoch_count_in_batches(run):
 def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(tmp_path):
     """What a profile or the command line gives `train`, `certify` or `attack` (e.g.
     profiles/slurm's GPU partition) holds for the batched jobs of that stage too
-    (crosslip.job_resources.take_overrides), and for no other stage."""
+    (crosslip.jobs.resources.take_overrides), and for no other stage."""
     default = [j for j in plan(tmp_path, TINY_RUN, "--cores", "4") if j["rule"] != "all"]
     batched = [j for j in default if "_grid_" in j["rule"]]
     assert sorted({stage_of(j["rule"]) for j in batched}) == ["attack", "certify", "train"]
@@ -363,7 +359,7 @@ def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(t
 @pytest.mark.slow
 def test_a_model_moving_between_a_batched_and_a_per_model_evaluation_keeps_its_params(run):
     """The batched and the per-model certify and attack rules pass the same params
-    (crosslip.job_batches.evaluation_params and the code digest): after a run that
+    (crosslip.jobs.batches.evaluation_params and the code digest): after a run that
     certified and attacked in batches, the per-model rules (batch_models off) see no params
     changed. They rerun all the same, by Snakemake's other triggers: a per-model job's set
     of input files is not the batch's, nor is the text of its rule (its code, to

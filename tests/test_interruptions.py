@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from crosslip import pipeline
-from crosslip.checkpoints import save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import atomic_path, read_json, write_json
+from crosslip.models.checkpoints import save_model
 from crosslip.pipeline import (
     attack_stage,
     certify_stage,
@@ -316,7 +316,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     # (a kill during a write would leave a hidden temporary, never a file under its final
     # name; the kill lands in a computation here, so normally there is none)
     leftovers = set(temporaries(work / "results"))
-    # Snakemake's lock files outlive a SIGKILL; the run lock does not (crosslip.runlock), so
+    # Snakemake's lock files outlive a SIGKILL; the run lock does not (crosslip.jobs.runlock), so
     # the same command needs no --unlock (the run itself: tests/test_resume.py).
     todo = plan_now(work)
     assert todo == unfinished(work, plan) and ("train", f"dataset=mnist5k, model={model}") in todo

@@ -17,8 +17,8 @@ from crosslip.certify.kernel_bounds import (
     plan_for,
     prop22_reference,
 )
-from crosslip.kernel_memory import KernelMemoryError, certify_minimum_bytes, certify_plan
-from crosslip.kernels import GaussianKernelModel, gamma_from_data, knn_mean_distance
+from crosslip.jobs.kernel_memory import KernelMemoryError, certify_minimum_bytes, certify_plan
+from crosslip.models.kernels import GaussianKernelModel, gamma_from_data, knn_mean_distance
 
 DT = torch.float64
 RADII = (0.0, 0.01, 0.1, 0.5, 2.0)

@@ -15,9 +15,11 @@ import yaml
 
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.certify.kernel_bounds import plan_for as certify_plan_for
-from crosslip.config import ConfigError, NetTrainSpec, training_grid, validate
-from crosslip.job_resources import job_resources
-from crosslip.kernel_memory import (
+from crosslip.config.grid import training_grid
+from crosslip.config.specs import NetTrainSpec
+from crosslip.config.validate import validate
+from crosslip.errors import ConfigError
+from crosslip.jobs.kernel_memory import (
     BYTES,
     DATASET_SHAPES,
     GIB,
@@ -27,7 +29,8 @@ from crosslip.kernel_memory import (
     train_minimum_bytes,
     train_plan,
 )
-from crosslip.kernel_train import KernelTrainConfig, plan_for, train_kernel
+from crosslip.jobs.resources import job_resources
+from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd
 

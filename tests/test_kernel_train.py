@@ -9,8 +9,10 @@ import torch
 from crosslip.data import load_dataset
 from crosslip.device import check_device_memory
 from crosslip.errors import ConfigError
-from crosslip.kernel_memory import KernelMemoryError, train_minimum_bytes, train_plan
-from crosslip.kernel_train import (
+from crosslip.jobs.kernel_memory import KernelMemoryError, train_minimum_bytes, train_plan
+from crosslip.models import class_gradients
+from crosslip.models.kernels import GaussianKernelModel, gamma_from_data
+from crosslip.training.kernel import (
     KernelTrainConfig,
     cross_lipschitz_gram,
     cross_lipschitz_gram_chunked,
@@ -20,8 +22,6 @@ from crosslip.kernel_train import (
     rkhs_norm,
     train_kernel,
 )
-from crosslip.kernels import GaussianKernelModel, gamma_from_data
-from crosslip.models import class_gradients
 
 
 def small_model(n=15, d=4, k=3, seed=0, gamma=0.7):

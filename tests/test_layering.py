@@ -29,37 +29,22 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.norms",
         "crosslip.families",
         "crosslip.io",
-        "crosslip.job_files",
         "crosslip.device",
         "crosslip.progress",
-        "crosslip.op_count",
-        "crosslip.flops",
-    ),  # vocabulary, files, progress lines, operation and flop counts
-    ("crosslip.data", "crosslip.augment", "crosslip.kernels", "crosslip.softplus"),
-    (
-        "crosslip.config",
-        "crosslip.selection",
-        "crosslip.tracking",
-        "crosslip.perfdoc",
-        "crosslip.runlock",
-        "crosslip.kernel_memory",
-        "crosslip.job_resources",
-        "crosslip.job_batches",
-        "crosslip.projection",
-    ),
+    ),  # vocabulary, files, progress lines
+    ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
+    ("crosslip.config", "crosslip.jobs", "crosslip.projection"),  # config, job planning
     (
         "crosslip.models",
-        "crosslip.resnet",
-        "crosslip.torch_softplus",
+        "crosslip.models.resnet",
+        "crosslip.models.torch_softplus",
         "crosslip.results_schema",
     ),  # classifiers, schema
-    ("crosslip.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
+    ("crosslip.training.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     (
-        "crosslip.train",
         "crosslip.training",
-        "crosslip.kernel_train",
-        "crosslip.checkpoints",
-        "crosslip.external",
+        "crosslip.models.checkpoints",
+        "crosslip.models.external",
     ),  # training, model files
     ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
     ("crosslip.reproduction",),  # the reproduction record, from the tables
@@ -74,13 +59,14 @@ TORCH_FREE = [
     "crosslip.errors",
     "crosslip.norms",
     "crosslip.families",
-    "crosslip.config",
-    "crosslip.selection",
-    "crosslip.tracking",
-    "crosslip.kernel_memory",
-    "crosslip.job_resources",
-    "crosslip.job_batches",  # the Snakefile plans the training jobs with it
-    "crosslip.job_files",
+    "crosslip.config.validate",  # with the schema, the specs and the grid
+    "crosslip.config.reference",
+    "crosslip.jobs.selection",
+    "crosslip.jobs.tracking",
+    "crosslip.jobs.kernel_memory",
+    "crosslip.jobs.resources",
+    "crosslip.jobs.batches",  # the Snakefile plans the training jobs with it
+    "crosslip.jobs.files",
     "crosslip.projection",  # the reproduction record's estimates
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it

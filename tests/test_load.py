@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from crosslip.checkpoints import load_model
 from crosslip.io import read_json
+from crosslip.models.checkpoints import load_model
 from crosslip.report import add_diverged, summarize
 
 from .helpers import fields

@@ -21,9 +21,9 @@ from crosslip.attacks import (
     upper_bound,
 )
 from crosslip.certify import certify
-from crosslip.kernels import GaussianKernelModel
-from crosslip.resnet import ResNet
-from crosslip.torch_softplus import TorchSoftplusNet
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.resnet import ResNet
+from crosslip.models.torch_softplus import TorchSoftplusNet
 
 from .helpers import random_net, random_points
 
@@ -204,7 +204,8 @@ def test_resnet_on_flat_inputs():
 def trained_net():
     """A 784-64-10 softplus net after 2 epochs of SGD on 4,000 digits of mnist5k."""
     from crosslip.data import load_dataset
-    from crosslip.train import TrainConfig, train
+    from crosslip.training.core import TrainConfig
+    from crosslip.training.single import train
 
     ds = load_dataset("mnist5k")
     cfg = TrainConfig(epochs=2, lr=0.2, hidden=64)

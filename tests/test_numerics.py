@@ -14,11 +14,11 @@ import torch
 
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
-from crosslip.checkpoints import save_model
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
-from crosslip.kernels import GaussianKernelModel
 from crosslip.models import SoftplusNet
+from crosslip.models.checkpoints import save_model
+from crosslip.models.kernels import GaussianKernelModel
 from crosslip.pipeline import attack_stage, certify_stage, instances_stage
 from crosslip.report import summarize
 from crosslip.results_schema import GUARANTEE_COLUMNS, INSTANCE_SCHEMA, MEAN_COLUMNS, UPPER_COLUMNS

@@ -1,4 +1,4 @@
-"""The operation counter (crosslip.op_count) and the check built on the same rule
+"""The operation counter (benchmarks.op_count) and the check built on the same rule
 (tests/sync_checks.py): each way of reading a value back to the host is caught, and code
 with fixed shapes that reads nothing passes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crosslip.op_count import OpCount
+from benchmarks.op_count import OpCount
 
 from .sync_checks import HostReadError, no_host_reads
 

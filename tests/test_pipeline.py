@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.config import default, training_grid, validate
+from crosslip.config.grid import training_grid
+from crosslip.config.schema import default
+from crosslip.config.validate import validate
 from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 

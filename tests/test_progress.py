@@ -20,9 +20,10 @@ import torch
 from crosslip.attacks import refine_upper_bound, upper_bound
 from crosslip.certify import certify_kernel, certify_softplus
 from crosslip.io import failure_lines, failure_reason, job_tag, recent_failed_logs
-from crosslip.kernel_train import KernelTrainConfig, train_kernel
-from crosslip.kernels import GaussianKernelModel
-from crosslip.train import TrainConfig, train
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.training.core import TrainConfig
+from crosslip.training.kernel import KernelTrainConfig, train_kernel
+from crosslip.training.single import train
 
 from .helpers import ROOT, random_net, random_points
 

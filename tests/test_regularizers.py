@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crosslip.regularizers import (
+from crosslip.training.core import TrainConfig
+from crosslip.training.regularizers import (
     _ContrastGradientNorm,
     _GramNorm,
     cross_lipschitz_autograd,
@@ -14,7 +15,7 @@ from crosslip.regularizers import (
     helmert,
     weight_decay,
 )
-from crosslip.train import TrainConfig, objective_terms
+from crosslip.training.single import objective_terms
 
 from .helpers import random_net, random_points
 
@@ -148,7 +149,7 @@ def test_shared_preactivation_gives_the_same_value_and_gradients():
 
 
 def test_objective_terms_is_cross_entropy_plus_the_chosen_penalty():
-    from crosslip.resnet import ResNet
+    from crosslip.models.resnet import ResNet
 
     net = random_net(12, 5, 16, 4, scale=2.0)
     x, y = random_points(6, 12, 4), torch.arange(6) % 5
@@ -186,7 +187,7 @@ def test_weight_decay_is_half_the_squared_norm_of_weights():
 
 
 def test_weight_decay_of_a_resnet_skips_batch_norm_scales():
-    from crosslip.resnet import ResNet
+    from crosslip.models.resnet import ResNet
 
     net = ResNet((8, 8, 1), n=1)
     with torch.no_grad():
@@ -200,7 +201,7 @@ def test_weight_decay_of_a_resnet_skips_batch_norm_scales():
 def test_softplus_derivatives_are_finite_and_exact_everywhere():
     """Double backpropagation needs sigma'' too: logaddexp's own second derivative is NaN
     below alpha z ~ -90, which once made a ResNet's Cross-Lipschitz step NaN."""
-    from crosslip.softplus import softplus
+    from crosslip.models.softplus import softplus
 
     z = torch.tensor(
         [-1e4, -100.0, -1.0, 0.0, 1.0, 100.0, 1e4], dtype=torch.float64, requires_grad=True

@@ -1083,7 +1083,7 @@ def test_dataset_sizes_of_the_estimates_are_the_loaders() -> None:
 
 
 def test_authors_schedule_is_the_schema_default() -> None:
-    from crosslip.config import default
+    from crosslip.config.schema import default
 
     assert P.AUTHORS_LR_DECAY == (default("train.lr_decay"), tuple(default("train.lr_decay_at")))
     assert P.AUTHORS_EPOCHS == default("train.epochs")

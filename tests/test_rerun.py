@@ -1,6 +1,6 @@
 """Rerun only what changed: after a finished tiny run, each change plans exactly the jobs
 that depend on it, by Snakemake's rerun triggers (missing output, params, set of inputs,
-code digests of crosslip.tracking), and nothing else.
+code digests of crosslip.jobs.tracking), and nothing else.
 
 The workflow (Snakefile, workflow/, src/, ...) is copied next to the run, because some tests
 edit library files, whose digests the copy's Snakefile reads: the real repository is never
@@ -185,7 +185,7 @@ def test_editing_the_certification_code_reruns_certification_and_tables_not_trai
 
 
 def test_editing_a_training_module_reruns_training(run, tiny_dag):
-    edit_code(run.repo / "src" / "crosslip" / "regularizers.py")
+    edit_code(run.repo / "src" / "crosslip" / "training" / "regularizers.py")
     planned = run.plan()
     train = of_rule(tiny_dag, "train")
     assert set(planned) == downstream(tiny_dag, train)
@@ -193,7 +193,7 @@ def test_editing_a_training_module_reruns_training(run, tiny_dag):
 
 
 def test_editing_docstrings_and_comments_reruns_nothing(run):
-    for module in ("models/softplus_net.py", "train.py", "certify/search.py"):
+    for module in ("models/softplus_net.py", "training/single.py", "certify/search.py"):
         path = run.repo / "src" / "crosslip" / module
         text = path.read_text()
         start = text.index('"""') + 3

@@ -7,8 +7,8 @@ import torch
 
 from crosslip.attacks import upper_bound
 from crosslip.models import class_gradients
-from crosslip.regularizers import cross_lipschitz_autograd, cross_lipschitz_from_gradients
-from crosslip.resnet import ResNet
+from crosslip.models.resnet import ResNet
+from crosslip.training.regularizers import cross_lipschitz_autograd, cross_lipschitz_from_gradients
 
 
 def small_batch(n=4, shape=(12, 12, 3), seed=0):

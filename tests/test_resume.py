@@ -1,6 +1,6 @@
 """A killed run resumes with the same command; two runs for one results folder never overlap.
 
-1. the run lock itself (``crosslip.runlock``), with real processes and no Snakemake: it dies
+1. the run lock itself (``crosslip.jobs.runlock``), with real processes and no Snakemake: it dies
    with its holder (SIGKILL), refuses a second holder of the same results folder naming the
    first, lets one of many simultaneous takers win, removes Snakemake's lock files only
    when their writer is proven dead, and is taken for exactly the commands that run jobs
@@ -31,8 +31,8 @@ import pytest
 import yaml
 from snakemake.cli import parse_args
 
-from crosslip import runlock
-from crosslip.runlock import RunLockBusy, acquire, probe_stale, snakemake_lock_files
+from crosslip.jobs import runlock
+from crosslip.jobs.runlock import RunLockBusy, acquire, probe_stale, snakemake_lock_files
 
 from .helpers import ROOT, require_slow, snakemake_cmd
 from .test_interruptions import kill_group, marked_incomplete, mtimes, unfinished, wait_for_job
@@ -54,7 +54,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from crosslip.runlock import acquire
+    from crosslip.jobs.runlock import acquire
     work, results, locks = sys.argv[1], sys.argv[2], int(sys.argv[3])
     lock = acquire(work, results, "holder " + results)
     folder = Path(work, ".snakemake", "locks")
@@ -188,7 +188,7 @@ def test_lock_files_that_no_killed_run_left_are_kept(tmp_path):
 RACER = textwrap.dedent(
     """
     import os, sys, time
-    from crosslip.runlock import RunLockBusy, acquire
+    from crosslip.jobs.runlock import RunLockBusy, acquire
     print("ready", flush=True)
     while not os.path.exists(sys.argv[2]):
         time.sleep(0.001)

@@ -25,7 +25,7 @@ from crosslip.certify import (
 )
 from crosslip.certify.kernel_bounds import logit_errors
 from crosslip.certify.rounding import FN_REL, float32_agrees
-from crosslip.kernels import GaussianKernelModel
+from crosslip.models.kernels import GaussianKernelModel
 
 from .helpers import random_net, random_points
 from .test_certify_corners import exact_logits, exact_net, exact_z, mpv, net_with

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crosslip.selection import method_of, read_selected, select_best, write_selected
+from crosslip.jobs.selection import method_of, read_selected, select_best, write_selected
 
 
 def met(model_id, reg, err, ds="mnist", status="ok", **cfg):

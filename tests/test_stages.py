@@ -10,12 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from crosslip.checkpoints import load_model, save_model
-from crosslip.config import default
+from crosslip.config.schema import default
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
-from crosslip.kernels import GaussianKernelModel
 from crosslip.models import SoftplusNet
+from crosslip.models.checkpoints import load_model, save_model
+from crosslip.models.kernels import GaussianKernelModel
+from crosslip.models.resnet import ResNet
 from crosslip.pipeline import (
     attack_stage,
     certify_stage,
@@ -24,7 +25,6 @@ from crosslip.pipeline import (
     train_stage,
 )
 from crosslip.report import add_diverged, kernel_table, summarize, table1
-from crosslip.resnet import ResNet
 from crosslip.results_schema import INSTANCE_SCHEMA, L2_UPPER_METHODS
 from crosslip.stages.attack import best_l2_upper_bound
 

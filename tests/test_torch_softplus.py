@@ -14,8 +14,8 @@ from crosslip.certify import certify, certify_softplus
 from crosslip.certify.softplus_bounds import NetTerms
 from crosslip.errors import ModelFileError, UnsupportedModelError
 from crosslip.models import SoftplusNet
-from crosslip.softplus import softplus
-from crosslip.torch_softplus import from_sequential, from_state_dict
+from crosslip.models.softplus import softplus
+from crosslip.models.torch_softplus import from_sequential, from_state_dict
 
 from .helpers import random_points
 from .test_certify import COLUMNS, margin_attack, sample_set

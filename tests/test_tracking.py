@@ -1,4 +1,4 @@
-"""Code tracking (crosslip.tracking): a job's code digest follows the code it imports, and
+"""Code tracking (crosslip.jobs.tracking): a job's code digest follows the code it imports, and
 only its behaviour: docstrings, comments and formatting do not count, paths do not count."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crosslip import tracking
+from crosslip.jobs import tracking
 
 from .helpers import ROOT
 
@@ -36,18 +36,18 @@ def edit(path: Path, old: str, new: str) -> None:
 
 def test_closure_follows_imports_transitively_and_takes_parent_packages():
     mods = tracking.module_closure(SCRIPTS / "train.py")
-    assert {"crosslip", "crosslip.io", "crosslip.train", "crosslip.models"} <= set(mods)
+    assert {"crosslip", "crosslip.io", "crosslip.training.single", "crosslip.models"} <= set(mods)
     assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
     assert "crosslip.attacks.projections" in mods  # via the package's __init__
     assert "crosslip.certify" not in mods and "crosslip.report" not in mods
     certify = tracking.module_closure(SCRIPTS / "certify.py")
-    assert "crosslip.certify.search" in certify and "crosslip.train" not in certify
+    assert "crosslip.certify.search" in certify and "crosslip.training.single" not in certify
     table = tracking.module_closure(SCRIPTS / "table.py")
     assert "crosslip.report" in table and "torch" not in str(table)
-    assert not {"crosslip.train", "crosslip.certify", "crosslip.models"} & set(table)
+    assert not {"crosslip.training.single", "crosslip.certify", "crosslip.models"} & set(table)
     select = tracking.module_closure(SCRIPTS / "select_models.py")
-    assert {"crosslip.families", "crosslip.selection"} <= set(select)
-    assert not {"crosslip.train", "crosslip.models", "crosslip.certify"} & set(select)
+    assert {"crosslip.families", "crosslip.jobs.selection"} <= set(select)
+    assert not {"crosslip.training.single", "crosslip.models", "crosslip.certify"} & set(select)
 
 
 def test_docstring_comment_and_formatting_edits_change_no_digest(package):
@@ -55,7 +55,7 @@ def test_docstring_comment_and_formatting_edits_change_no_digest(package):
     net = package / "models" / "softplus_net.py"
     edit(net, '"""Input gradients', '"""Edited: input gradients')
     edit(net, "\nimport torch\n", "\nimport torch  # a new comment\n\n")
-    edit(package / "regularizers.py", "\n\n\n", "\n\n\n\n")
+    edit(package / "training" / "regularizers.py", "\n\n\n", "\n\n\n\n")
     assert digests() == before
 
 

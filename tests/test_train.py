@@ -10,17 +10,13 @@ import sys
 import pytest
 import torch
 
-import crosslip.train
-from crosslip.checkpoints import load_model, save_model
+import crosslip.training.single
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet
-from crosslip.train import (
-    GradientDescent,
-    TrainConfig,
-    adversarial_batch,
-    lr_decay_updates,
-    train,
-)
+from crosslip.models.checkpoints import load_model, save_model
+from crosslip.training.adversarial import adversarial_batch
+from crosslip.training.core import TrainConfig, lr_decay_updates
+from crosslip.training.single import GradientDescent, train
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +202,7 @@ def test_gradient_descent_equals_torch_sgd_bit_for_bit(mnist5k, monkeypatch, cha
     if cfg.arch == "resnet":
         x, shape = x.reshape(-1, 28, 28)[:, ::2, ::2].reshape(len(x), -1).copy(), (14, 14, 1)
     ours = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
-    monkeypatch.setattr(crosslip.train, "GradientDescent", TorchSGD)
+    monkeypatch.setattr(crosslip.training.single, "GradientDescent", TorchSGD)
     theirs = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -252,7 +248,7 @@ def test_training_does_not_import_torch_dynamo():
     training job's start-up); checked in a fresh interpreter."""
     code = (
         "import sys, numpy as np\n"
-        "from crosslip.train import TrainConfig, train\n"
+        "from crosslip.training.single import TrainConfig, train\n"
         "x = np.random.default_rng(0).random((64, 4), dtype=np.float32)\n"
         "y = (x[:, 0] > 0.5).astype(np.int64)\n"
         "train(TrainConfig(epochs=1, hidden=4), x, y, x, y, 2)\n"

@@ -17,8 +17,9 @@ import torch
 import crosslip.models.softplus_net as softplus_net
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, StackedSoftplusNet, class_gradients
-from crosslip.train import TrainConfig, train
+from crosslip.training.core import TrainConfig
 from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, train_grid
+from crosslip.training.single import train
 
 from .device_checks import implicit_tensors_on_meta
 from .helpers import random_net, random_points
@@ -97,7 +98,7 @@ class Replay(torch.nn.Module):
 
 
 def train_alone(cfg, data, monkeypatch, recorded: Recorded | None):
-    """``crosslip.train.train`` of one network; a dropout network replays the masks that
+    """``crosslip.training.single.train`` of one network; a dropout network replays the masks that
     the batched run drew for it."""
     if cfg.regularizer == "dropout":
         g = next(i for i, s in enumerate(recorded.specs) if s is cfg)
@@ -495,11 +496,11 @@ def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
     """``train.tf32`` sets TF32 for CUDA's float32 products and convolutions during the
     training (batched or alone), whatever was set before, and puts the settings back; on
     the CPU the weights do not depend on it."""
-    import crosslip.train as train_module
+    import crosslip.training.core as core
     import crosslip.training.grid as grid
 
     seen = []
-    real_grid, real_alone = grid.grid_errors, train_module.error_rate
+    real_grid, real_alone = grid.grid_errors, core.error_rate
 
     def flags():
         return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -513,7 +514,7 @@ def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
         return real_alone(*args)
 
     monkeypatch.setattr(grid, "grid_errors", grid_errors)
-    monkeypatch.setattr(train_module, "error_rate", error_rate)
+    monkeypatch.setattr(core, "error_rate", error_rate)
     before = flags()
     cfg = TrainConfig(epochs=1, hidden=8, tf32=enabled)
     data = (*digits[:2], *digits[2:], 10)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from crosslip.checkpoints import load_model
 from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.io import write_json
+from crosslip.models.checkpoints import load_model
 from crosslip.pipeline import (
     certify_stage,
 )

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from crosslip.checkpoints import load_model
+from crosslip.models.checkpoints import load_model
 
 from .helpers import ROOT, dry_run_jobs, snakemake_cmd
 
@@ -248,7 +248,7 @@ ONE_MODEL_ID = "cross_lipschitz-lr0.2-lam0.001-seed0"
 def run_one_model(work: Path) -> Path:
     """ONE_MODEL run to the end in ``work`` (``--cores 2``, one thread per job: THREADS);
     afterwards no lock file is left and nothing is to be done."""
-    from crosslip.runlock import snakemake_lock_files
+    from crosslip.jobs.runlock import snakemake_lock_files
 
     proc = snakemake(work, "--cores", "2", *THREADS, config=ONE_MODEL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

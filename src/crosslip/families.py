@@ -1,11 +1,11 @@
 """Model families of the paper's experiments and the regularizers that train each.
 
 Section 5 trains one-hidden-layer softplus networks (``mlp``) and ResNets (``resnet``) by
-SGD with one of :data:`NET_REGULARIZERS` (:mod:`crosslip.train`), and Gaussian-kernel models
-(``kernel``) by L-BFGS with one of :data:`KERNEL_REGULARIZERS` (:mod:`crosslip.kernel_train`).
-Models trained elsewhere (:mod:`crosslip.external`) form the family ``external``.
-These names are shared by training, the results (``family``, ``regularizer`` columns) and the
-report, so they live here, apart from any maths (no torch).
+SGD with one of :data:`NET_REGULARIZERS` (:mod:`crosslip.training.single`), and Gaussian-kernel
+models (``kernel``) by L-BFGS with one of :data:`KERNEL_REGULARIZERS`
+(:mod:`crosslip.training.kernel`). Models trained elsewhere (:mod:`crosslip.models.external`) form
+the family ``external``. These names are shared by training, the results (``family``,
+``regularizer`` columns) and the report, so they live here, apart from any maths (no torch).
 """
 
 from __future__ import annotations

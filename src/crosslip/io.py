@@ -283,7 +283,7 @@ def read_npz_array(
     """``npz[key]`` of a file opened with ``np.load(path, allow_pickle=False)``, as a numpy
     array. An array of Python objects (a pickle: unpickling can run code) or a damaged member
     raises ``error`` naming the file and the array; ``advice`` says what to save instead.
-    The one rule for datasets (``crosslip.data.custom``) and models (``crosslip.external``)
+    The one rule for datasets (``crosslip.data.custom``) and models (``crosslip.models.external``)
     of one's own."""
     try:
         return npz[key]

@@ -5,7 +5,7 @@ reads them from the job seconds of committed GPU runs).
 
 * **The jobs** are those the workflow runs for a fresh results folder
   (:func:`training_jobs`): per setting, the networks that train as one batched model
-  (:func:`crosslip.job_batches.plan_batches`: with ``train.batch_grid``, one job per
+  (:func:`crosslip.jobs.batches.plan_batches`: with ``train.batch_grid``, one job per
   dataset, setting and seed, docs/architecture.md "Training a grid as one model"), and a job
   of its own for every other model; :func:`job_count` adds the certification and attack jobs
   (one per model, or per setting where ``<stage>.batch_models``).
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import NetTrainSpec, dataset_names
-from .job_batches import evaluation_batches, plan_batches
+from .config.grid import dataset_names
+from .config.specs import NetTrainSpec
+from .jobs.batches import evaluation_batches, plan_batches
 
 
 def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float = 1.0) -> dict:

@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from .io import atomic_path
+from .jobs.selection import method_of
 from .results_schema import (
     L2_UPPER_METHODS,
     MEAN_COLUMNS,
@@ -30,7 +31,6 @@ from .results_schema import (
     UPPER_COLUMNS,
     model_keys,
 )
-from .selection import method_of
 
 SUMMARY_COLUMNS = [
     *MODEL_KEYS,
@@ -443,7 +443,7 @@ def illustration_models(
     summary: pd.DataFrame, examples: dict[str, dict[str, np.ndarray]], dataset: str
 ) -> list[tuple[str, str]]:
     """The illustration's columns, ``(method, model_id)``: per method
-    (:func:`crosslip.selection.method_of`: the regularizer, Kernel-LogReg with lambda = 0
+    (:func:`crosslip.jobs.selection.method_of`: the regularizer, Kernel-LogReg with lambda = 0
     apart), the plain-setting model of ``dataset`` with the lowest test error (ties broken
     by the id) among those with samples in ``examples`` (model id -> arrays), kernel methods
     first as in the paper (K-LogReg, K-CL, then the networks)."""
@@ -598,8 +598,8 @@ def plot_adversarial_samples(
 
 def training_curves(metrics: list[dict], dataset: str, family: str) -> list[dict]:
     """The training curves of ``dataset``'s models of ``family``, from their metrics (the
-    ``metrics.json`` of each model, :func:`crosslip.train.train` and
-    :func:`crosslip.kernel_train.train_kernel`), sorted by model id: per model ``model_id``,
+    ``metrics.json`` of each model, :func:`crosslip.training.single.train` and
+    :func:`crosslip.training.kernel.train_kernel`), sorted by model id: per model ``model_id``,
     ``regularizer``, ``setting``, ``status`` and ``x`` (epochs for networks, objective
     evaluations of L-BFGS for kernel models), ``loss`` (the objective: cross-entropy plus
     lambda times the penalty), ``penalty`` and ``train_error`` (networks; None for kernel

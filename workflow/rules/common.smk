@@ -1,30 +1,38 @@
 # Config validation, the training grid and the targets come from the library
-# (crosslip.config, tested on its own); code tracking from crosslip.tracking.
+# (crosslip.config, tested on its own); code tracking from crosslip.jobs.tracking.
 import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from crosslip import config as crosslip_config
-from crosslip import selection as crosslip_selection
+from crosslip.errors import ConfigError
+from crosslip.config.grid import (
+    aggregate_targets,
+    dataset_entry,
+    dataset_names,
+    tracked_params,
+    training_grid,
+)
+from crosslip.config.validate import external_models, validate
+from crosslip.jobs import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.job_resources import grid_batch_resources, job_resources, take_overrides
-from crosslip.tracking import code_digest
-from crosslip import job_batches as crosslip_batches
-from crosslip.job_batches import evaluation_batches, plan_batches
+from crosslip.jobs.resources import grid_batch_resources, job_resources, take_overrides
+from crosslip.jobs.tracking import code_digest
+from crosslip.jobs import batches as crosslip_batches
+from crosslip.jobs.batches import evaluation_batches, plan_batches
 
 if not workflow.modifier.skip_validation:
     try:
-        crosslip_config.validate(config)
-    except crosslip_config.ConfigError as exc:
+        validate(config)
+    except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
-DATASETS = crosslip_config.dataset_names(config)
-GRID = crosslip_config.training_grid(config)
-# models trained elsewhere: name -> config entry (crosslip.external)
-EXTERNAL = crosslip_config.external_models(config)
+DATASETS = dataset_names(config)
+GRID = training_grid(config)
+# models trained elsewhere: name -> config entry (crosslip.models.external)
+EXTERNAL = external_models(config)
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 
@@ -32,13 +40,13 @@ PACKAGE = Path(workflow.basedir) / "src" / "crosslip"
 def code(script):
     """Digest of a script and the crosslip code it imports (from the package beside this
     Snakefile): a rule's params.code, so that a job reruns when, and only when, the code it
-    runs changes (crosslip.tracking)."""
+    runs changes (crosslip.jobs.tracking)."""
     return code_digest(SCRIPTS / script, PACKAGE if PACKAGE.is_dir() else None)
 
 
 # what each training job receives (with the model id: the whole spec), and the networks
 # trained as one batched model (rules in train.smk)
-TRACKED = crosslip_config.tracked_params(config)
+TRACKED = tracked_params(config)
 TRAIN_BATCHES = plan_batches(config, GRID, code("train.py"))
 # with certify.batch_models / attack.batch_models: one job per dataset, family and setting
 CERTIFY_BATCHES = evaluation_batches(config, GRID, "certify")
@@ -47,7 +55,7 @@ ATTACK_BATCHES = evaluation_batches(config, GRID, "attack")
 
 def evaluation_params(stage):
     """The params of a `certify` or `attack` job, per-model or batched alike (one
-    definition: crosslip.job_batches.evaluation_params), with the code digest of its
+    definition: crosslip.jobs.batches.evaluation_params), with the code digest of its
     script."""
     return {
         **crosslip_batches.evaluation_params(config, stage),
@@ -65,7 +73,7 @@ def training_rules():
         "metrics": f"{RESULTS}/models/{{dataset}}/{{model}}/metrics.json",
         "log": f"{RESULTS}/logs/train/{{dataset}}/{{model}}.log",
         "benchmark": f"{RESULTS}/benchmarks/train/{{dataset}}/{{model}}.tsv",
-        # From the config and the model (crosslip.job_resources): kernel models the memory
+        # From the config and the model (crosslip.jobs.resources): kernel models the memory
         # budget kernel.memory_gb and a runtime from their flop count. One GPU per job
         # unless device is cpu: counted by Snakemake only where a limit is given
         # (--resources gpu=N, profiles/local-gpu), unlimited otherwise; on SLURM it becomes
@@ -104,7 +112,7 @@ def training_rules():
 
 def batch_resources(batch, stage):
     """mem_mb, runtime and gpu of a batched certify or attack job: the most memory of one
-    of its models, the sum of their runtimes, one GPU (crosslip.job_resources)."""
+    of its models, the sum of their runtimes, one GPU (crosslip.jobs.resources)."""
     each = [job_resources(config, GRID[m], batch.dataset, stage) for m in batch.models]
     return {
         "mem_mb": max(r["mem_mb"] for r in each),
@@ -114,7 +122,7 @@ def batch_resources(batch, stage):
 
 
 def resources_of(wildcards, stage):
-    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.job_resources);
+    """mem_mb, runtime and gpu of a train, certify or attack job (crosslip.jobs.resources);
     a model trained elsewhere (not in GRID) gets the networks' defaults."""
     return job_resources(config, GRID.get(wildcards.model), wildcards.dataset, stage)
 

@@ -16,10 +16,8 @@ rule prepare_data:
     params:
         cache=config["data"]["cache"],
         mirror=lambda wc: config["data"]["mirrors"].get(wc.dataset),
-        source=lambda wc: crosslip_config.dataset_entry(config, wc.dataset),
-        files=lambda wc: data_fingerprint(
-            crosslip_config.dataset_entry(config, wc.dataset)
-        ),
+        source=lambda wc: dataset_entry(config, wc.dataset),
+        files=lambda wc: data_fingerprint(dataset_entry(config, wc.dataset)),
         code=code("prepare_data.py"),
     script:
         "../scripts/prepare_data.py"

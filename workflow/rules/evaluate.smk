@@ -13,7 +13,7 @@ rule certify:
         ENV
     threads: 2
     resources:
-        # crosslip.job_resources, as for training
+        # crosslip.jobs.resources, as for training
         mem_mb=lambda wc: resources_of(wc, "certify")["mem_mb"],
         runtime=lambda wc: resources_of(wc, "certify")["runtime"],
         gpu=lambda wc: resources_of(wc, "certify")["gpu"],
@@ -39,7 +39,7 @@ rule attack:
         ENV
     threads: 2
     resources:
-        # crosslip.job_resources, as for training
+        # crosslip.jobs.resources, as for training
         mem_mb=lambda wc: resources_of(wc, "attack")["mem_mb"],
         runtime=lambda wc: resources_of(wc, "attack")["runtime"],
         gpu=lambda wc: resources_of(wc, "attack")["gpu"],
@@ -50,10 +50,10 @@ rule attack:
 
 
 # With certify.batch_models / attack.batch_models: every trained model of one dataset,
-# family and setting in one job (crosslip.job_batches.evaluation_batches), with the outputs
+# family and setting in one job (crosslip.jobs.batches.evaluation_batches), with the outputs
 # and logs of the per-model jobs; rules without wildcards take precedence over those above.
 # The same params as the per-model rule (evaluation_params), and what --set-threads and
-# --set-resources give it (crosslip.job_resources.take_overrides).
+# --set-resources give it (crosslip.jobs.resources.take_overrides).
 for batch in CERTIFY_BATCHES:
 
     rule:

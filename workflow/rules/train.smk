@@ -1,6 +1,6 @@
 # The training rules, made by this one definition: `train`, one job per model (wildcards
 # dataset and model), and one rule per batch of networks that need training and share a
-# setting (train.batch_grid; crosslip.job_batches): trained as one batched model, with the
+# setting (train.batch_grid; crosslip.jobs.batches): trained as one batched model, with the
 # model, metrics and log files of the per-model jobs as its outputs. Rules without
 # wildcards take precedence over `train` for their files. One definition: Snakemake sees
 # the same code and params for a model whichever rule trains it, so a model may move
@@ -27,7 +27,7 @@ for job in training_rules():
         resources:
             **job["resources"],
         params:
-            # with the model id, the whole training spec (crosslip.config.spec_from_tracked)
+            # with the model id, the whole training spec (crosslip.config.specs.spec_from_tracked)
             tracked=job["tracked"],
             code=code("train.py"),
             device=config["device"],
@@ -36,13 +36,13 @@ for job in training_rules():
         script:
             "../scripts/train.py"
 
-    # what --set-threads and --set-resources give `train` (crosslip.job_resources)
+    # what --set-threads and --set-resources give `train` (crosslip.jobs.resources)
     take_overrides(workflow, job["name"], "train")
 
 
 # A model trained elsewhere (config external_models) takes a training job's place: read
 # without running code from it, checked against its dataset, stored with its metrics
-# (crosslip.external). The file is an input: a changed file imports it again.
+# (crosslip.models.external). The file is an input: a changed file imports it again.
 rule import_model:
     input:
         data=lambda wc: f"{RESULTS}/data/{EXTERNAL[wc.model]['dataset']}.npz",

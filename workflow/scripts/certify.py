@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from crosslip.io import run_script
-from crosslip.job_files import as_list
+from crosslip.jobs.files import as_list
 from crosslip.stages.certification import certify_models_stage
 
 

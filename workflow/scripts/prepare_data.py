@@ -1,7 +1,7 @@
 """Fetch (mirror / cache / download, checksum-verified) a registered dataset, or read and
 check a dataset of your own, and store it."""
 
-from crosslip.config import families
+from crosslip.config.grid import families
 from crosslip.io import run_script
 from crosslip.stages.data import prepare_data
 

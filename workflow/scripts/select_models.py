@@ -3,7 +3,7 @@
 import logging
 
 from crosslip.io import read_json, run_script
-from crosslip.selection import select_best, write_selected
+from crosslip.jobs.selection import select_best, write_selected
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 import logging
 from pathlib import Path
 
-from crosslip.config import spec_from_tracked, spec_params
+from crosslip.config.specs import spec_from_tracked, spec_params
 from crosslip.io import run_script
-from crosslip.job_files import as_list
+from crosslip.jobs.files import as_list
 from crosslip.stages.training import train_grid_stage, train_stage
 
 

@@ -2,7 +2,7 @@
 
 The bounds that Theorem 2.1 can use depend on the model's kind:
 
-* :class:`~crosslip.kernels.GaussianKernelModel`: the local L2 guarantee of Proposition 2.2
+* :class:`~crosslip.models.kernels.GaussianKernelModel`: the local L2 guarantee of Proposition 2.2
   (:func:`.kernel_bounds.certify_kernel`), the only L2 bound implemented for it, so also
   reported as ``guarantee_l2``; ``local_bound = "prop2.2"``.
 * :class:`~crosslip.models.SoftplusNet`: the kinds of :data:`.engine.KINDS` (local L2 of
@@ -10,7 +10,7 @@ The bounds that Theorem 2.1 can use depend on the model's kind:
   linear relaxation, curvature and integrated certificates with the best of all;
   :func:`.engine.certify_softplus`); ``local_bound = "prop2.3"``.
 * a plain ``nn.Sequential([nn.Flatten(),] nn.Linear, nn.Softplus, nn.Linear)`` built and
-  trained elsewhere: converted to a :class:`~crosslip.torch_softplus.TorchSoftplusNet`
+  trained elsewhere: converted to a :class:`~crosslip.models.torch_softplus.TorchSoftplusNet`
   (the same function, PyTorch's softplus threshold included) and certified like the
   one-hidden-layer net, for the function it computes (:mod:`.engine`); any other
   ``nn.Sequential`` is refused with :class:`~crosslip.errors.UnsupportedModelError`, which
@@ -34,9 +34,9 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..kernels import GaussianKernelModel
 from ..models import SoftplusNet
-from ..torch_softplus import from_sequential
+from ..models.kernels import GaussianKernelModel
+from ..models.torch_softplus import from_sequential
 from .engine import KINDS, certify_softplus
 from .kernel_bounds import certify_kernel
 from .search import margins

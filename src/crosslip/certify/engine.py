@@ -24,7 +24,7 @@ positive), for the real function of the float64 weights at the float64 point, wi
 rounding of its computation covered (:mod:`.rounding`; ``docs/guarantees.md`` says what
 this means for a float32 deployment).
 
-A :class:`~crosslip.torch_softplus.TorchSoftplusNet` (a network trained elsewhere with
+A :class:`~crosslip.models.torch_softplus.TorchSoftplusNet` (a network trained elsewhere with
 ``nn.Softplus``, which is the identity above its threshold) is certified for the function it
 computes, ``g``: ``pred`` and ``margin`` are ``g``'s, and the margins that Theorem 2.1 uses
 are the exact softplus net's lower bounds at x minus ``NetTerms.threshold_gap[c, j]`` (a

@@ -1,9 +1,9 @@
 r"""Local cross-Lipschitz bound of Proposition 2.2 for Gaussian-kernel classifiers (p = q = 2).
 
 Setting (Section 2.2). ``f_j(y) = sum_r alpha_jr k(x_r, y)`` with ``k(x, y) = exp(-gamma
-||x - y||^2)`` (:class:`crosslip.kernels.GaussianKernelModel`), predicted class ``c`` at ``x``,
-``beta_r = alpha_jr - alpha_cr``. Theorem 2.1 needs, for every ``j != c``, an upper bound
-``L_j(R) >= max_{y in B_2(x, R)} ||grad f_j(y) - grad f_c(y)||_2``.
+||x - y||^2)`` (:class:`crosslip.models.kernels.GaussianKernelModel`), predicted class
+``c`` at ``x``, ``beta_r = alpha_jr - alpha_cr``. Theorem 2.1 needs, for every ``j != c``, an upper
+bound ``L_j(R) >= max_{y in B_2(x, R)} ||grad f_j(y) - grad f_c(y)||_2``.
 
 Derivation, step by step
 ------------------------
@@ -89,7 +89,7 @@ oracle.
 
 Memory. The pair arrays (``delta^2``, its two rounded-outward copies, ``4 gamma delta^2``
 and ``||mu_rs - mean||^2``: five (n, n) arrays) and ``H`` ((n, n) per point) are kept only
-where they fit the budget (:func:`crosslip.kernel_memory.certify_plan`); otherwise each tile
+where they fit the budget (:func:`crosslip.jobs.kernel_memory.certify_plan`); otherwise each tile
 recomputes them from the centres (one (block, d) x (d, block) product) and from ``v`` (m, n)
 per point, so that certification with all 60,000 MNIST training points as centres holds
 O(n (d + K m)) plus the tile scratch. A recomputed tile may round differently from the
@@ -142,10 +142,10 @@ import math
 import numpy as np
 import torch
 
-from ..config import default as config_default
+from ..config.schema import default as config_default
 from ..device import host_tensor
-from ..kernel_memory import CertifyPlan, budget_bytes, certify_plan
-from ..kernels import GaussianKernelModel
+from ..jobs.kernel_memory import CertifyPlan, budget_bytes, certify_plan
+from ..models.kernels import GaussianKernelModel
 from ..progress import Progress
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .search import certificate_columns, margins, margins_lower, theorem21
@@ -447,7 +447,7 @@ def plan_for(
 ) -> CertifyPlan:
     """How :func:`certify_kernel` evaluates the bound of ``model`` within ``memory_gb`` GiB
     (default: the schema's ``kernel.memory_gb``) on ``device``
-    (:func:`crosslip.kernel_memory.certify_plan`)."""
+    (:func:`crosslip.jobs.kernel_memory.certify_plan`)."""
     memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
     n, d = model.centers.shape
     k = model.coef.shape[0]

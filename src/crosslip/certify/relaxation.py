@@ -73,7 +73,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..softplus import softplus
+from ..models.softplus import softplus
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .softplus_bounds import PreactivationRange

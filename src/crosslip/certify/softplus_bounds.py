@@ -69,7 +69,7 @@ from functools import cached_property
 import torch
 
 from ..models import SoftplusNet
-from ..softplus import softplus
+from ..models.softplus import softplus
 from .rounding import FN_REL, SIGMA_FLOOR, UNDERFLOW, UNIT, gamma, spectral_norm_upper
 
 
@@ -120,8 +120,9 @@ class NetTerms:
             else bias.detach().to(dtype)
         )
         self.alpha = net.alpha
-        #: PyTorch's softplus threshold of a :class:`~crosslip.torch_softplus.TorchSoftplusNet`
-        #: (None for crosslip's exact softplus nets).
+        #: PyTorch's softplus threshold of a
+        #: :class:`~crosslip.models.torch_softplus.TorchSoftplusNet` (None for crosslip's exact
+        #: softplus nets).
         self.threshold: float | None = getattr(net, "threshold", None)
         self._row_norms: dict[float, torch.Tensor] = {}
         self._row_norms_up: dict[float, torch.Tensor] = {}
@@ -219,7 +220,7 @@ class NetTerms:
         """(K, K): ``[c, j]`` is an upper bound on ``|(g_c - g_j)(y) - (f_c - f_j)(y)|`` for
         every y, where ``f`` is the exact softplus net of the weights (what every bound here
         is about) and ``g`` the same weights with PyTorch's thresholded softplus (the
-        function a :class:`~crosslip.torch_softplus.TorchSoftplusNet` computes); 0 for
+        function a :class:`~crosslip.models.torch_softplus.TorchSoftplusNet` computes); 0 for
         crosslip's own nets (no threshold).
 
         ``nn.Softplus(beta, threshold)`` returns ``z`` where ``beta z > threshold`` and the

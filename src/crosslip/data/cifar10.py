@@ -10,7 +10,7 @@ unpickler of :mod:`crosslip.data.unpickle`.
 
 Images are returned channels last, ``shape = (32, 32, 3)``: a row of ``x`` is the (H, W, C)
 image flattened, so pixel (r, c) channel k is at index ``(32 * r + c) * 3 + k``, the layout
-that :func:`crosslip.augment.to_images` and :class:`crosslip.resnet.ResNet` expect.
+that :func:`crosslip.data.augment.to_images` and :class:`crosslip.models.resnet.ResNet` expect.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Datasets of your own, declared in the config: IDX files, a ``.npz`` of arrays, or a folder of
 images per class (docs/your-own-data.md).
 
-A config entry (config key ``datasets``, :func:`crosslip.config.dataset_entry`) such as::
+A config entry (config key ``datasets``, :func:`crosslip.config.grid.dataset_entry`) such as::
 
     {name: mydigits, format: idx, path: /data/mydigits}
     {name: scans, format: npz, path: scans.npz, sha256: <digest of scans.npz>}

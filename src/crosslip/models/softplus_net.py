@@ -5,7 +5,8 @@ The one-hidden-layer network of Section 2.3 / Section 5:
 ``sigma(z) = log(1 + exp(alpha z)) / alpha`` (alpha = 10), whose derivative
 ``sigma'(z) = sigmoid(alpha z)`` is monotonically increasing, as Proposition 2.3 requires.
 Shapes: ``U`` is (H, d), ``b`` (H,), ``W`` (K, H), ``c`` (K,). The softplus itself is
-:func:`crosslip.softplus.softplus`; saving and loading models is :mod:`crosslip.checkpoints`.
+:func:`crosslip.models.softplus.softplus`; saving and loading models is
+:mod:`crosslip.models.checkpoints`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..softplus import softplus
+from .softplus import softplus
 
 
 class SoftplusNet(nn.Module):

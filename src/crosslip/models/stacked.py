@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..softplus import softplus
+from .softplus import softplus
 from .softplus_net import SoftplusNet
 
 #: Hyperparameters that every network of a stack shares (the rest: ``keep_hidden``,

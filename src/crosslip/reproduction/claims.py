@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from ..selection import method_of
+from ..jobs.selection import method_of
 from .paper import ILLUSTRATION, ILLUSTRATION_CLASSIFIERS, PAPER_DATASET, TABLE1
 
 REPRODUCED = "reproduced"

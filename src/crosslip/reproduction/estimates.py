@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import config as crosslip_config
+from ..config.grid import dataset_names, training_grid
+from ..config.specs import KernelTrainSpec
+from ..errors import ConfigError
+from ..jobs.selection import method_of
 from ..projection import one_dataset, projected, training_jobs
-from ..selection import method_of
 from .claims import LABEL, NET_ORDER, Run, duration
 from .export import ExportError, effective_config
 
@@ -259,7 +261,7 @@ def command(target: Target, m: Measured, cfg: dict[str, Any]) -> str:
         f"--configfile {' '.join(target.configs)}"
     )
     mirrors = (cfg.get("data") or {}).get("mirrors") or {}
-    if "mnist" in crosslip_config.dataset_names(cfg) and "mnist" not in mirrors:
+    if "mnist" in dataset_names(cfg) and "mnist" not in mirrors:
         cmd += f' --config \'data={{"mirrors": {{"mnist": "{MNIST_MIRROR}"}}}}\''
     return cmd
 
@@ -301,17 +303,17 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
     is missing or invalid."""
     cfg = effective_config([root / c for c in target.configs])
     est = Estimate(target, command(target, m, cfg))
-    grid = crosslip_config.training_grid(cfg)
+    grid = training_grid(cfg)
     best_only = cfg["certify"]["models"] == "best"
     evaluated: set[tuple[str, str, str, str]] = set()
     kernels: dict[tuple[str, int], list[int]] = {}  # (dataset, centres) -> max_iter of each
     other: dict[str, int] = {}
     train_s = 0.0
-    for ds in crosslip_config.dataset_names(cfg):
+    for ds in dataset_names(cfg):
         nets = {}
         for model_id, spec in grid.items():
             est.trained += 1
-            if isinstance(spec, crosslip_config.KernelTrainSpec):
+            if isinstance(spec, KernelTrainSpec):
                 kind, setting = "kernel", "plain"
             else:
                 kind, setting = spec.arch, spec.setting
@@ -410,6 +412,6 @@ def estimates(runs: list[Run], root: Path) -> tuple[Measured | None, list[Estima
     for t in TARGETS:
         try:
             out.append(estimate(t, m, root))
-        except (ExportError, crosslip_config.ConfigError) as err:
+        except (ExportError, ConfigError) as err:
             out.append(f"{t.key}: {err}")
     return m, out

@@ -2,7 +2,7 @@
 
 A run folder holds copies of the workflow's tables and figures and a ``run.yaml`` that says
 how they were made: the config files (their content), the effective config (schema defaults
-filled in by :func:`crosslip.config.validate`), the command, epochs, evaluated points per
+filled in by :func:`crosslip.config.validate.validate`), the command, epochs, evaluated points per
 model, the machine, the devices the models were trained on (their ``metrics.json``), dates,
 the git commit, and the Snakemake benchmark seconds per rule and per job. The record
 (:mod:`crosslip.reproduction.record`) is rendered from these folders alone.
@@ -28,7 +28,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from .. import config as crosslip_config
+from ..config.validate import validate
+from ..errors import ConfigError
 
 RUN_FILE = "run.yaml"
 #: Files copied from a results folder when present (paths relative to it).
@@ -206,8 +207,8 @@ def effective_config(paths: list[Path]) -> dict[str, Any]:
             raise ExportError(f"--config {path}: expected a mapping of config keys")
         merged = _merge(merged, data)
     try:
-        return crosslip_config.validate(merged)
-    except crosslip_config.ConfigError as err:
+        return validate(merged)
+    except ConfigError as err:
         problems = " ".join(str(err).splitlines())
         raise ExportError(f"--config {' '.join(map(str, paths))}: {problems}") from err
 

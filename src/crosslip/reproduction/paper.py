@@ -74,7 +74,7 @@ TABLE1: dict[tuple[str, str], PaperNumber] = {
     for reg, text in row.items()
 }
 
-#: Our kernel methods (crosslip.selection.method_of) -> the row labels of the kernel table.
+#: Our kernel methods (crosslip.jobs.selection.method_of) -> the row labels of the kernel table.
 KERNEL_ROWS: dict[str, str] = _DATA["kernel"]["rows"]
 #: The kernel table's quantities -> our summary columns.
 KERNEL_COLUMNS: dict[str, str] = _DATA["kernel"]["columns"]

@@ -1,5 +1,5 @@
 """The workflow's stages as plain functions, one module per stage, so that a job imports
-only the code it runs (and :mod:`crosslip.tracking` reruns it only when that code changes).
+only the code it runs (and :mod:`crosslip.jobs.tracking` reruns it only when that code changes).
 
 * :mod:`.data`: ``prepare_data`` (download or mirror, verify, store as ``.npz``);
 * :mod:`.training`: ``train_stage`` (a network by SGD, a kernel model by L-BFGS);

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from ..attacks import min_norm_attack, refine_upper_bound, upper_bound
-from ..checkpoints import load_model
 from ..data import read_class_names
 from ..device import resolve_device
 from ..io import about_model, atomic_path, read_json
+from ..models.checkpoints import load_model
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, L2_UPPER_METHODS, upper_bound_column
 from .common import best_of, eval_points

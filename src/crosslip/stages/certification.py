@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..certify import KINDS, certify, float32_agrees
-from ..checkpoints import load_model
 from ..device import check_device_memory, resolve_device
 from ..io import about_model, read_json
-from ..kernels import GaussianKernelModel
+from ..models.checkpoints import load_model
+from ..models.kernels import GaussianKernelModel
 from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS, L2_GUARANTEE_METHODS
 from .common import best_of, eval_points
 from .parquet import empty_frame, write_parquet

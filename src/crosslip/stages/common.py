@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..augment import center_crop
 from ..data import load_prepared
+from ..data.augment import center_crop
 from ..device import host_tensor
 
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import torch
 
-from ..checkpoints import save_model
 from ..data import load_prepared
 from ..device import host_tensor
 from ..errors import ModelFileError
-from ..external import guarantees_of, load_external, model_format, sha256_of
 from ..families import EXTERNAL
 from ..io import atomic_path, write_json
-from ..torch_softplus import TorchSoftplusNet
+from ..models.checkpoints import save_model
+from ..models.external import guarantees_of, load_external, model_format, sha256_of
+from ..models.torch_softplus import TorchSoftplusNet
 
 
 @torch.no_grad()
@@ -52,7 +52,7 @@ def import_model_stage(
     model_out: Path | str,
     metrics_out: Path | str,
 ) -> dict[str, Any]:
-    """Read the external model of config entry ``entry`` (:func:`crosslip.external.
+    """Read the external model of config entry ``entry`` (:func:`crosslip.models.external.
     load_external`), check that it takes the dataset's flat test images (n, d) and returns
     one score per class (n, K), and write it as ``model_out`` (crosslip's weights-only file;
     a TorchScript module as TorchScript) with ``metrics_out`` (its test error on the whole

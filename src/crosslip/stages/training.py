@@ -7,15 +7,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints import save_model
-from ..config import NetTrainSpec
+from ..config.specs import NetTrainSpec
 from ..data import load_prepared
 from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS
 from ..io import write_json
-from ..kernel_train import KernelTrainConfig, train_kernel
-from ..train import TrainConfig, TrainResult, train
+from ..models.checkpoints import save_model
+from ..training.core import TrainConfig, TrainResult
 from ..training.grid import train_grid
+from ..training.kernel import KernelTrainConfig, train_kernel
+from ..training.single import train
 
 
 def _write(
@@ -28,7 +29,7 @@ def _write(
 ) -> dict[str, Any]:
     res.metrics["dataset"] = dataset
     res.metrics["model_id"] = model_id
-    if code is not None:  # the code digest it was trained with (crosslip.job_batches)
+    if code is not None:  # the code digest it was trained with (crosslip.jobs.batches)
         res.metrics["code"] = code
     save_model(res.model, model_out, meta={"dataset": dataset, "status": res.metrics["status"]})
     write_json(res.metrics, metrics_out)

@@ -8,7 +8,7 @@ dimension, so one step costs one batched product per layer for all G of them (on
 many kernel launches as one network). Each grid point keeps its own
 
 * regularizer and lambda: none, weight decay (half the squared norm of the weights),
-  Cross-Lipschitz in closed form (eq. crosslip, :func:`crosslip.regularizers.
+  Cross-Lipschitz in closed form (eq. crosslip, :func:`crosslip.training.regularizers.
   cross_lipschitz_closed_form` on the stack), dropout;
 * learning rate and schedule (``lr_decay`` after each fraction ``lr_decay_at`` of the
   updates);
@@ -22,7 +22,7 @@ many kernel launches as one network). Each grid point keeps its own
 * divergence: a grid point whose loss is not finite stops at that update, as a training of
   its own would, and the others go on.
 
-Apart from the dropout masks, grid point ``g`` comes out as :func:`crosslip.train.train`
+Apart from the dropout masks, grid point ``g`` comes out as :func:`crosslip.training.single.train`
 trains it alone: the same initialisation (the seed's), batches, augmentations and update
 per step (tests/test_train_grid.py compares them in float64, dropout under the same masks).
 """
@@ -30,7 +30,6 @@ per step (tests/test_train_grid.py compares them in float64, dropout under the s
 from __future__ import annotations
 
 import logging
-import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -41,24 +40,21 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..attacks import one_step_stacked, upper_bound
-from ..augment import augment, center_crop
+from ..attacks import one_step_stacked
+from ..data.augment import augment
 from ..device import in_tf32
-from ..errors import ConfigError
 from ..models import SoftplusNet, StackedSoftplusNet
 from ..norms import norm_p
 from ..progress import Progress
-from ..regularizers import cross_lipschitz_closed_form
-from ..train import (
-    TrainConfig,
-    TrainResult,
+from . import core
+from .adversarial import (
     adversarial_fractions,
-    adversarial_generator,
+    adversarial_inputs,
     adversarial_rows,
-    error_rate,
-    lr_decay_updates,
     makes_one_step_samples,
 )
+from .core import TrainConfig, TrainResult
+from .regularizers import cross_lipschitz_closed_form, half_squared_norm
 
 LOG = logging.getLogger(__name__)
 
@@ -215,7 +211,7 @@ class GridStep:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per grid point, the mean cross-entropy on the batch and the penalty without
         lambda (eq. L-Alg), each (G,), for ``x`` (n, d) or (G, n, d) and labels ``y`` (n,).
-        Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.train.
+        Cross-Lipschitz uses the forward's preactivation, as :func:`crosslip.training.single.
         objective_terms` does. ``weights``: the ``(U, W)`` each penalty piece reads (by
         default slices of the stack's)."""
         stack = self.stack
@@ -233,7 +229,7 @@ class GridStep:
                 s = stack.sigma_prime(z[start:stop])
                 parts.append(cross_lipschitz_closed_form(s, w, u))
             else:
-                parts.append(0.5 * (u.pow(2).sum((1, 2)) + w.pow(2).sum((1, 2))))
+                parts.append(half_squared_norm([u, w], leading=1))
             at = stop
         if at < size:
             parts.append(ce.new_zeros(size - at))
@@ -378,43 +374,11 @@ def grid_errors(stack: StackedSoftplusNet, x: torch.Tensor, y: torch.Tensor) -> 
     return [w / max(len(x), 1) for w in wrong.tolist()]
 
 
-def adversarial_inputs(
-    stack: StackedSoftplusNet, xb: torch.Tensor, cfg: TrainConfig
-) -> torch.Tensor:
-    """The batch of every grid point for ``adv_attack`` ``search``, (G, n, d): ``xb`` (n, d)
-    with its first ``adv_fraction`` replaced by box-constrained adversarial samples of that
-    grid point's network (the paper's attack with rtol 1e-2 and 10 bisection steps, as
-    :func:`crosslip.train.adversarial_batch` for one network; a point whose attack fails
-    stays as it is). All G networks are attacked in one batch of G x m rows."""
-    size, (n, d) = stack.size, xb.shape
-    m = adversarial_rows(cfg, n)
-    if m == 0:
-        return xb.expand(size, n, d)
-    rows = xb[:m].repeat(size, 1)  # row r attacks grid point r // m
-    groups = torch.arange(size, device=xb.device).repeat_interleave(m)
-    stack.eval()
-    ub = upper_bound(
-        stack,
-        rows,
-        p=norm_p(cfg.adv_norm),
-        rtol=1e-2,
-        max_steps=10,
-        dtype=xb.dtype,
-        progress=False,
-        groups=groups,
-        to_cpu=False,
-    )
-    stack.train()
-    adv = (rows + ub.delta.to(xb.dtype)).clamp(0, 1)
-    first = torch.where(ub.success[:, None], adv, rows).view(size, m, d)
-    return torch.cat([first, xb[m:].expand(size, n - m, d)], dim=1)
-
-
 def _networks(
     specs: Sequence[TrainConfig], shared: dict[str, Any], in_dim: int, num_classes: int
 ) -> list[SoftplusNet]:
     """A copy per grid point (with its dropout) of the seed's initial network, drawn as
-    :func:`crosslip.train.train` draws it (the global RNG freshly seeded)."""
+    :func:`crosslip.training.single.train` draws it (the global RNG freshly seeded)."""
     shape = (in_dim, num_classes, shared["hidden"], shared["alpha"], shared["bias"])
     template = SoftplusNet(*shape, init=shared["init"])
     nets = []
@@ -441,9 +405,9 @@ def train_grid(
     on_epoch: Callable[[int, list[SoftplusNet]], None] | None = None,
 ) -> list[TrainResult]:
     """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
-    batched model on ``device``; returns one :class:`crosslip.train.TrainResult` per spec,
+    batched model on ``device``; returns one :class:`crosslip.training.core.TrainResult` per spec,
     in the order given, each model on the CPU with the metrics of
-    :func:`crosslip.train.train` (``seconds`` is the whole batch's) and ``grid_networks``
+    :func:`crosslip.training.single.train` (``seconds`` is the whole batch's) and ``grid_networks``
     (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`: a generator on
     ``device`` per dropout network); ``tags``: one name per network for its
     progress lines (:data:`crosslip.progress.TAG`). ``cuda_graph``: on CUDA, replay the
@@ -462,34 +426,17 @@ def train_grid(
     device = torch.device(device)
     seed, epochs, batch_size = shared["seed"], shared["epochs"], shared["batch_size"]
     setting = shared["setting"]
-    augmenting = setting == "augment"
-    if augmenting and (shape is None or len(shape) != 3):
-        raise ConfigError("the augment setting needs the image shape (h, w, c)")
-    if augmenting and shared["crop"] > min(shape[:2]):
-        raise ConfigError(
-            f"train.crop = {shared['crop']} is larger than the images ({shape[0]} x "
-            f"{shape[1]}); set train.crop to at most {min(shape[:2])}"
-        )
-    if augmenting:
-        x_test = center_crop(torch.from_numpy(np.asarray(x_test)), shape, shared["crop"]).numpy()
-    in_dim = x_train.shape[1] if not augmenting else shared["crop"] ** 2 * shape[2]
+    data = core.setup_data(specs[0], x_train, y_train, x_test, shape, device)
 
     torch.manual_seed(seed)  # the initialisation of a training of its own: the same draws
     with torch.device("cpu"):
-        nets = _networks(specs, shared, in_dim, num_classes)
+        nets = _networks(specs, shared, data.in_dim, num_classes)
     stack = StackedSoftplusNet(nets).to(device)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    aug_gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-    adv_gen = adversarial_generator(seed)
+    gens = core.generators(seed)
     one_step = makes_one_step_samples(specs[0])
     dropout = masks(specs, device)
-    xtr = torch.as_tensor(x_train, device=device)
-    ytr = torch.as_tensor(y_train, device=device)
-    xtr_eval = center_crop(xtr, shape, shared["crop"]) if augmenting else xtr
-    n = len(xtr)
-    batches = math.ceil(n / batch_size)
-    decay_after = [lr_decay_updates(c.lr_decay_at, epochs * batches) for c in specs]
-    lrs = [c.lr for c in specs]
+    n, batches = data.n, data.batches
+    schedule = core.Schedule(specs, epochs * batches)
     step = GridStep(stack, specs, norm_p(shared["adv_norm"]) if one_step else None)
     curves: list[list[dict[str, float]]] = [[] for _ in specs]
     status = ["ok"] * size
@@ -514,15 +461,15 @@ def train_grid(
         t_epoch = time.perf_counter()
         stack.train()
         alive_before = step.alive.tolist()
-        perm = torch.randperm(n, generator=gen, device="cpu").to(device)
-        xperm, yperm = xtr[perm], ytr[perm]
-        fractions = adversarial_fractions(specs[0], batches, adv_gen)
+        perm = torch.randperm(n, generator=gens.batches, device="cpu").to(device)
+        xperm, yperm = data.x[perm], data.y[perm]
+        fractions = adversarial_fractions(specs[0], batches, gens.adversarial)
         if fractions is not None:  # one copy per epoch
-            fractions = fractions.to(device, xtr.dtype)
+            fractions = fractions.to(device, data.x.dtype)
         for b, i in enumerate(range(0, n, batch_size)):
             xb, yb = xperm[i : i + batch_size], yperm[i : i + batch_size]
-            if augmenting:
-                xb = augment(xb, shape, aug_gen, size=shared["crop"], colour=shape[2] == 3)
+            if data.augmenting:
+                xb = augment(xb, shape, gens.augment, size=shared["crop"], colour=shape[2] == 3)
             elif setting == "adversarial" and not one_step:
                 xb = adversarial_inputs(stack, xb, specs[0])
             input_scale, hidden_scale = dropout.scales(len(yb), xb.shape[-1], stack.U.shape[1], xb)
@@ -534,45 +481,25 @@ def train_grid(
                 graphs = recorded is not None
             (recorded if recorded is not None and len(yb) == batch_size else step)(*inputs)
             updates += 1
-            decays = [g for g in range(size) if updates in decay_after[g]]
-            if decays:
-                for g in decays:
-                    lrs[g] *= specs[g].lr_decay
-                step.set_learning_rates(lrs)
+            if schedule.after_update(updates):
+                step.set_learning_rates(schedule.lrs)
             progress.advance_bar(1 / batches)
         alive, done = step.alive.tolist(), step.updates.tolist()
         loss_sum, penalty_sum = step.sums.tolist()
         step.reset_sums()
-        train_errors = grid_errors(stack, xtr_eval, ytr) if any(alive) else []
+        train_errors = grid_errors(stack, data.x_eval, data.y) if any(alive) else []
         seconds = time.perf_counter() - t_epoch
         for g in range(size):
             if not alive_before[g]:
                 continue
             if not alive[g]:
                 status[g] = "diverged"
-                LOG.info(
-                    "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
-                    epoch + 1,
-                    done[g] + 1,
-                    extra={"crosslip_model": names[g]},
-                )
+                core.log_diverged(epoch + 1, done[g] + 1, extra={"crosslip_model": names[g]})
                 lines[g].close()
                 continue
-            curves[g].append(
-                {
-                    "epoch": epoch + 1,
-                    "loss": loss_sum[g] / n,
-                    "penalty": penalty_sum[g] / n,
-                    "train_error": train_errors[g],
-                }
-            )
-            lines[g].update(
-                1,
-                loss=curves[g][-1]["loss"],
-                penalty=curves[g][-1]["penalty"],
-                train_error=curves[g][-1]["train_error"],
-                lr=lrs[g],
-                epoch_seconds=seconds,
+            sums = (loss_sum[g], penalty_sum[g])
+            core.record_epoch(
+                curves[g], lines[g], sums, n, train_errors[g], schedule.lrs[g], seconds
             )
         progress.update(1, networks_training=sum(alive))
         if on_epoch is not None:
@@ -585,24 +512,10 @@ def train_grid(
     for line in lines:
         line.close()
     seconds = time.perf_counter() - t0
-    xte, yte = torch.from_numpy(np.asarray(x_test)), torch.from_numpy(np.asarray(y_test))
     results: list[TrainResult | None] = [None] * size
     for g, cfg in enumerate(specs):
         net = stack.network(g).cpu().eval()
-        ok = status[g] == "ok"
-        metrics: dict[str, Any] = {
-            "status": status[g],
-            "epochs_completed": len(curves[g]),
-            "test_error": error_rate(net, xte, yte) if ok else None,
-            "train_error": curves[g][-1]["train_error"] if curves[g] else None,
-            "curve": curves[g],
-            "seconds": seconds,
-            "device": str(device),
-            "n_train": int(n),
-            "n_test": len(x_test),
-            "config": asdict(cfg),
-            "grid_networks": size,
-            "cuda_graph": recorded is not None,
-        }
+        metrics = core.metrics(cfg, net, status[g], curves[g], data, y_test, seconds, device)
+        metrics.update(grid_networks=size, cuda_graph=recorded is not None)
         results[order[g]] = TrainResult(net, metrics)
     return [r for r in results if r is not None]

@@ -1,8 +1,8 @@
 """A job's files as the train, certify and attack scripts receive them: one path from a
-per-model rule, several from a batched one (:mod:`crosslip.job_batches`).
+per-model rule, several from a batched one (:mod:`crosslip.jobs.batches`).
 
 A module of its own, imported only by those scripts, so that it enters only their code
-digests (:mod:`crosslip.tracking`).
+digests (:mod:`crosslip.jobs.tracking`).
 """
 
 from __future__ import annotations

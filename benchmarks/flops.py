@@ -3,7 +3,7 @@ the device multiplies matrices.
 
 Every stage of the workflow spends its arithmetic in matrix products: the forward and
 backward passes of the one-hidden-layer networks (``U x``, ``W a`` and their gradients),
-the Cross-Lipschitz closed form (eq. crosslip, :func:`crosslip.regularizers.
+the Cross-Lipschitz closed form (eq. crosslip, :func:`crosslip.training.regularizers.
 cross_lipschitz_closed_form`), the class gradients of the certificates (Proposition 2.3) and
 of the attacks (Section 4, :mod:`crosslip.attacks`). Their flops divided by the device's
 matrix-product rate in the dtype they run in is a time that no implementation beats by
@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from .device import synchronize
+from crosslip.device import synchronize
 
 T = TypeVar("T")
 

@@ -3,8 +3,8 @@
 Notation: ``n`` training points, ``N`` expansion points (centres, ``N <= n``), ``d`` input
 dimension, ``K`` classes; every array is float64 (8 bytes). The dense algorithm holds the
 (n, N) kernel matrix ``Kt`` and, for Kernel-CL, several (n, N) and (N, N) temporaries of the
-Gram matrix ``M`` (:func:`crosslip.kernel_train.cross_lipschitz_gram`): about 170 GB at
-``n = N = 60,000``. The chunked algorithm (:mod:`crosslip.kernel_train`,
+Gram matrix ``M`` (:func:`crosslip.training.kernel.cross_lipschitz_gram`): about 170 GB at
+``n = N = 60,000``. The chunked algorithm (:mod:`crosslip.training.kernel`,
 :mod:`crosslip.certify.kernel_bounds`) holds instead, in elements:
 
 * training, always: the data ``n d + 2 n`` (points, labels, norms), the centres ``N d + N``
@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Bytes per element (float64).
 BYTES = 8
@@ -275,7 +275,7 @@ def _train_phases(
     knn_rows: int,
 ) -> dict[str, int]:
     """Elements held in each phase of a training job
-    (:func:`crosslip.kernel_train.train_kernel`), each with :func:`_train_fixed`:
+    (:func:`crosslip.training.kernel.train_kernel`), each with :func:`_train_fixed`:
 
     * ``bandwidth``: the nearest-neighbour distances of ``knn_rows`` points, a (knn_rows, n)
       buffer and twice that for ``torch.topk``, and the rows' squares;
@@ -501,7 +501,7 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     does not fit ``kernel.memory_gb`` on the config's ``device`` (``auto`` counts as a GPU,
     whose reserve the CPU does not need: :func:`device_reserve_bytes`): the estimate in GiB,
     the keys to change (``kernel.n_centers``, ``kernel.memory_gb``, ``datasets``) and the
-    most expansion points that fit. Torch-free, so that :func:`crosslip.config.validate`
+    most expansion points that fit. Torch-free, so that :func:`crosslip.config.validate.validate`
     rejects such a config before any job runs."""
     kern = config.get("kernel", {})
     regs = sorted(kern.get("grid", {}))

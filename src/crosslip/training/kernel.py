@@ -6,7 +6,7 @@ Both minimize the convex objective (eq. L-Alg)
 
 over the coefficients ``alpha`` (K, N) by L-BFGS, with ``k(x, y) = exp(-gamma ||x - y||^2)``,
 ``gamma = a / rho^2`` (``rho``: mean 40-nearest-neighbour distance on the training set,
-:func:`crosslip.kernels.gamma_from_data`) and expansion points ``x_r``: all training points,
+:func:`crosslip.models.kernels.gamma_from_data`) and expansion points ``x_r``: all training points,
 or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop.
 
 * Kernel-LogReg: ``Omega = sum_j ||f_j||_H^2 = sum_j alpha_j^T K_cc alpha_j`` (RKHS norm).
@@ -22,7 +22,7 @@ or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop
   positive semi-definite).
 
 At scale (all 60,000 MNIST training points as centres) nothing of size (n, N) beyond the
-budget ``memory_gb`` is held: :func:`crosslip.kernel_memory.train_plan` chooses the chunks.
+budget ``memory_gb`` is held: :func:`crosslip.jobs.kernel_memory.train_plan` chooses the chunks.
 ``M`` is accumulated over chunks of training points, its ``(C C^T) * (Kt^T Kt)`` term in an
 accumulator of a block of centre rows per pass; ``K_cc`` is built in row blocks; L-BFGS keeps
 ``Kt`` if it fits and otherwise recomputes it chunk by chunk at every evaluation
@@ -41,14 +41,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import KernelTrainSpec
-from .config import default as config_default
-from .device import host_tensor
-from .families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
-from .kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
-from .kernels import GaussianKernelModel, gamma_from_data, kernel_rows
-from .progress import Progress
-from .train import TrainResult
+from ..config.schema import default as config_default
+from ..config.specs import KernelTrainSpec
+from ..device import host_tensor
+from ..families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
+from ..jobs.kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
+from ..models.kernels import GaussianKernelModel, gamma_from_data, kernel_rows
+from ..progress import Progress
+from .core import TrainResult
 
 LOG = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def plan_for(
     device: torch.device | str = "cpu",
 ) -> TrainPlan:
     """The chunk plan of a training job on ``device``
-    (:func:`crosslip.kernel_memory.train_plan`) within ``memory_gb`` GiB (default: the
+    (:func:`crosslip.jobs.kernel_memory.train_plan`) within ``memory_gb`` GiB (default: the
     schema's ``kernel.memory_gb``)."""
     memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
     N = centers_used(cfg.n_centers, n)
@@ -203,16 +203,16 @@ def train_kernel(
 ) -> TrainResult:
     """Fit a :class:`GaussianKernelModel` by L-BFGS (float64) on ``device`` within
     ``memory_gb`` GiB of it (default: the schema's ``kernel.memory_gb``; see
-    :func:`plan_for`); metrics as in :func:`crosslip.train.train` (``curve``: objective per
-    evaluation, several per L-BFGS iteration when the line search needs them;
-    ``setup_seconds``: bandwidth, kernel and Gram matrices, of which ``bandwidth_seconds``
-    and ``penalty_matrix_seconds`` the first two; ``lbfgs_iterations`` and
+    :func:`plan_for`); metrics as in :func:`crosslip.training.single.train` (``curve``: objective
+    per evaluation, several per L-BFGS iteration when the line search needs them; ``setup_seconds``:
+    bandwidth, kernel and Gram matrices, of which ``bandwidth_seconds`` and
+    ``penalty_matrix_seconds`` the first two; ``lbfgs_iterations`` and
     ``seconds_per_lbfgs_iteration``; the same in CPU time of the process, ``cpu_seconds``,
-    ``setup_cpu_seconds``, ``cpu_seconds_per_lbfgs_iteration``: meaningful on a shared
-    machine) and the plan (``chunk_rows``, ``gram_block_rows``,
-    ``gram_passes``, ``kernel_matrix_kept``, ``memory_budget_gib``, ``memory_peak_gib``,
-    ``memory_device_reserve_gib``; on CUDA ``cuda_peak_gib``, the allocator's peak). Raises
-    :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
+    ``setup_cpu_seconds``, ``cpu_seconds_per_lbfgs_iteration``: meaningful on a shared machine) and
+    the plan (``chunk_rows``, ``gram_block_rows``, ``gram_passes``, ``kernel_matrix_kept``,
+    ``memory_budget_gib``, ``memory_peak_gib``, ``memory_device_reserve_gib``; on CUDA
+    ``cuda_peak_gib``, the allocator's peak). Raises
+    :class:`crosslip.jobs.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
     ``gamma``: the kernel width if already known (benchmarks), instead of ``a / rho^2``
     (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
     device = torch.device(device)

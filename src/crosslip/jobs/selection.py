@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .families import model_family
-from .io import atomic_path
+from ..families import model_family
+from ..io import atomic_path
 
 
 def method_of(cfg: dict[str, Any]) -> str:

@@ -15,12 +15,13 @@ and the tests check the closed form against automatic differentiation of the def
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .models import SoftplusNet
+from ..models import SoftplusNet
 
 
 def cross_lipschitz_from_gradients(grads: torch.Tensor) -> torch.Tensor:
@@ -207,4 +208,17 @@ def weight_decay(model: nn.Module) -> torch.Tensor:
     ``1/2 sum ||W||_F^2`` (biases and batch-norm scales excluded), as the authors'
     ``tf.nn.l2_loss`` over their "weights" variables; lambda multiplies it."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
-    return 0.5 * sum(m.weight.pow(2).sum() for m in layers)
+    return half_squared_norm([m.weight for m in layers])
+
+
+def half_squared_norm(weights: Sequence[torch.Tensor], leading: int = 0) -> torch.Tensor:
+    """``1/2 sum_W ||W||_F^2`` over ``weights``, per entry of their first ``leading``
+    dimensions: a scalar for one network (``leading=0``, :func:`weight_decay`), (G,) for the
+    weights ``U`` (G, H, d) and ``W`` (G, K, H) of a stack of G networks (``leading=1``)."""
+    total: torch.Tensor | int = 0
+    for w in weights:
+        squares = w.pow(2)
+        total = total + (
+            squares.sum() if leading == 0 else squares.sum(tuple(range(leading, w.dim())))
+        )
+    return 0.5 * total

@@ -7,7 +7,7 @@ workflow is planned.
   ``--resources gpu=N`` (profiles/local-gpu) caps how many share the GPUs, and on SLURM each
   gets one (profiles/slurm). Without a limit Snakemake does not count it.
 * ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the peak of their
-  memory plan (:mod:`crosslip.kernel_memory`, within ``kernel.memory_gb``) where the job may
+  memory plan (:mod:`crosslip.jobs.kernel_memory`, within ``kernel.memory_gb``) where the job may
   run on the CPU (``device`` ``cpu`` or ``auto``), plus the process and the dataset (float32
   and a float64 copy); with ``device: cuda`` the plan lives in GPU memory and the host holds
   the process, the data and the model.
@@ -235,7 +235,7 @@ def job_resources(config: dict[str, Any], spec: Any, dataset: str, stage: str) -
 
 def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str) -> dict[str, int]:
     """``{"mem_mb", "runtime", "gpu"}`` of a job that trains the networks ``specs`` of one
-    setting as one batched model (:mod:`crosslip.job_batches`): the networks' memory (a
+    setting as one batched model (:mod:`crosslip.jobs.batches`): the networks' memory (a
     few copies of G sets of weights beside the data), and the sum of their training times,
     per training sample :data:`MLP_SECONDS_PER_SAMPLE` on the CPU and
     :data:`MLP_SECONDS_PER_SAMPLE_CUDA` on a GPU (a batched step costs at most the

@@ -10,46 +10,39 @@ and attacked function is the plain network). SGD with mini-batches (64 in the pa
 learning rate is multiplied by ``lr_decay`` after each fraction ``lr_decay_at`` of all updates
 (the authors' schedule: x0.1 at 72% and x0.01 at 88%). Deterministic for a fixed seed on one
 machine.
+
+In production this trainer runs the ResNets and, with ``train.batch_grid: false``, every
+network one job each; with ``batch_grid`` on (the default), the one-hidden-layer networks
+train together in :mod:`crosslip.training.grid`, which is tested against this trainer: each
+grid point comes out as :func:`train` trains it alone (tests/test_train_grid.py, float64).
+What both do alike (seeds, data and crops, schedule, curves, metrics) is
+:mod:`crosslip.training.core`; the adversarial samples are :mod:`crosslip.training.adversarial`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .attacks import one_step, upper_bound
-from .augment import augment, center_crop
-from .config import NetTrainSpec
-from .device import in_tf32
-from .errors import ConfigError
-from .families import NET_REGULARIZERS
-from .models import SoftplusNet
-from .norms import norm_p
-from .progress import Progress
+from ..data.augment import augment
+from ..device import in_tf32
+from ..families import NET_REGULARIZERS
+from ..models import SoftplusNet
+from ..models.resnet import ResNet
+from ..progress import Progress
+from . import core
+from .adversarial import adversarial_batch, adversarial_fractions
+from .core import TrainConfig, TrainResult
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
-from .resnet import ResNet
 
-LOG = logging.getLogger(__name__)
 REGULARIZERS = NET_REGULARIZERS
 #: Section 5's three settings: plain, data augmentation, adversarial training.
 SETTINGS = ("plain", "augment", "adversarial")
-
-#: Hyperparameters of one training job: the workflow's typed spec, defaults from the schema.
-TrainConfig = NetTrainSpec
-
-
-@dataclass
-class TrainResult:
-    model: SoftplusNet
-    metrics: dict[str, Any]
 
 
 class GradientDescent:
@@ -97,82 +90,6 @@ def objective_terms(
     return ce, x.new_zeros(())
 
 
-def adversarial_rows(cfg: TrainConfig, n: int) -> int:
-    """How many points of a batch of ``n`` adversarial training replaces:
-    ``ceil(adv_fraction n)``."""
-    return math.ceil(cfg.adv_fraction * n)
-
-
-def makes_one_step_samples(cfg: TrainConfig) -> bool:
-    """Whether the network trains adversarially with ``adv_attack`` ``one_step``."""
-    return cfg.setting == "adversarial" and cfg.adv_attack == "one_step"
-
-
-def adversarial_fractions(
-    cfg: TrainConfig, batches: int, generator: torch.Generator
-) -> torch.Tensor | None:
-    """The one-step attack's fractions ``r`` of one epoch (:mod:`crosslip.attacks.one_step`),
-    (batches, ceil(adv_fraction batch_size)), float64 on the CPU, uniform in [0, 1) from
-    ``generator`` (the training seed's, shared by every network of that seed, like the batch
-    order); row ``b`` serves batch ``b`` (a shorter last batch uses its first entries).
-    None unless :func:`makes_one_step_samples`."""
-    if not makes_one_step_samples(cfg):
-        return None
-    m = adversarial_rows(cfg, cfg.batch_size)
-    return torch.rand(batches, m, generator=generator, dtype=torch.float64, device="cpu")
-
-
-def adversarial_generator(seed: int) -> torch.Generator:
-    """The generator of :func:`adversarial_fractions` for a training seed (``seed + 2``; the
-    batch order draws from ``seed``, the augmentations from ``seed + 1``)."""
-    return torch.Generator(device="cpu").manual_seed(seed + 2)
-
-
-def adversarial_batch(
-    net: torch.nn.Module,
-    xb: torch.Tensor,
-    cfg: TrainConfig,
-    fractions: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``xb`` (n, d) with its first ``adv_fraction`` replaced by adversarial samples of
-    ``net`` in ``adv_norm`` (see :func:`train`), made in eval mode (no dropout); the model is
-    left in train mode. ``adv_attack`` ``one_step`` takes the fractions ``r`` (at least m,
-    on ``xb``'s device) of :func:`adversarial_fractions`."""
-    m = adversarial_rows(cfg, len(xb))
-    if m == 0:
-        return xb
-    p = norm_p(cfg.adv_norm)
-    net.eval()
-    if cfg.adv_attack == "one_step":
-        if fractions is None:
-            raise ValueError("the one-step attack needs its fractions (adversarial_fractions)")
-        first = one_step(net, xb[:m], fractions[:m], p)
-        net.train()
-        return torch.cat([first, xb[m:]])
-    ub = upper_bound(net, xb[:m], p=p, rtol=1e-2, max_steps=10, dtype=xb.dtype, progress=False)
-    net.train()
-    adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
-    return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
-
-
-def lr_decay_updates(fractions: list[float], total: int) -> set[int]:
-    """The update counts after which the learning rate decays: ``round(f * total)`` for each
-    fraction ``f`` of all ``total`` SGD updates (the authors' piecewise-constant schedule)."""
-    return {round(f * total) for f in fractions}
-
-
-@torch.no_grad()
-def error_rate(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096
-) -> float:
-    """Fraction of misclassified points."""
-    model.eval()
-    wrong = 0
-    for i in range(0, len(x), batch):
-        wrong += int((model(x[i : i + batch]).argmax(1) != y[i : i + batch]).sum())
-    return wrong / max(len(x), 1)
-
-
 def _network(
     cfg: TrainConfig, shape: tuple[int, ...] | None, in_dim: int, num_classes: int
 ) -> torch.nn.Module:
@@ -208,7 +125,7 @@ def train(
     """Train a :class:`SoftplusNet`; returns it (on CPU) with metrics.
 
     Settings (Section 5): ``plain``; ``augment``: every batch is augmented
-    (:func:`crosslip.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
+    (:func:`crosslip.data.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
     error is on center crops, the model takes crops); ``adversarial``: the first
     ``adv_fraction`` of every batch is replaced by box-constrained samples of the current
     model in the ``adv_norm``, with their true labels: ``adv_attack`` ``one_step`` (the
@@ -227,52 +144,34 @@ def train(
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
-    aug_gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)
-    adv_gen = adversarial_generator(cfg.seed)
-    augmenting = cfg.setting == "augment"
-    if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
-        raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")
-    model_shape = shape
-    if augmenting and cfg.crop > min(shape[:2]):
-        raise ConfigError(
-            f"train.crop = {cfg.crop} is larger than the images ({shape[0]} x {shape[1]}); "
-            f"set train.crop to at most {min(shape[:2])}"
-        )
-    if augmenting:
-        model_shape = (cfg.crop, cfg.crop, shape[2])
-        x_test = center_crop(torch.from_numpy(np.asarray(x_test)), shape, cfg.crop).numpy()
-    in_dim = x_train.shape[1] if not augmenting else int(np.prod(model_shape))
+    gens = core.generators(cfg.seed)
+    data = core.setup_data(cfg, x_train, y_train, x_test, shape, device)
     with torch.device("cpu"):  # initialised on the CPU (its RNG), then moved: any device
-        net = _network(cfg, model_shape, in_dim, num_classes)
+        net = _network(cfg, data.model_shape, data.in_dim, num_classes)
     net = net.to(device)
-    xtr = torch.as_tensor(x_train, device=device)
-    ytr = torch.as_tensor(y_train, device=device)
-    xtr_eval = center_crop(xtr, shape, cfg.crop) if augmenting else xtr  # for train_error
     opt = GradientDescent(net.parameters(), lr=cfg.lr)
     curve: list[dict[str, float]] = []
     status = "ok"
     t0 = time.perf_counter()
-    n = len(xtr)
-    decay_after = lr_decay_updates(cfg.lr_decay_at, cfg.epochs * math.ceil(n / cfg.batch_size))
+    n, batches = data.n, data.batches
+    schedule = core.Schedule([cfg], cfg.epochs * batches)
     updates = 0
-    batches = math.ceil(n / cfg.batch_size)
     progress = Progress(
         "train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1), fractional=True
     )
     for epoch in range(cfg.epochs):
         t_epoch = time.perf_counter()
         net.train()
-        perm = torch.randperm(n, generator=gen, device="cpu").to(device)
-        fractions = adversarial_fractions(cfg, batches, adv_gen)
+        perm = torch.randperm(n, generator=gens.batches, device="cpu").to(device)
+        fractions = adversarial_fractions(cfg, batches, gens.adversarial)
         if fractions is not None:  # one copy per epoch
-            fractions = fractions.to(device, xtr.dtype)
+            fractions = fractions.to(device, data.x.dtype)
         tot_loss = tot_pen = 0.0
         for b, i in enumerate(range(0, n, cfg.batch_size)):
             idx = perm[i : i + cfg.batch_size]
-            xb, yb = xtr[idx], ytr[idx]
-            if augmenting:
-                xb = augment(xb, shape, aug_gen, size=cfg.crop, colour=shape[2] == 3)
+            xb, yb = data.x[idx], data.y[idx]
+            if data.augmenting:
+                xb = augment(xb, shape, gens.augment, size=cfg.crop, colour=shape[2] == 3)
             elif cfg.setting == "adversarial":
                 xb = adversarial_batch(net, xb, cfg, None if fractions is None else fractions[b])
             ce, pen = objective_terms(net, xb, yb, cfg)
@@ -284,48 +183,18 @@ def train(
             loss.backward()
             opt.step()
             updates += 1
-            if updates in decay_after:
-                opt.lr *= cfg.lr_decay
+            if schedule.after_update(updates):
+                opt.lr = schedule.lrs[0]
             tot_loss += loss.item() * len(idx)
             tot_pen += pen.item() * len(idx)
             progress.advance_bar(1 / batches)
         if status != "ok":
-            LOG.info(
-                "train: non-finite loss in epoch %d (update %d): stopped, status diverged",
-                epoch + 1,
-                updates + 1,
-            )
+            core.log_diverged(epoch + 1, updates + 1)
             break
-        curve.append(
-            {
-                "epoch": epoch + 1,
-                "loss": tot_loss / n,
-                "penalty": tot_pen / n,
-                "train_error": error_rate(net, xtr_eval, ytr),
-            }
-        )
-        progress.update(
-            1,
-            loss=curve[-1]["loss"],
-            penalty=curve[-1]["penalty"],
-            train_error=curve[-1]["train_error"],
-            lr=opt.lr,
-            epoch_seconds=time.perf_counter() - t_epoch,
-        )
+        train_error = core.error_rate(net, data.x_eval, data.y)
+        seconds = time.perf_counter() - t_epoch
+        core.record_epoch(curve, progress, (tot_loss, tot_pen), n, train_error, opt.lr, seconds)
     progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
-    xte, yte = torch.from_numpy(np.asarray(x_test)), torch.from_numpy(np.asarray(y_test))
-    metrics: dict[str, Any] = {
-        "status": status,
-        "epochs_completed": len(curve),
-        "test_error": error_rate(net, xte, yte) if status == "ok" else None,
-        "train_error": curve[-1]["train_error"] if curve else None,
-        "curve": curve,
-        "seconds": seconds,
-        "device": str(device),
-        "n_train": int(n),
-        "n_test": len(x_test),
-        "config": asdict(cfg),
-    }
-    return TrainResult(net, metrics)
+    return TrainResult(net, core.metrics(cfg, net, status, curve, data, y_test, seconds, device))

@@ -7,7 +7,7 @@ A network trained outside crosslip as
 (optionally with a leading ``nn.Flatten()``, any width H, any ``beta > 0``, with or without
 either bias) is the net of Section 2.3 with ``alpha = beta``, except for one detail:
 ``nn.Softplus`` is the *identity* where ``beta z > threshold`` (PyTorch's switch for numerical
-stability), while crosslip's softplus (:func:`crosslip.softplus.softplus`) and every bound of
+stability), while crosslip's softplus (:func:`crosslip.models.softplus.softplus`) and every bound of
 Proposition 2.3 are about the exact ``log(1 + exp(beta z)) / beta``. :class:`TorchSoftplusNet`
 computes the user's function (PyTorch's ``softplus(z, beta, threshold)``) and keeps the exact
 net's weights, so the certification can bound the difference
@@ -32,14 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import ModelFileError, UnsupportedModelError
-from .models import SoftplusNet
+from ..errors import ModelFileError, UnsupportedModelError
+from .softplus_net import SoftplusNet
 
 #: What crosslip certifies, in words (used in error messages).
 SUPPORTED = (
     "nn.Sequential([nn.Flatten(),] nn.Linear(d, H), nn.Softplus(beta, threshold), "
     "nn.Linear(H, K)) with any width H, beta > 0 and either bias on or off "
-    "(crosslip.torch_softplus); state dict keys 0.weight, 0.bias?, 2.weight, 2.bias? "
+    "(crosslip.models.torch_softplus); state dict keys 0.weight, 0.bias?, 2.weight, 2.bias? "
     "(1.*, 3.* after a leading nn.Flatten)"
 )
 #: PyTorch's defaults of ``nn.Softplus``.

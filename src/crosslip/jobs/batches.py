@@ -6,7 +6,7 @@ receives as params, whichever rule runs it (:func:`evaluation_params`).
 One-hidden-layer networks that share the dataset, the setting, the seed (hence the
 initialisation and the batch order) and every other training setting differ only in their
 regularizer, lambda (or dropout keep probability) and learning rate: their model ids say so,
-and :func:`crosslip.config.tracked_params` is the same for all of them. Such networks can be
+and :func:`crosslip.config.grid.tracked_params` is the same for all of them. Such networks can be
 trained as one :class:`crosslip.models.StackedSoftplusNet` in one process
 (:func:`crosslip.training.grid.train_grid`), which on a GPU costs about as many kernel
 launches per step as one network.
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import KernelTrainSpec, NetTrainSpec, dataset_names, spec_params, tracked_params
-from .families import model_family
+from ..config.grid import dataset_names, tracked_params
+from ..config.specs import KernelTrainSpec, NetTrainSpec, spec_params
+from ..families import model_family
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def plan_batches(
     fresh: bool = False,
 ) -> list[TrainBatch]:
     """The batched training jobs of a validated ``config`` (``grid``: its
-    :func:`crosslip.config.training_grid`; ``code``: the training job's code digest): per
+    :func:`crosslip.config.grid.training_grid`; ``code``: the training job's code digest): per
     dataset, setting, seed and tracked params, the networks that :func:`needs_training`
     (every one with ``fresh``: as for an empty results folder), where there are two or more.
     None with ``train.batch_grid: false``."""

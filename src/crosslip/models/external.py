@@ -3,14 +3,14 @@
 Three formats (config ``external_models[].format``; docs/your-own-models.md):
 
 * ``state_dict``: ``torch.save(model.state_dict(), path)`` of a supported one-hidden-layer
-  softplus network (:data:`crosslip.torch_softplus.SUPPORTED`), read with
+  softplus network (:data:`crosslip.models.torch_softplus.SUPPORTED`), read with
   ``torch.load(weights_only=True)`` and required to be a flat mapping ``str -> Tensor``;
   ``beta`` and ``threshold`` of its ``nn.Softplus`` come from the config entry (PyTorch's
   defaults 1 and 20). Certified for the function it computes (Proposition 2.3, thresholds
   accounted for: :mod:`crosslip.certify.engine`).
 * ``kernel_npz``: a Gaussian-kernel expansion ``f_j(x) = sum_r coef[j, r] exp(-gamma ||x -
   centers[r]||^2)`` (Section 2.2) as an ``.npz`` of plain arrays ``centers`` (n, d),
-  ``coef`` (K, n) and the scalar ``gamma`` (:class:`~crosslip.kernels.GaussianKernelModel`),
+  ``coef`` (K, n) and the scalar ``gamma`` (:class:`~crosslip.models.kernels.GaussianKernelModel`),
   read with ``allow_pickle=False``. Certified with Proposition 2.2.
 * ``torchscript``: any other ``nn.Module`` saved with ``torch.jit.save``, read with
   ``torch.jit.load``. Upper bounds (attacks) only: crosslip has no guarantee for an
@@ -35,10 +35,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config.validate import MODEL_SUFFIX_FORMATS
+from ..errors import ModelFileError
+from ..io import read_npz_array
 from .checkpoints import load_error_reason
-from .config import MODEL_SUFFIX_FORMATS
-from .errors import ModelFileError
-from .io import read_npz_array
 from .kernels import GaussianKernelModel
 from .torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet, from_state_dict
 
@@ -125,7 +125,7 @@ def load_state_dict_file(path: Path | str) -> dict[str, torch.Tensor]:
 
 
 def load_kernel_npz(path: Path | str) -> GaussianKernelModel:
-    """A :class:`~crosslip.kernels.GaussianKernelModel` (float64) from an ``.npz`` with
+    """A :class:`~crosslip.models.kernels.GaussianKernelModel` (float64) from an ``.npz`` with
     ``centers`` (n, d), ``coef`` (K, n) and scalar ``gamma > 0`` (``allow_pickle=False``)."""
     if not zipfile.is_zipfile(path):
         raise ModelFileError(

@@ -4,8 +4,8 @@ A model file is a ``torch.save`` of a plain dict: ``format`` (a tag of :data:`FO
 ``hyper`` (the constructor arguments, JSON), ``meta`` (JSON) and ``state_dict`` (tensors).
 :func:`load_model` reads it with ``weights_only=True``, so a file cannot run code, and rebuilds
 the module from its tag: :class:`~crosslip.models.SoftplusNet`,
-:class:`~crosslip.kernels.GaussianKernelModel`, :class:`~crosslip.resnet.ResNet` or
-:class:`~crosslip.torch_softplus.TorchSoftplusNet` (a network trained elsewhere).
+:class:`~crosslip.models.kernels.GaussianKernelModel`, :class:`~crosslip.models.resnet.ResNet` or
+:class:`~crosslip.models.torch_softplus.TorchSoftplusNet` (a network trained elsewhere).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ModelFileError
-from .io import atomic_path
+from ..errors import ModelFileError
+from ..io import atomic_path
 from .kernels import GaussianKernelModel
-from .models import SoftplusNet
 from .resnet import ResNet
+from .softplus_net import SoftplusNet
 from .torch_softplus import TorchSoftplusNet
 
 
@@ -83,7 +83,7 @@ def load_model(
 ) -> nn.Module:
     """Load a model written by :func:`save_model` without unpickling arbitrary objects, in
     eval mode and in the dtype it was saved in. ``torchscript=True`` (an external model
-    given as TorchScript, :mod:`crosslip.external`): a TorchScript archive instead, by
+    given as TorchScript, :mod:`crosslip.models.external`): a TorchScript archive instead, by
     ``torch.jit.load``.
 
     Raises :class:`~crosslip.errors.ModelFileError` naming ``path`` for a file that would

@@ -4,7 +4,7 @@ Section 2.3 / Section 5 use it as activation (alpha = 10) because it is continuo
 differentiable with ``sigma'(z) = sigmoid(alpha z)``, monotonically increasing, as
 Proposition 2.3 requires. :func:`softplus` computes it exactly for every z (with exactly that
 derivative), :class:`Softplus` is the same as a module. Both the one-hidden-layer net
-(:mod:`crosslip.models`) and the ResNet (:mod:`crosslip.resnet`) build on this module.
+(:mod:`crosslip.models`) and the ResNet (:mod:`crosslip.models.resnet`) build on this module.
 """
 
 from __future__ import annotations

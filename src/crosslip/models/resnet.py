@@ -10,7 +10,7 @@ change the shape use a strided 1x1 convolution.
 Inputs are flat images ``(m, h*w*c)`` in ``[0, 1]`` (no mean subtraction, as in the paper),
 so the model plugs into the same certification, attack and Cross-Lipschitz code as the
 one-hidden-layer net: Cross-Lipschitz regularization uses
-:func:`crosslip.regularizers.cross_lipschitz_autograd` (exact, double backpropagation), and
+:func:`crosslip.training.regularizers.cross_lipschitz_autograd` (exact, double backpropagation), and
 input gradients for the attacks come from automatic differentiation.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .augment import to_images
+from ..data.augment import to_images
 from .softplus import Softplus
 
 

@@ -19,7 +19,7 @@ import hashlib
 from pathlib import Path
 
 PACKAGE = "crosslip"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def module_file(name: str, root: Path | None = None) -> Path | None:
