@@ -314,6 +314,7 @@ def test_stopped_rows_leave_the_batch():
     start = upper_bound(net, x, p=2, progress=False)
     full, early = CountingModel(net), CountingModel(net)
     kw = {"start": start, "steps": 60, "targets": 3, "restarts": 2, "polish_steps": 0}
+    kw["prune"] = 0.0  # every target walked: the rows stop by early stopping alone
     min_norm_attack(full, x, **kw, patience=0, progress=False)
     min_norm_attack(early, x, **kw, **EARLY, progress=False)
     walk = [r for r in full.rows if r == 4 * len(x)]  # (i) and (ii): 1 + 3 rows per point
