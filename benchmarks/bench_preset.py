@@ -209,6 +209,9 @@ class Measure:
             "min_norm_steps": att["min_norm_steps"],
             "min_norm_targets": att["min_norm_targets"],
             "min_norm_restarts": att["min_norm_restarts"],
+            "min_norm_tol": att["min_norm_tol"],
+            "min_norm_patience": att["min_norm_patience"],
+            "min_norm_prune": att["min_norm_prune"],
             "n_examples": att["example_candidates"],
             **change,
         }

@@ -207,7 +207,9 @@ TINY_BENCH_ARGS: dict[str, list[str]] = {
     "bench_min_norm.py": [
         *("--dataset", "mnist5k", "--hidden", "32", "--epochs", "1", "--points", "12"),
         *("--steps", "5", "--targets", "2", "--restarts", "1", "--refine-steps", "1"),
-        *("--check-points", "4", "--threads", "1"),
+        *("--tol", "1e-3", "--patience", "2", "--prune", "1.5", "--thorough-points", "8"),
+        *("--table-points", "4", "--settings", "5:1:0:1e-3:2:1.5", "5:2:1:0:0:0"),
+        *("--threads", "1"),
     ],
     "bench_preset.py": [
         *("--dataset", "mnist5k", "--hidden", "8", "--train-points", "128", "--epochs", "1"),

@@ -299,18 +299,21 @@ def test_bench_min_norm_runs_on_the_cpu_and_ends_with_one_json_line():
     assert out[0].startswith("machine: ") and out[0].endswith("(device cpu)")
     res = json.loads(out[-1])
     assert res["device"] == "cpu" and res["points"] == 12 and res["network"] == "784-32-10"
-    assert res["min_norm_steps"] == 5 and res["check_points"] == 4
-    for key in ("paper_seconds", "refine_seconds", "min_norm_seconds", "check_seconds"):
+    assert res["default"] == "5:2:1:0.001:2:1.5" and res["thorough"] == "200:9:8:0:0:0"
+    assert res["thorough_points"] == 8 and res["table_points"] == 4
+    for key in ("paper_seconds", "refine_seconds", "min_norm_seconds", "thorough_seconds"):
         assert math.isfinite(res[key]) and res[key] > 0, key
     ratio = res["min_norm_seconds"] / (res["paper_seconds"] + res["refine_seconds"])
-    assert math.isclose(res["ratio_time_min_norm_to_paper_and_refined"], ratio)
+    assert math.isclose(res["min_norm_vs_paper_seconds"], ratio)
     means = res["mean_upper_bound"]
-    assert set(means) == {"paper", "refined", "min_norm"} and res["points_all_succeeded"] > 0
+    assert set(means) == {"paper", "refined", "thorough", "min_norm"}
     # from the refined samples: never worse (up to the nudge across the boundary)
     assert means["min_norm"] <= means["refined"] * (1 + 1e-4) <= means["paper"] * (1 + 1e-4)
-    assert math.isclose(res["ratio_mean_min_norm_to_refined"], means["min_norm"] / means["refined"])
-    assert math.isclose(sum(res["share_best"].values()), 1.0)
-    assert any(line.startswith("min-norm attack (5 steps") for line in out)
+    assert res["mean_vs_old_default"] == res["vs_old_default"]["ratio_of_means"] > 0
+    assert [row["setting"] for row in res["table"]] == ["5:1:0:0.001:2:1.5", "5:2:1:0:0:0"]
+    for row in [res["vs_old_default"], *res["table"]]:
+        assert row["success_rate"] == 1.0 and row["p99_excess"] <= row["max_excess"]
+    assert any(line.startswith("default 5:2:1:0.001:2:1.5") for line in out)
 
 
 @pytest.mark.slow  # two pytest runs

@@ -5,6 +5,7 @@ refinement on a trained network, and free of tensors created off the inputs' dev
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -113,7 +114,8 @@ def test_linear_classifier_exact_minimal_distance(box):
         assert (exact > free * 1.01).float().mean() > 0.5  # the box binds
     else:
         assert torch.all(exact < 0.3)  # the unconstrained minimizers stay in the box
-    res = min_norm_attack(lin, x, steps=100, restarts=2, progress=False)
+    # every walk to its end (patience 0): the walks' exactness, not the early stopping's
+    res = min_norm_attack(lin, x, steps=100, targets=k - 1, restarts=2, patience=0, progress=False)
     assert_verified(lin, x, res)
     ok = torch.isfinite(exact)
     assert torch.equal(res.success, ok) and ok.float().mean() > 0.9
@@ -228,7 +230,7 @@ def test_at_least_as_good_as_the_paper_and_the_refinement(trained_net):
     assert torch.all(warm.success)
     assert torch.all(warm.norm <= torch.minimum(paper.norm, refined.norm) * (1 + 1e-4))
     assert warm.norm.mean() < refined.norm.mean() <= paper.norm.mean()
-    cold = min_norm_attack(net, x, steps=30, restarts=2, progress=False)
+    cold = min_norm_attack(net, x, steps=30, targets=9, restarts=2, patience=0, progress=False)
     assert_verified(net, x, cold)
     assert cold.norm.mean() <= refined.norm.mean() * (1 + 1e-4)
 
@@ -264,3 +266,85 @@ def test_rejects_settings_without_a_walk():
         min_norm_attack(net, x, steps=0)
     with pytest.raises(ValueError, match="restarts"):
         min_norm_attack(net, x, restarts=-1)
+
+
+class CountingModel(nn.Module):
+    """``model`` that records the rows of every forward pass (the batch's size)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model, self.rows = model, []
+        self.eval()  # in eval mode the attack uses it as it is, no copy
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows.append(x.shape[0])
+        return self.model(x)
+
+
+#: The early stopping of the tests: a walk stops once its best norm has not improved by a
+#: relative 1e-3 for 10 steps (the schema's default).
+EARLY = {"tol": 1e-3, "patience": 10}
+
+
+def test_early_stopped_walks_stay_within_tolerance_of_the_full_budget(trained_net):
+    """On a fixed trained net, from the refined samples: stopped early, with the targets
+    pruned by their linearized distance, every point gets a verified sample whose norm is
+    at most 1% above the full budget's (every walk to its end, every target), 0.1%
+    on average; and it never returns an unverified sample."""
+    net, x = trained_net
+    paper = upper_bound(net, x, p=2, progress=False)
+    refined = refine_upper_bound(net, x, paper, p=2, progress=False)
+    kw = {"start": refined, "steps": 50, "targets": 4, "restarts": 1, "progress": False}
+    full = min_norm_attack(net, x, **kw, patience=0, prune=0.0)
+    for prune in (0.0, 1.5):
+        early = min_norm_attack(net, x, prune=prune, **kw, **EARLY)
+        assert_verified(net, x, early)
+        assert torch.equal(early.success, full.success) and early.success.all()
+        ratio = early.norm / full.norm
+        assert torch.all(ratio <= 1.01), ratio.max()
+        assert ratio.mean() <= 1.001
+        assert torch.all(early.norm <= refined.norm * (1 + 1e-4))  # never worse than the start
+
+
+def test_stopped_rows_leave_the_batch():
+    """The forward passes of an early-stopped walk shrink as rows stop (each pass is the
+    rows still walking), and the whole attack evaluates far fewer rows than the full
+    budget; with ``patience`` 0 every row walks every step."""
+    net = random_net(8, 4, 16, 2, 4.0)
+    x = random_points(40, 8, 2)
+    start = upper_bound(net, x, p=2, progress=False)
+    full, early = CountingModel(net), CountingModel(net)
+    kw = {"start": start, "steps": 60, "targets": 3, "restarts": 2, "polish_steps": 0}
+    kw["prune"] = 0.0  # every target walked: the rows stop by early stopping alone
+    min_norm_attack(full, x, **kw, patience=0, progress=False)
+    min_norm_attack(early, x, **kw, **EARLY, progress=False)
+    walk = [r for r in full.rows if r == 4 * len(x)]  # (i) and (ii): 1 + 3 rows per point
+    assert len(walk) == 61  # 60 steps and the check of the last iterates
+    rows = early.rows[early.rows.index(4 * len(x)) :][:60]
+    assert rows[-1] < rows[0] and all(a >= b for a, b in itertools.pairwise(rows) if b > 1)
+    assert sum(early.rows) < 0.8 * sum(full.rows)
+
+
+def test_pruning_by_the_linearized_distance_never_drops_the_best_target():
+    """On a linear classifier the linearized distance ``(f_c - f_j) / ||w_c - w_j||`` of a
+    target is a lower bound on the distance to any sample of that target (exact without
+    the box, larger with it), so a target above a sample's norm cannot give a smaller one:
+    with ``prune`` 1 the attack finds the same exact minimal distances as with every target
+    walked, in fewer rows; the best target (the exact minimizer's) is never pruned."""
+    d, k = 12, 6
+    lin = linear_model(d, k, seed=4)
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(40, d, generator=g, dtype=DT)
+    x = torch.where(torch.rand(40, d, generator=g) < 0.5, x.round(), x)  # the box binds
+    exact, _ = exact_linear_distance(lin, x, box=True)
+    start = upper_bound(lin, x, p=2, progress=False)
+    walked, pruned = CountingModel(lin), CountingModel(lin)
+    kw = {"start": start, "steps": 100, "targets": k - 1, "restarts": 0, "progress": False}
+    every = min_norm_attack(walked, x, **kw, patience=0, prune=0.0)
+    some = min_norm_attack(pruned, x, **kw, patience=0, prune=1.0)
+    assert sum(pruned.rows) < sum(walked.rows)
+    ok = torch.isfinite(exact)
+    for res in (every, some):
+        assert_verified(lin, x, res)
+        assert torch.equal(res.success, ok)
+        assert torch.all(res.norm[ok] <= exact[ok] * (1 + EXACT_RTOL))

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from crosslip.attacks import min_norm_attack
 from crosslip.config.schema import default
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import write_json
@@ -160,8 +161,14 @@ def test_min_norm_steps_0_turns_the_attack_off(tmp_path):
 def test_the_attack_stage_defaults_are_the_schemas():
     """The library's defaults of the attack settings are the workflow's (the schema's)."""
     params = inspect.signature(attack_stage).parameters
-    for key in ("refine_steps", "min_norm_steps", "min_norm_targets", "min_norm_restarts"):
+    keys = ["refine_steps", *(f"min_norm_{k}" for k in ("steps", "targets", "restarts"))]
+    keys += [f"min_norm_{k}" for k in ("tol", "patience", "prune")]
+    for key in keys:
         assert params[key].default == default(f"attack.{key}"), key
+    # and the attack's own, which the stage passes on
+    attack = inspect.signature(min_norm_attack).parameters
+    for key in keys[1:]:
+        assert attack[key.removeprefix("min_norm_")].default == default(f"attack.{key}"), key
 
 
 def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):

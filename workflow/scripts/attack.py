@@ -30,6 +30,9 @@ def main() -> None:
         min_norm_steps=snakemake.params.min_norm_steps,
         min_norm_targets=snakemake.params.min_norm_targets,
         min_norm_restarts=snakemake.params.min_norm_restarts,
+        min_norm_tol=snakemake.params.min_norm_tol,
+        min_norm_patience=snakemake.params.min_norm_patience,
+        min_norm_prune=snakemake.params.min_norm_prune,
         device=snakemake.params.device,
         n_examples=snakemake.params.n_examples,
     )

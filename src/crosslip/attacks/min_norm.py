@@ -45,6 +45,24 @@ walks from random points ``x + r u`` (``u`` uniform on the unit sphere, ``r`` un
 linearized distance): they leave the local minimum that the first walks found. (i) and (ii)
 run as one batch of rows, then (iii).
 
+**Spending only what changes the answer.** Two savings, both off in :data:`THOROUGH`:
+
+- *early stopping* (``patience`` > 0): a row stops once its best norm has not fallen below
+  ``(1 - tol)`` times its value ``patience`` steps before, provided its point already has a
+  verified sample (from ``start`` or any of its rows: the walks of one point share their
+  best); stopped rows leave the batch (the tensors are compacted, so a step costs what the
+  rows still walking cost);
+- *pruning* (``prune`` > 0): a target ``j`` whose linearized distance at ``x`` exceeds
+  ``prune`` times the norm of ``start``'s verified sample is not walked. On a linear
+  classifier that distance is a lower bound on the norm of every sample at which ``j``
+  beats ``c`` (exact without the box, larger with it), so with ``prune`` >= 1 no target
+  that could improve on ``start`` is dropped; on a curved one the factor is the margin for
+  the first-order error.
+
+What each budget buys is measured by ``benchmarks/bench_min_norm.py`` (docs/bounds.md):
+the default (100 steps, 3 targets, 2 restarts, ``tol`` 1e-3, ``patience`` 10, ``prune``
+1.5) against the thorough one (200 steps, 9 targets, 8 restarts, every walk to its end).
+
 **Polish.** The best sample is refined by :func:`~crosslip.attacks.refine_upper_bound`
 (``polish_steps`` re-linearizations at the sample, the exact box-constrained projection of
 ``x`` and the search on the right-hand side to ``rtol``): a walk ends within about
@@ -73,6 +91,7 @@ for a ``seed`` and ``batch_size`` (the random restarts draw from a generator on 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -90,6 +109,9 @@ STEP = (1.0, 0.01)
 #: Relative enlargements ``delta (1 + tau)`` tried, smallest first, on a sample that sits on
 #: the boundary (adversarial by less than the margin; e.g. a search's end, or ``start``).
 NUDGES = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4)
+#: The thorough budget (the default until the early stopping was measured; for papers):
+#: 200 steps per walk, 9 targets, 8 restarts, every walk to its end, every target walked.
+THOROUGH = {"steps": 200, "targets": 9, "restarts": 8, "tol": 0.0, "patience": 0, "prune": 0.0}
 
 
 def _cosine(start: float, end: float, k: int, steps: int) -> float:
@@ -157,54 +179,88 @@ def _walk(
     steps: int,
     lo: float,
     hi: float,
+    point: torch.Tensor | None = None,
+    known: torch.Tensor | None = None,
+    live: torch.Tensor | None = None,
+    tol: float = 0.0,
+    patience: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One FMN walk per row (module docstring) from ``delta`` (m, d) for the rows ``x``
     (m, d), ``c`` (m,) and ``target`` (m,) (-1: untargeted). Returns the best adversarial
     iterate per row: ``(norm (m,), delta (m, d), adv_class (m,))``, inf / 0 / -1 where the
-    walk found none."""
-    m = x.shape[0]
-    best = torch.full((m,), torch.inf, dtype=x.dtype, device=x.device)
+    walk found none.
+
+    Early stopping (``patience`` > 0; 0: every row walks all ``steps``): a row stops once
+    its best norm has not fallen below ``(1 - tol)`` times its value ``patience`` steps
+    before, provided its point (``point`` (m,), the point of each row, in ``range(n)``)
+    has a verified sample: the best of ``known`` (n,) (e.g. the start's norm, inf: none)
+    and of all its rows so far. Stopped rows leave the batch: the tensors of the remaining
+    rows are compacted, so a step costs what the rows still walking cost. ``live`` (m,):
+    the rows walked at all (the others return inf, e.g. pruned targets)."""
+    m, dev = x.shape[0], x.device
+    best = torch.full((m,), torch.inf, dtype=x.dtype, device=dev)
     best_delta = torch.zeros_like(x)
-    best_cls = torch.full((m,), -1, dtype=torch.long, device=x.device)
-    targeted = target >= 0
-    tcol = target.clamp_min(0)[:, None]
-    eps = torch.linalg.vector_norm(delta, dim=1)
-    found = torch.zeros(m, dtype=torch.bool, device=x.device)
+    best_cls = torch.full((m,), -1, dtype=torch.long, device=dev)
+    point = torch.arange(m, device=dev) if point is None else point
+    shared = torch.full((int(point.max()) + 1 if m else 0,), torch.inf, dtype=x.dtype, device=dev)
+    if known is not None:
+        shared = torch.minimum(shared, known.to(dev, x.dtype))
+    act = torch.arange(m, device=dev) if live is None else torch.nonzero(live).squeeze(1)
+    # the walking rows' state, compacted as rows stop
+    xs, cs, ds, ts, ps = x[act], c[act], delta[act], target[act], point[act]
+    eps = torch.linalg.vector_norm(ds, dim=1)
+    found = torch.zeros(len(act), dtype=torch.bool, device=dev)
+    ref = torch.full((len(act),), torch.inf, dtype=x.dtype, device=dev)
+    since = torch.zeros(len(act), dtype=torch.long, device=dev)
     tiny = torch.finfo(x.dtype).tiny
     diameter = (hi - lo) * x.shape[1] ** 0.5  # no sample in the box is farther from x
 
-    def keep(delta: torch.Tensor, adv: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        nrm = torch.linalg.vector_norm(delta, dim=1)
-        better = adv & (nrm < best) & _in_box(x + delta, lo, hi)
-        best.copy_(torch.where(better, nrm, best))
-        best_delta.copy_(torch.where(better[:, None], delta, best_delta))
-        best_cls.copy_(torch.where(better, cls, best_cls))
+    def keep(ds: torch.Tensor, adv: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+        nrm = torch.linalg.vector_norm(ds, dim=1)
+        better = adv & (nrm < best[act]) & _in_box(xs + ds, lo, hi)
+        rows = act[better]
+        best[rows], best_delta[rows], best_cls[rows] = nrm[better], ds[better], cls[better]
+        shared.scatter_reduce_(0, ps[better], nrm[better], reduce="amin")
         return nrm
 
     for k in range(steps):
-        xa = (x + delta).requires_grad_(True)
+        if len(act) == 0:
+            break
+        xa = (xs + ds).requires_grad_(True)
         with torch.enable_grad():
             logits = model(xa)
-            adv, cls, fc, other = _adversarial(logits, c)
-            margin = fc - torch.where(targeted, logits.gather(1, tcol).squeeze(1), other)
+            adv, cls, fc, other = _adversarial(logits, cs)
+            targeted = ts >= 0
+            tval = logits.gather(1, ts.clamp_min(0)[:, None]).squeeze(1)
+            margin = fc - torch.where(targeted, tval, other)
             (grad,) = torch.autograd.grad(margin.sum(), xa)
         with torch.no_grad():
-            nrm = keep(delta, adv, cls)
+            nrm = keep(ds, adv, cls)
             found |= adv
             gamma = _cosine(*GAMMA, k, steps)
             gnorm = torch.linalg.vector_norm(grad, dim=1).clamp_min(tiny)
             to_boundary = (nrm + margin.detach().clamp_min(0) / gnorm) * (1 + gamma)
+            row_best = best[act]
             eps = torch.where(
                 adv,
-                torch.minimum(eps * (1 - gamma), best),
+                torch.minimum(eps * (1 - gamma), row_best),
                 torch.where(found, eps * (1 + gamma), to_boundary),
             ).clamp(max=diameter)
             step = _cosine(*STEP, k, steps) * eps
-            delta = delta - step[:, None] * (grad / gnorm[:, None])  # 0 where grad is 0
-            scale = (eps / torch.linalg.vector_norm(delta, dim=1).clamp_min(tiny)).clamp(max=1)
-            delta = (x + delta * scale[:, None]).clamp(lo, hi) - x
-    adv, cls = _verify(model, x + delta, c)  # the last iterate
-    keep(delta, adv, cls)
+            ds = ds - step[:, None] * (grad / gnorm[:, None])  # 0 where grad is 0
+            scale = (eps / torch.linalg.vector_norm(ds, dim=1).clamp_min(tiny)).clamp(max=1)
+            ds = (xs + ds * scale[:, None]).clamp(lo, hi) - xs
+            if patience > 0:
+                improved = row_best < ref * (1 - tol)  # the first sample found counts
+                ref = torch.where(improved, row_best, ref)
+                since = torch.where(improved, 0, since + 1)
+                walking = (since < patience) | ~torch.isfinite(shared[ps])
+                if not bool(walking.all()):
+                    act, xs, cs, ds, ts, ps = (t[walking] for t in (act, xs, cs, ds, ts, ps))
+                    eps, found, ref, since = (t[walking] for t in (eps, found, ref, since))
+    if len(act):
+        adv, cls = _verify(model, xs + ds, cs)  # the last iterate of the rows still walking
+        keep(ds, adv, cls)
     return best, best_delta, best_cls
 
 
@@ -258,6 +314,9 @@ def _batch(
     rtol: float,
     max_steps: int,
     gen: torch.Generator,
+    tol: float = 0.0,
+    patience: int = 0,
+    prune: float = 0.0,
 ) -> UpperBound:
     n, dev = x.shape[0], x.device
     with torch.no_grad():
@@ -266,16 +325,31 @@ def _batch(
     n_targets = min(targets, dist.shape[1] - 1)
     # (i) untargeted from start where it succeeded, (ii) targeted at the closest classes
     delta0 = torch.zeros_like(x)
+    known = torch.full((n,), torch.inf, dtype=x.dtype, device=dev)  # the start's norm
     if start is not None:
         ok = start.success.to(dev)
         delta0 = torch.where(ok[:, None], start.delta.to(dev, x.dtype), delta0)
-        delta0 = _nudged(model, x, c, (x + delta0).clamp(lo, hi) - x, lo, hi)[0]
-    tgt = torch.cat(
-        [torch.full((n,), -1, dtype=torch.long, device=dev), *dist.argsort(1)[:, :n_targets].T]
-    )
+        delta0, passes, _ = _nudged(model, x, c, (x + delta0).clamp(lo, hi) - x, lo, hi)
+        known = torch.where(ok & passes, torch.linalg.vector_norm(delta0, dim=1), known)
+    order = dist.argsort(1)[:, :n_targets]
+    tgt = torch.cat([torch.full((n,), -1, dtype=torch.long, device=dev), *order.T])
+    # a target whose linearized distance exceeds prune x the start's norm is not walked
+    near = (dist.gather(1, order) <= prune * known[:, None]) | (prune <= 0)
+    live = torch.cat([torch.ones(n, dtype=torch.bool, device=dev), *near.T])
     runs = 1 + n_targets
+    point = torch.arange(n, device=dev)
+
+    def walk(
+        runs: int, deltas: torch.Tensor, tgt: torch.Tensor, known: torch.Tensor, live: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`_walk` on ``runs`` blocks of rows of the n points (run-major: deltas
+        (runs n, d), tgt (runs n,)), sharing per point (``known`` (n,), ``live`` (runs n,)
+        or None)."""
+        rep = (x.repeat(runs, 1), c.repeat(runs), deltas, tgt, steps, lo, hi)
+        return _walk(model, *rep, point.repeat(runs), known, live, tol, patience)
+
     deltas = torch.cat([delta0, torch.zeros_like(x).repeat(n_targets, 1)])
-    res = _walk(model, x.repeat(runs, 1), c.repeat(runs), deltas, tgt, steps, lo, hi)
+    res = walk(runs, deltas, tgt, known, live)
     best, delta, cls, target = _best_of_runs(runs, *res, torch.where(tgt < 0, res[2], tgt))
     # (iii) random restarts around x, within the best norm so far
     if restarts > 0:
@@ -283,7 +357,7 @@ def _batch(
         radius = torch.nan_to_num(radius, posinf=0.0)
         starts = _random_starts(x, radius, restarts, lo, hi, gen)
         none = torch.full((restarts * n,), -1, dtype=torch.long, device=dev)
-        res = _walk(model, x.repeat(restarts, 1), c.repeat(restarts), starts, none, steps, lo, hi)
+        res = walk(restarts, starts, none, torch.minimum(best, known), None)
         r_best, r_delta, r_cls, r_target = _best_of_runs(restarts, *res, res[2])
         better = r_best < best
         best = torch.where(better, r_best, best)
@@ -355,9 +429,9 @@ def min_norm_attack(
     model: torch.nn.Module,
     x: torch.Tensor,
     start: UpperBound | None = None,
-    steps: int = 200,
-    targets: int = 9,
-    restarts: int = 8,
+    steps: int = 100,
+    targets: int = 3,
+    restarts: int = 2,
     lo: float = 0.0,
     hi: float = 1.0,
     polish_steps: int = 5,
@@ -367,6 +441,9 @@ def min_norm_attack(
     batch_size: int = 4096,
     seed: int = 0,
     progress: bool = True,
+    tol: float = 1e-3,
+    patience: int = 10,
+    prune: float = 1.5,
 ) -> UpperBound:
     """Minimal-norm L2 adversarial samples in the box ``[lo, hi]^d`` for each point of ``x``
     (n, d) by FMN walks (module docstring): one from ``start`` (an :class:`UpperBound` of
@@ -413,6 +490,9 @@ def min_norm_attack(
                     rtol,
                     max_steps,
                     gen,
+                    tol,
+                    patience,
+                    prune,
                 )
             )
             found += int(parts[-1].success.sum())

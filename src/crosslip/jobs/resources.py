@@ -147,8 +147,9 @@ def kernel_certify_seconds(config: dict[str, Any], spec: Any, dataset: str) -> f
 
 def min_norm_walk_steps(config: dict[str, Any], classes: int) -> int:
     """Iterations per point of the minimal-norm L2 attack
-    (:func:`crosslip.attacks.min_norm_attack`): ``attack.min_norm_steps`` for each of its
-    ``1 + min(targets, K - 1) + restarts`` walks; 0 when it is off or L2 is not attacked.
+    (:func:`crosslip.attacks.min_norm_attack`) at most: ``attack.min_norm_steps`` for each of
+    its ``1 + min(targets, K - 1) + restarts`` walks (early stopping and pruning only make
+    it fewer); 0 when it is off or L2 is not attacked.
     Each iteration is one forward and one backward pass of the model for one point."""
     at = config["attack"]
     if "l2" not in at["norms"] or at["min_norm_steps"] == 0:

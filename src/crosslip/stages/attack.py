@@ -31,9 +31,12 @@ def attack_stage(
     max_steps: int,
     norms: list[str] | tuple[str, ...] = ("l2", "l1", "linf"),
     refine_steps: int = 5,
-    min_norm_steps: int = 200,
-    min_norm_targets: int = 9,
-    min_norm_restarts: int = 8,
+    min_norm_steps: int = 100,
+    min_norm_targets: int = 3,
+    min_norm_restarts: int = 2,
+    min_norm_tol: float = 1e-3,
+    min_norm_patience: int = 10,
+    min_norm_prune: float = 1.5,
     device: str = "auto",
     examples_out: Path | str | None = None,
     n_examples: int = 2,
@@ -42,9 +45,10 @@ def attack_stage(
     (``upper_bound_{p}``; for L2 the column ``upper_bound`` with its target and class) and
     the refinement by re-linearization (``upper_bound_{p}_refined``). For L2 also the
     minimal-norm attack (:func:`crosslip.attacks.min_norm_attack`, ``min_norm_steps`` per
-    walk, ``min_norm_targets`` targets, ``min_norm_restarts`` restarts, started from the
-    refined samples; ``upper_bound_l2_min_norm``, null throughout with ``min_norm_steps``
-    0) and the smallest of the three L2 bounds with the method that gave it
+    walk, ``min_norm_targets`` targets, ``min_norm_restarts`` restarts, walks stopped early
+    by ``min_norm_tol`` and ``min_norm_patience``, targets pruned by ``min_norm_prune``,
+    started from the refined samples; ``upper_bound_l2_min_norm``, null throughout with
+    ``min_norm_steps`` 0) and the smallest of the three L2 bounds with the method that gave it
     (:func:`best_l2_upper_bound`). Failed attacks are null (``attack_success`` says which,
     for the L2 paper procedure).
 
@@ -83,6 +87,9 @@ def attack_stage(
                         steps=min_norm_steps,
                         targets=min_norm_targets,
                         restarts=min_norm_restarts,
+                        tol=min_norm_tol,
+                        patience=min_norm_patience,
+                        prune=min_norm_prune,
                     )
                     df["upper_bound_l2_min_norm"] = np.where(
                         mn.success.numpy(), mn.norm.numpy(), np.nan
