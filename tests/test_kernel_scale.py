@@ -202,6 +202,8 @@ def test_attack_runtime_counts_the_minimal_norm_attack():
     without it (as before), more with it on many points on the CPU, and a day where the
     model's size is unknown when the workflow is planned."""
     cfg = validate({**preset(n_centers=20000, memory_gb=16), "device": "cpu"})
+    # the thorough budget (attacks.min_norm.THOROUGH), whose walks alone need over an hour
+    cfg["attack"].update(min_norm_steps=200, min_norm_targets=9, min_norm_restarts=8)
     off = copy.deepcopy(cfg)
     off["attack"]["min_norm_steps"] = 0
     net, kernel = NetTrainSpec(epochs=3), training_grid(cfg)["kernel_cl-a1-lam0.01-seed0"]
