@@ -91,7 +91,6 @@ for a ``seed`` and ``batch_size`` (the random restarts draw from a generator on 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
@@ -179,8 +178,8 @@ def _walk(
     steps: int,
     lo: float,
     hi: float,
-    point: torch.Tensor | None = None,
-    known: torch.Tensor | None = None,
+    point: torch.Tensor,
+    known: torch.Tensor,
     live: torch.Tensor | None = None,
     tol: float = 0.0,
     patience: int = 0,
@@ -201,10 +200,7 @@ def _walk(
     best = torch.full((m,), torch.inf, dtype=x.dtype, device=dev)
     best_delta = torch.zeros_like(x)
     best_cls = torch.full((m,), -1, dtype=torch.long, device=dev)
-    point = torch.arange(m, device=dev) if point is None else point
-    shared = torch.full((int(point.max()) + 1 if m else 0,), torch.inf, dtype=x.dtype, device=dev)
-    if known is not None:
-        shared = torch.minimum(shared, known.to(dev, x.dtype))
+    shared = known.to(dev, x.dtype).clone()  # (n,) the best verified norm per point
     act = torch.arange(m, device=dev) if live is None else torch.nonzero(live).squeeze(1)
     # the walking rows' state, compacted as rows stop
     xs, cs, ds, ts, ps = x[act], c[act], delta[act], target[act], point[act]
@@ -340,7 +336,11 @@ def _batch(
     point = torch.arange(n, device=dev)
 
     def walk(
-        runs: int, deltas: torch.Tensor, tgt: torch.Tensor, known: torch.Tensor, live: Any
+        runs: int,
+        deltas: torch.Tensor,
+        tgt: torch.Tensor,
+        known: torch.Tensor,
+        live: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:func:`_walk` on ``runs`` blocks of rows of the n points (run-major: deltas
         (runs n, d), tgt (runs n,)), sharing per point (``known`` (n,), ``live`` (runs n,)
@@ -448,8 +448,10 @@ def min_norm_attack(
     """Minimal-norm L2 adversarial samples in the box ``[lo, hi]^d`` for each point of ``x``
     (n, d) by FMN walks (module docstring): one from ``start`` (an :class:`UpperBound` of
     the same points, e.g. the paper's or the refined one; None: from ``x``), ``targets``
-    targeted ones and ``restarts`` random restarts per point, ``steps`` iterations each,
-    then ``polish_steps`` re-linearizations (:func:`refine_upper_bound` with ``rtol``,
+    targeted ones and ``restarts`` random restarts per point, at most ``steps`` iterations
+    each (a walk stops early per ``tol`` and ``patience``; targets beyond ``prune`` times
+    the start's norm are not walked: module docstring), then ``polish_steps``
+    re-linearizations (:func:`refine_upper_bound` with ``rtol``,
     ``max_steps``). Every reported sample is verified by a forward pass in ``dtype``.
 
     Runs on ``x``'s device in ``dtype`` (the model is converted, never changed); the

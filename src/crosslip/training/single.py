@@ -31,7 +31,6 @@ from torch.nn import functional as F
 
 from ..data.augment import augment
 from ..device import in_tf32
-from ..families import NET_REGULARIZERS
 from ..models import SoftplusNet
 from ..models.resnet import ResNet
 from ..progress import Progress
@@ -39,10 +38,6 @@ from . import core
 from .adversarial import adversarial_batch, adversarial_fractions
 from .core import TrainConfig, TrainResult
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
-
-REGULARIZERS = NET_REGULARIZERS
-#: Section 5's three settings: plain, data augmentation, adversarial training.
-SETTINGS = ("plain", "augment", "adversarial")
 
 
 class GradientDescent:
