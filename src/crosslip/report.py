@@ -245,6 +245,13 @@ SETTING_LABEL = {
 }
 
 
+def ordered_settings(present: set[str]) -> list[str]:
+    """The settings in ``present`` in Section 5's order (others after, sorted); ``["plain"]``
+    when there are none."""
+    ordered = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
+    return ordered or ["plain"]
+
+
 def plot_bounds_vs_error(
     summary: pd.DataFrame, png: Path | str, pdf: Path | str, dataset: str, family: str
 ) -> None:
@@ -255,8 +262,7 @@ def plot_bounds_vs_error(
     regularizer. ResNets have no guarantee: the upper-bound panel only."""
     sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)]
     present = set(sel["setting"])
-    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
-    settings = settings or ["plain"]
+    settings = ordered_settings(present)
     panels = [("mean_upper_bound", "Adversarial resistance (upper bound), $L_2$")]
     if family != "resnet":
         panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
@@ -318,8 +324,7 @@ def plot_bracket(
     sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)]
     sel = sel[sel["status"] == "ok"]
     present = set(sel["setting"])
-    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
-    settings = settings or ["plain"]
+    settings = ordered_settings(present)
     fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.2), squeeze=False)
     for ax, setting in zip(axes[0], settings, strict=True):
         part = sel[sel["setting"] == setting]
@@ -328,7 +333,10 @@ def plot_bracket(
             x = 100 * row["test_error"]
             ax.plot(
                 [x, x],
-                [row.get("mean_guarantee_l2_best"), row.get("mean_upper_bound_l2_best")],
+                [
+                    row.get("mean_guarantee_l2_best", np.nan),
+                    row.get("mean_upper_bound_l2_best", np.nan),
+                ],
                 color=color,
                 alpha=0.5,
             )
@@ -643,8 +651,7 @@ def plot_training_curves(
     curves = training_curves(metrics, dataset, family)
     kernel = family == "kernel"
     present = {c["setting"] for c in curves}
-    settings = [s for s in SETTING_ORDER if s in present] + sorted(present - set(SETTING_ORDER))
-    settings = settings or ["plain"]
+    settings = ordered_settings(present)
     panels = [("loss", "training objective")]
     panels += (
         [("penalty", "penalty (without lambda)")]

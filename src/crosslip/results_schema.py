@@ -20,7 +20,7 @@ import pyarrow as pa
 from .families import EXTERNAL, model_family
 from .norms import NORMS
 
-#: Certificates beyond the paper's bounds, per p-norm (``crosslip.certify.METHOD_KINDS``):
+#: Certificates beyond the paper's bounds, per p-norm (``crosslip.certify.engine.METHOD_KINDS``):
 #: Theorem 2.1 integrated along the ray, the linear relaxation, the curvature bound.
 GUARANTEE_METHODS = ("integrated", "linear", "curvature")
 #: Their columns and the largest sound certificate per norm, ``guarantee_{norm}_{method}``

@@ -26,7 +26,7 @@ convex set ``S(R)``) gives, for ``||v||_p <= r <= R``,
 * p = 1, inf: ``sum_l kappa_l ||u_l||_q^2`` (``(u_l^T v)^2 <= ||u_l||_q^2 ||v||_p^2``).
 
 Class j cannot overtake c within the root ``rho_j`` of ``m - const - lin r - quad r^2``
-(:func:`.linear_min.quad_radius`), capped at R: a radius function for
+(:func:`.linear_min.quad_radius`; the search takes ``min(rho_j, R)``): a radius function for
 :func:`~.search.radius_search`. The bound sees a unit's curvature only where it can be
 negative, so a network whose units are saturated or in their linear regime over the ball
 is certified nearly to its first-order distance ``m / ||grad g(x)||_q``.

@@ -62,9 +62,6 @@ def integrated(
         raise ValueError(f"nodes must be at least 1, got {nodes}")
     n = m.shape[0]
     dt, dev = m.dtype, m.device
-    idx_all = torch.arange(n, device=dev)
-    van = vanishes
-    full = torch.ones_like(m, dtype=torch.bool)
     mask = bool(getattr(lipschitz, "supports_mask", False))
 
     def bound(idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
@@ -72,22 +69,20 @@ def integrated(
         return lip.masked_fill(~need, 0.0)
 
     result = paper.guarantee.clone()
-    todo = idx_all[torch.isfinite(result) & (result > 0) & (m > 0).all(1)]
+    todo = torch.arange(n, device=dev)[torch.isfinite(result) & (result > 0) & (m > 0).all(1)]
     if len(todo) == 0:
         return result
     m_t = m[todo]
     r1 = (SPAN * result[todo]).clamp(max=torch.finfo(dt).max)  # the last node
-    van_t = None if van is None else van[todo]
+    van_t = None if vanishes is None else vanishes[todo]
     # the last node with every class: those safe up to it need no other node
-    last = bound(todo, r1, full[todo])
+    last = bound(todo, r1, torch.ones_like(m_t, dtype=torch.bool))
     need = ratios(m_t, last, van_t) < r1[:, None]
     step = r1 / nodes
-    lips = []
-    for i in range(1, nodes):
-        lips.append(bound(todo, step * i, need))
+    s = torch.stack([step * i for i in range(nodes + 1)])  # (N + 1, nt)
+    lips = [bound(todo, s[i], need) for i in range(1, nodes)]
     lips.append(last.masked_fill(~need, 0.0))
     lip = torch.stack(lips)  # (N, nt, K), node i + 1
-    s = torch.stack([step * i for i in range(nodes + 1)])  # (N + 1, nt)
     widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)
     sums = (widths[:, :, None] * lip).cumsum(0).mul_(1 + gamma(nodes + 2))
     before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k

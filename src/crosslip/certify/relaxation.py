@@ -24,10 +24,11 @@ relaxation's loss at x, ``loss_l >= 0``:
 
 and its minimum over ``S(r)``, ``r <= R``, is ``beta - r ||U^T lambda||_q`` on the ball (its
 box form: :mod:`.linear_min`). Class j therefore cannot overtake c within the radius where
-that stays positive, ``rho_j = beta / ||U^T lambda||_q``, capped at R: the contract of
-:func:`~.search.radius_search`, which finds the best R. Unlike Theorem 2.1 with
-Proposition 2.3, the bound keeps the signs of ``delta_l`` across units: units whose
-gradients cancel in ``U^T lambda`` cancel in the certificate too.
+that stays positive, ``rho_j = beta / ||U^T lambda||_q`` (the search takes
+``min(rho_j, R)``): the contract of :func:`~.search.radius_search`, which finds the best
+R. Unlike Theorem 2.1 with Proposition 2.3, the bound keeps the signs of ``delta_l``
+across units: units whose gradients cancel in ``U^T lambda`` cancel in the certificate
+too.
 
 *Tangent points* (:class:`LinearRelaxation` ``tangent_steps``). Any ``t_l`` is sound.
 ``t = z(x)`` (no loss at x) is the default. A few fixed-point steps move ``t_l`` to the

@@ -51,7 +51,7 @@ def best_of(
             for c in methods.values()
         ],
         axis=1,
-    ).reshape(n, len(methods))
+    )
     found = ~np.isnan(values).all(1)
     worst = -np.inf if largest else np.inf
     filled = np.where(np.isnan(values), worst, values)
