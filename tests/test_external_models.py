@@ -1,5 +1,6 @@
 """Models trained elsewhere: loading without running code, config checks, the import stage,
-and the whole workflow on a state dict, a kernel .npz and a TorchScript module."""
+and the whole workflow on a state dict, a kernel .npz, a TorchScript module and an exported
+program (.pt2; its own checks: test_exported_models.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ from crosslip.config.validate import validate
 from crosslip.data import load_prepared
 from crosslip.errors import ConfigError, ModelFileError
 from crosslip.io import read_json
-from crosslip.models.checkpoints import load_model
-from crosslip.models.external import load_external
+from crosslip.models.external import load_external, load_stored
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.models.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet
 from crosslip.pipeline import attack_stage, certify_stage, import_model_stage, prepare_data
@@ -273,14 +273,19 @@ def test_softplus_settings_on_a_kernel_or_torchscript_model_are_refused(tmp_path
 # --------------------------------------------------------------------------------------
 # the stages
 # --------------------------------------------------------------------------------------
-@pytest.fixture
-def scans(tmp_path) -> Path:
+def prepared_scans(tmp_path: Path) -> Path:
+    """The colour-image .npz dataset of test_custom_data, prepared in ``tmp_path``."""
     write_npz(tmp_path / "scans.npz", **npz_arrays())
     out = tmp_path / "scans-prepared.npz"
     prepare_data(
         "scans", out, "", None, source=entry(tmp_path / "scans.npz", "scans", format="npz")
     )
     return out
+
+
+@pytest.fixture
+def scans(tmp_path) -> Path:
+    return prepared_scans(tmp_path)
 
 
 def test_import_certify_and_attack_stages(tmp_path, scans):
@@ -296,7 +301,7 @@ def test_import_certify_and_attack_stages(tmp_path, scans):
         model_out, met_out = tmp_path / key / "model.pt", tmp_path / key / "metrics.json"
         met = import_model_stage(scans, ent, model_out, met_out)
         assert read_json(met_out) == met and met["config"]["family"] == "external"
-        model = load_model(model_out, torchscript=key == "script")
+        model = load_stored(model_out, ent.get("format"))
         with torch.no_grad():
             logits = model.double()(torch.as_tensor(ds.x_test, dtype=torch.float64))
         assert met["test_error"] == float((logits.argmax(1).numpy() != ds.y_test).mean())
@@ -363,11 +368,15 @@ def test_workflow_certifies_models_trained_elsewhere(tmp_path, monkeypatch):
                 "format": "torchscript",
                 "sha256": sha256(paths["script"]),
             },
+            {"name": "exported", "dataset": "scans", "path": "models/exported.pt2"},
         ],
         "train": {"grid": {}},
         "certify": {"n_points": 4, "kinds": ["local", "global", "l2"]},
         "attack": {"n_points": 4, "norms": ["l2"], "refine_steps": 0, "n_examples": 1},
     }
+    torch.manual_seed(2)  # any other classifier, exported with a fixed batch size
+    program = torch.export.export(Scorer(), (torch.rand(3, D),))
+    torch.export.save(program, tmp_path / "models" / "exported.pt2")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     cmd = snakemake_cmd(tmp_path, "--cores", "2", configfile=tmp_path / "config.yaml") + THREADS
     t0 = time.perf_counter()
@@ -376,27 +385,30 @@ def test_workflow_certifies_models_trained_elsewhere(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = tmp_path / "results"
     inst = pd.concat(pd.read_parquet(p) for p in sorted((res / "instances").rglob("*.parquet")))
-    assert set(inst["family"]) == {"external"} and len(inst) == 3 * 4
+    assert set(inst["family"]) == {"external"} and len(inst) == 4 * 4
     by = inst.groupby("model_id")
     assert dict(by["local_bound"].first()) == {
+        "exported": "none",
         "mykernel": "prop2.2",
         "mynet": "prop2.3",
         "scorer": "none",
     }
-    script = inst[inst["model_id"] == "scorer"]
-    assert script["guarantee_local"].isna().all() and script["guarantee_l2"].isna().all()
+    for name in ("scorer", "exported"):  # upper bounds, no guarantee
+        other = inst[inst["model_id"] == name]
+        assert other["guarantee_local"].isna().all() and other["guarantee_l2"].isna().all()
+        assert other["upper_bound"].notna().any()
     net = inst[inst["model_id"] == "mynet"]
     assert net["guarantee_l2"].notna().all() and (net["guarantee_l2"] > 0).any()
     ok = inst[inst["correct"]]
     assert (ok["guarantee_local"].fillna(0) <= ok["upper_bound"].fillna(np.inf) + 1e-9).all()
     summary = pd.read_csv(res / "tables" / "summary.csv")
-    assert sorted(summary["model_id"]) == ["mykernel", "mynet", "scorer"]
+    assert sorted(summary["model_id"]) == ["exported", "mykernel", "mynet", "scorer"]
     assert set(summary["family"]) == {"external"} and set(summary["seed"]) == {-1}
     monkeypatch.chdir(tmp_path)  # the config's relative paths
     for target in aggregate_targets(validate(cfg)):
         assert (tmp_path / target).is_file(), target
     assert not (res / "tables" / "table1_global_local.csv").exists()
-    print(f"workflow on three external models: {seconds:.1f} s")
+    print(f"workflow on four external models: {seconds:.1f} s")
     # a changed model file is imported (and evaluated) again, nothing else
     torch.save(user_net(seed=5).state_dict(), paths["state"])
     again = subprocess.run([*cmd, "-n"], capture_output=True, text=True, env=offline_env())

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "crosslip.training",
         "crosslip.models.checkpoints",
+        "crosslip.models.exported",
         "crosslip.models.external",
     ),  # training, model files
     ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables

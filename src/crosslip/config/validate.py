@@ -70,7 +70,12 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
 # models trained elsewhere
 # --------------------------------------------------------------------------------------
 #: File endings that imply an external model's format (crosslip.models.external uses the same).
-MODEL_SUFFIX_FORMATS = {".npz": "kernel_npz", ".pt": "state_dict", ".pth": "state_dict"}
+MODEL_SUFFIX_FORMATS = {
+    ".npz": "kernel_npz",
+    ".pt": "state_dict",
+    ".pth": "state_dict",
+    ".pt2": "torch_export",
+}
 
 
 def external_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -112,8 +117,8 @@ def external_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if fmt is None:
             raise ConfigError(
                 f"{key}.format: missing, and the ending {path.suffix!r} of {entry['path']} "
-                "implies none (.npz kernel_npz, .pt and .pth state_dict); give format: "
-                "state_dict, kernel_npz or torchscript"
+                "implies none (.npz kernel_npz, .pt and .pth state_dict, .pt2 torch_export); "
+                "give format: state_dict, kernel_npz, torch_export or torchscript"
             )
         out[name] = {**copy.deepcopy(entry), "format": fmt}
     return out
@@ -122,18 +127,20 @@ def external_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def softplus_keys_of_state_dicts_only(
     entries: dict[str, dict[str, Any]], given: list[set[str]]
 ) -> None:
-    """``beta`` and ``threshold`` describe a state dict's ``nn.Softplus``; on a kernel or
-    TorchScript model they would configure nothing, so stating them there is an error (the
+    """``beta`` and ``threshold`` describe a state dict's ``nn.Softplus``; on a kernel,
+    exported (its graph states its own) or TorchScript model they would configure nothing,
+    so stating them there is an error (the
     schema fills in their defaults for every entry: ``given`` holds the keys each entry of
     ``external_models`` stated itself, in order)."""
     for i, (entry, keys) in enumerate(zip(entries.values(), given, strict=True)):
         stated = sorted(keys & {"beta", "threshold"})
         if stated and entry["format"] != "state_dict":
+            own = " (its graph states its own)" if entry["format"] == "torch_export" else ""
             raise ConfigError(
                 f"config key external_models[{i}].{stated[0]}: {' and '.join(stated)} "
                 f"describe a state dict's nn.Softplus; the {entry['format']} model "
-                f"{entry['name']!r} has none to configure. Remove {' and '.join(stated)} "
-                "from this entry"
+                f"{entry['name']!r} has none to configure{own}. Remove "
+                f"{' and '.join(stated)} from this entry"
             )
 
 

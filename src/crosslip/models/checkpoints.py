@@ -78,21 +78,13 @@ def save_model(model: nn.Module, path: Path | str, meta: dict[str, Any] | None =
         torch.save(payload, tmp)
 
 
-def load_model(
-    path: Path | str, map_location: str | torch.device = "cpu", torchscript: bool = False
-) -> nn.Module:
+def load_model(path: Path | str, map_location: str | torch.device = "cpu") -> nn.Module:
     """Load a model written by :func:`save_model` without unpickling arbitrary objects, in
-    eval mode and in the dtype it was saved in. ``torchscript=True`` (an external model
-    given as TorchScript, :mod:`crosslip.models.external`): a TorchScript archive instead, by
-    ``torch.jit.load``.
+    eval mode and in the dtype it was saved in (an external model stored in its own format:
+    :func:`crosslip.models.external.load_stored`).
 
     Raises :class:`~crosslip.errors.ModelFileError` naming ``path`` for a file that would
     run code, is damaged, or is not a crosslip model file."""
-    if torchscript:
-        try:
-            return torch.jit.load(str(path), map_location=map_location).eval()
-        except (RuntimeError, ValueError) as exc:
-            raise ModelFileError(f"{path}: not a loadable TorchScript archive ({exc})") from exc
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:

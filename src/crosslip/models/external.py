@@ -1,6 +1,6 @@
 """Models trained elsewhere: reading their files without running code from them.
 
-Three formats (config ``external_models[].format``; docs/your-own-models.md):
+Four formats (config ``external_models[].format``; docs/your-own-models.md):
 
 * ``state_dict``: ``torch.save(model.state_dict(), path)`` of a supported one-hidden-layer
   softplus network (:data:`crosslip.models.torch_softplus.SUPPORTED`), read with
@@ -12,6 +12,10 @@ Three formats (config ``external_models[].format``; docs/your-own-models.md):
   centers[r]||^2)`` (Section 2.2) as an ``.npz`` of plain arrays ``centers`` (n, d),
   ``coef`` (K, n) and the scalar ``gamma`` (:class:`~crosslip.models.kernels.GaussianKernelModel`),
   read with ``allow_pickle=False``. Certified with Proposition 2.2.
+* ``torch_export``: a program saved with ``torch.export.save`` (``.pt2``), vetted before
+  it is read (:mod:`crosslip.models.exported`): a one-hidden-layer softplus graph is
+  certified as its state dict would be (``beta`` and ``threshold`` from the graph), any
+  other classifier gets upper bounds only.
 * ``torchscript``: any other ``nn.Module`` saved with ``torch.jit.save``, read with
   ``torch.jit.load``. Upper bounds (attacks) only: crosslip has no guarantee for an
   arbitrary network, so its guarantee columns stay empty (null, not 0).
@@ -38,12 +42,13 @@ from torch import nn
 from ..config.validate import MODEL_SUFFIX_FORMATS
 from ..errors import ModelFileError
 from ..io import read_npz_array
-from .checkpoints import load_error_reason
+from .checkpoints import load_error_reason, load_model
+from .exported import is_pt2_archive, load_exported
 from .kernels import GaussianKernelModel
 from .torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet, from_state_dict
 
 #: The formats of :func:`load_external`.
-FORMATS = ("state_dict", "kernel_npz", "torchscript")
+FORMATS = ("state_dict", "kernel_npz", "torch_export", "torchscript")
 #: File endings that imply a format when the config entry names none.
 SUFFIX_FORMATS = MODEL_SUFFIX_FORMATS
 
@@ -93,6 +98,10 @@ def load_state_dict_file(path: Path | str) -> dict[str, torch.Tensor]:
             f"{path}: a TorchScript archive, not a state dict; for upper bounds (attacks) "
             "only declare format: torchscript, for guarantees save model.state_dict() of a "
             "supported network with torch.save"
+        )
+    if is_pt2_archive(path):
+        raise ModelFileError(
+            f"{path}: a torch.export archive (.pt2), not a state dict; declare format: torch_export"
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -206,9 +215,24 @@ def load_external(entry: Mapping[str, Any]) -> nn.Module:
         )
     if fmt == "kernel_npz":
         return load_kernel_npz(path)
+    if fmt == "torch_export":
+        return load_exported(path)
     if fmt == "torchscript":
         return load_torchscript(path)
     raise ModelFileError(f"{path}: unknown model format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def load_stored(path: Path | str, fmt: str | None = None) -> nn.Module:
+    """A model file of the workflow: ``fmt`` is the format of an imported external model
+    (its metrics' ``config.format``; None for a model crosslip trained). The import job
+    stores a TorchScript module as TorchScript, an exported program that is not a softplus
+    net as its vetted ``.pt2`` archive, everything else in crosslip's weights-only format
+    (:func:`~crosslip.models.checkpoints.load_model`). Eval mode, CPU."""
+    if fmt == "torchscript":
+        return load_torchscript(path)
+    if fmt == "torch_export" and is_pt2_archive(path):
+        return load_exported(path)
+    return load_model(path)
 
 
 def guarantees_of(model: nn.Module) -> str:

@@ -14,7 +14,7 @@ from ..attacks import min_norm_attack, refine_upper_bound, upper_bound
 from ..data import read_class_names
 from ..device import resolve_device
 from ..io import about_model, atomic_path, read_json
-from ..models.checkpoints import load_model
+from ..models.external import load_stored
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, L2_UPPER_METHODS, upper_bound_column
 from .common import best_of, eval_points
@@ -64,7 +64,7 @@ def attack_stage(
         df = empty_frame(ATTACK_COLUMNS)
     else:
         dev = resolve_device(device)
-        net = load_model(model, torchscript=met["config"].get("format") == "torchscript")
+        net = load_stored(model, met["config"].get("format"))
         xd = x.to(dev)
         t0 = time.perf_counter()
         df = pd.DataFrame({"test_index": idx})

@@ -12,7 +12,7 @@ import pandas as pd
 from ..certify import KINDS, certify, float32_agrees
 from ..device import check_device_memory, resolve_device
 from ..io import about_model, read_json
-from ..models.checkpoints import load_model
+from ..models.external import load_stored
 from ..models.kernels import GaussianKernelModel
 from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS, L2_GUARANTEE_METHODS
 from .common import best_of, eval_points
@@ -50,7 +50,7 @@ def certify_stage(
         df = empty_frame(CERTIFY_COLUMNS)
     else:
         dev = resolve_device(device)
-        net = load_model(model, torchscript=met["config"].get("format") == "torchscript")
+        net = load_stored(model, met["config"].get("format"))
         t0 = time.perf_counter()
         if isinstance(net, GaussianKernelModel):
             check_device_memory(dev, memory_gb)

@@ -7,6 +7,7 @@ certify, attack and instances stages treat the model as any other (family ``exte
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..errors import ModelFileError
 from ..families import EXTERNAL
 from ..io import atomic_path, write_json
 from ..models.checkpoints import save_model
+from ..models.exported import ExportedClassifier
 from ..models.external import guarantees_of, load_external, model_format, sha256_of
 from ..models.torch_softplus import TorchSoftplusNet
 
@@ -55,7 +57,8 @@ def import_model_stage(
     """Read the external model of config entry ``entry`` (:func:`crosslip.models.external.
     load_external`), check that it takes the dataset's flat test images (n, d) and returns
     one score per class (n, K), and write it as ``model_out`` (crosslip's weights-only file;
-    a TorchScript module as TorchScript) with ``metrics_out`` (its test error on the whole
+    a TorchScript module as TorchScript, an exported program other than a softplus net as
+    its vetted ``.pt2`` archive) with ``metrics_out`` (its test error on the whole
     test set, family ``external``). Raises :class:`~crosslip.errors.ModelFileError` naming
     the file for a model that does not fit the dataset."""
     source = str(entry["path"])
@@ -82,6 +85,9 @@ def import_model_stage(
     if fmt == "torchscript":
         with atomic_path(model_out) as tmp:
             torch.jit.save(model, str(tmp))
+    elif isinstance(model, ExportedClassifier):  # the vetted archive itself
+        with atomic_path(model_out) as tmp:
+            shutil.copyfile(entry["path"], tmp)
     else:
         save_model(model, model_out, meta={"dataset": ds.name, "status": "ok", "format": fmt})
     config = {
