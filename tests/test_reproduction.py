@@ -1257,3 +1257,31 @@ def test_committed_record_says_where_each_run_ran_and_what_is_missing() -> None:
         assert f"mnist, {setting}: 26 networks (None 2, DO 8, WD 8, CL 8) in 1 job × 200" in preset
     for label in ["exp:NN-MNIST", "exp:NN-CIFAR", "exp:NN-GTSB", "exp:Kernel"]:
         assert "would come from" in section(md, f"Figure `{label}`"), label
+
+
+def test_committed_record_counts_the_claims_and_says_why_the_rest_were_not_run() -> None:
+    """The front table's first column is each claim's verdict at the largest scale we ran
+    (the headline below it), the line above it counts those verdicts, and each claim that
+    needs data this machine cannot get says so with the command and estimate of its run."""
+    md = committed_record()
+    glance = section(md, "Verdicts at a glance")
+    rows = [r for r in glance.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    firsts = [r.split("|")[2].strip() for r in rows]
+    assert len(rows) == len(P.CLAIMS)
+    n = {s: sum(f.startswith(f"**{s}**") for f in firsts) for s in (REPRODUCED, NOT_REPRODUCED)}
+    n[NOT_RUN] = sum(f.startswith(f"**{NOT_RUN}**") for f in firsts)
+    assert sum(n.values()) == len(rows)
+    assert (
+        f"of {len(P.CLAIMS)} claims **{n[REPRODUCED]} are reproduced**, "
+        f"**{n[NOT_REPRODUCED]} not reproduced** and **{n[NOT_RUN]} not run**"
+    ) in glance
+    headlines = section(md, "Each claim at the largest scale we ran")
+    for row, first in zip(rows, firsts, strict=True):
+        title = row.split("|")[1].strip()
+        verdict = first.split("**")[1]
+        assert f"- **{title}**: **{verdict}**" in headlines, title
+    not_run = section(md, "Not run at this scale")
+    for t in E.TARGETS:
+        for key in t.claims:
+            line = next(x for x in not_run.splitlines() if x.startswith(f"- {P.CLAIMS[key].title}"))
+            assert "no offline copy of" in line and f"--configfile {' '.join(t.configs)}" in line

@@ -244,16 +244,49 @@ def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
     return max(with_data, key=lambda v: (rank[v.run], v.status == NOT_REPRODUCED))
 
 
+#: The glance table's column of each claim's verdict at the largest scale we ran.
+BEST_RUN = "at the largest scale we ran"
+
+
 def _glance(verdicts: dict[str, list[Verdict]], units: list[Run]) -> pd.DataFrame:
-    """The verdict of every claim on every unit, with the checks that hold."""
+    """The verdict of every claim at the largest scale we ran (:func:`headline`, with its
+    unit) and on every unit, with the checks that hold."""
     rows = []
+    by_name = {u.name: u for u in units}
     for key, vs in verdicts.items():
         row = {"claim": CLAIMS[key].title}
+        best = headline(vs, units)
+        if best is not None:
+            status, ok, n = _combined([v for v in vs if v.run == best.run])
+            row[BEST_RUN] = f"**{status}** ({ok}/{n}, {by_name[best.run].name})"
+        else:
+            row[BEST_RUN] = f"**{NOT_RUN}**"
         for u in units:
             status, ok, n = _combined([v for v in vs if v.run == u.name])
             row[unit_label(u)] = f"**{status}**" + (f" ({ok}/{n})" if n else "")
         rows.append(row if units else {**row, "verdict": f"**{NOT_RUN}**"})
     return pd.DataFrame(rows)
+
+
+def _tally(verdicts: dict[str, list[Verdict]], units: list[Run]) -> dict[str, int]:
+    """How many claims are reproduced, not reproduced and not run, each judged at the
+    largest scale we ran (:func:`headline`)."""
+    out = {C.REPRODUCED: 0, NOT_REPRODUCED: 0, NOT_RUN: 0}
+    for vs in verdicts.values():
+        best = headline(vs, units)
+        out[best.status if best is not None else NOT_RUN] += 1
+    return out
+
+
+def _not_run(verdicts: dict[str, list[Verdict]], ests: list) -> list[dict[str, Any]]:
+    """The claims no committed run has data for, each with the run that would make it:
+    why no run made it (where that is the data) and its command and GPU estimate."""
+    targets = {k: e for e in ests if not isinstance(e, str) for k in e.target.claims}
+    out = []
+    for key, vs in verdicts.items():
+        if all(v.status == NOT_RUN for v in vs):
+            out.append({"title": CLAIMS[key].title, "estimate": targets.get(key)})
+    return out
 
 
 def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
@@ -491,7 +524,14 @@ def _environment() -> jinja2.Environment:
     helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
     env.globals.update({f.__name__: f for f in [*helpers, provenance, study_tables]})
     env.globals.update(
-        {"NOT_RUN": NOT_RUN, "tex": TEX_NAME, "runs_dir": RUNS_DIR, "run_file": RUN_FILE},
+        {
+            "NOT_RUN": NOT_RUN,
+            "REPRODUCED": C.REPRODUCED,
+            "NOT_REPRODUCED": NOT_REPRODUCED,
+            "tex": TEX_NAME,
+            "runs_dir": RUNS_DIR,
+            "run_file": RUN_FILE,
+        },
         notes_file=NOTES_FILE,
         studies_dir=STUDIES_DIR,
         titles={k: c.title for k, c in CLAIMS.items()},
@@ -528,6 +568,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
         .render(
             claims=claims,
             glance=_glance(verdicts, units),
+            tally=_tally(verdicts, units),
             runs=runs,
             unit={u.name: u for u in units},
             unit_of=unit_of,
@@ -545,11 +586,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             measured=measured,
             estimates=ests,
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED],
-            not_run=[
-                CLAIMS[k].title
-                for k, vs in verdicts.items()
-                if all(v.status == NOT_RUN for v in vs)
-            ],
+            not_run=_not_run(verdicts, ests),
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
         )
