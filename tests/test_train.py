@@ -293,6 +293,20 @@ def test_adversarial_batches_replace_the_stated_fraction_with_box_points():
     assert (moved > 0).all() and out.min() >= 0 and out.max() <= 1
     with pytest.raises(ValueError, match="needs its fractions"):
         adversarial_batch(net, xb, cfg)
+    # the search's tolerance and steps are config keys: a finer search finds smaller samples
+    coarse = adversarial_batch(
+        net, xb, TrainConfig(**{**cfg_search.__dict__, "adv_search_steps": 1})
+    )
+    fine = adversarial_batch(
+        net,
+        xb,
+        TrainConfig(**{**cfg_search.__dict__, "adv_search_rtol": 1e-4, "adv_search_steps": 30}),
+    )
+    size = {k: (v[:32] - xb[:32]).abs().amax(1) for k, v in (("coarse", coarse), ("fine", fine))}
+    both = (size["coarse"] > 0) & (size["fine"] > 0)
+    assert both.sum() > 20 and (size["fine"][both] <= size["coarse"][both] + 1e-12).all()
+    assert (size["fine"][both] < size["coarse"][both]).float().mean() > 0.8
+    assert size["fine"][both].sum() < 0.95 * size["coarse"][both].sum()
     for attack in ("one_step", "search"):
         cfg = TrainConfig(setting="adversarial", lr=0.2, epochs=1, hidden=32, adv_attack=attack)
         res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)

@@ -138,6 +138,8 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
         adv_norm=tr["adv_norm"],
         adv_fraction=float(tr["adv_fraction"]),
         adv_attack=tr["adv_attack"],
+        adv_search_rtol=float(tr["adv_search_rtol"]),
+        adv_search_steps=int(tr["adv_search_steps"]),
         tf32=tr["tf32"],
     )
     for setting in tr["settings"]:

@@ -53,6 +53,8 @@ class NetTrainSpec:
     adv_norm: str = default_field("train.adv_norm")
     adv_fraction: float = default_field("train.adv_fraction")
     adv_attack: str = default_field("train.adv_attack")
+    adv_search_rtol: float = default_field("train.adv_search_rtol")
+    adv_search_steps: int = default_field("train.adv_search_steps")
     tf32: bool = default_field("train.tf32")
 
     def __post_init__(self) -> None:

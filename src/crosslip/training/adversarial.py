@@ -7,7 +7,8 @@ current model in the ``adv_norm``, with their true labels, made in eval mode (no
   runner-up class for a random fraction of the gap; the fractions of each epoch are drawn by
   :func:`adversarial_fractions`;
 * ``search``: the paper's evaluation procedure (:func:`crosslip.attacks.upper_bound`) with
-  the settings :data:`SEARCH`; a point whose attack fails stays as it is.
+  the bisection's relative tolerance ``adv_search_rtol`` and at most ``adv_search_steps``
+  steps (:func:`search_settings`); a point whose attack fails stays as it is.
 
 :func:`adversarial_batch` makes them for one network, :func:`adversarial_inputs` for every
 network of a stack at once (the search; the grid makes the one-step samples inside its
@@ -26,8 +27,11 @@ from ..config.specs import NetTrainSpec
 from ..models import StackedSoftplusNet
 from ..norms import norm_p
 
-#: The search's settings in training: relative tolerance 1e-2 and 10 bisection steps.
-SEARCH: dict[str, Any] = {"rtol": 1e-2, "max_steps": 10}
+
+def search_settings(cfg: NetTrainSpec) -> dict[str, Any]:
+    """The keyword arguments of :func:`crosslip.attacks.upper_bound` for ``adv_attack``
+    ``search`` (config ``train.adv_search_rtol``, ``train.adv_search_steps``)."""
+    return {"rtol": cfg.adv_search_rtol, "max_steps": cfg.adv_search_steps}
 
 
 def adversarial_rows(cfg: NetTrainSpec, n: int) -> int:
@@ -82,7 +86,7 @@ def adversarial_batch(
         first = one_step(net, xb[:m], fractions[:m], p)
         net.train()
         return torch.cat([first, xb[m:]])
-    ub = upper_bound(net, xb[:m], p=p, **SEARCH, dtype=xb.dtype, progress=False)
+    ub = upper_bound(net, xb[:m], p=p, **search_settings(cfg), dtype=xb.dtype, progress=False)
     net.train()
     adv = (xb[:m] + ub.delta.to(xb.device, xb.dtype)).clamp(0, 1)
     return torch.cat([torch.where(ub.success.to(xb.device)[:, None], adv, xb[:m]), xb[m:]])
@@ -106,7 +110,7 @@ def adversarial_inputs(
         stack,
         rows,
         p=norm_p(cfg.adv_norm),
-        **SEARCH,
+        **search_settings(cfg),
         dtype=xb.dtype,
         progress=False,
         groups=groups,

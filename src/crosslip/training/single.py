@@ -127,8 +127,8 @@ def train(
     authors' code, :mod:`crosslip.attacks.one_step`: one step towards the runner-up class
     for a random fraction of the gap, the fractions of each epoch drawn by
     :func:`adversarial_fractions`) or ``search`` (:func:`crosslip.attacks.upper_bound`, the
-    paper's evaluation procedure with rtol 1e-2 and 10 bisection steps; a point whose attack
-    fails stays as it is).
+    paper's evaluation procedure with ``adv_search_rtol`` and ``adv_search_steps``; a point
+    whose attack fails stays as it is).
 
     ``metrics`` holds ``status`` (``ok`` or ``diverged``: a non-finite loss stops training),
     ``test_error``, ``train_error``, the per-epoch ``curve`` (mean loss, penalty, train
