@@ -102,10 +102,7 @@ class CurvatureBound:
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
-        down, up = rng.shifts(idx, r)
-        zh, pad = rng.z[idx], rng.pad[idx]
-        widen = (zh.abs() + pad + torch.maximum(down, up)).mul_(8 * UNIT).add_(UNDERFLOW)
-        lo, hi = zh - pad - down - widen, zh + pad + up + widen
+        _, _, lo, hi = rng.intervals(idx, r)
         s2 = max_second_derivative(lo, hi, self.alpha)
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
@@ -113,16 +110,17 @@ class CurvatureBound:
         delta = self.W[c[point]] - self.W[cls]  # (nr, H)
         dabs = delta.abs()
         kappa = torch.where(delta < 0, dabs * s2[point], 0.0).mul_(1 + 4 * UNIT)
-        slope = self.slope[idx][point]
+        rows = idx[point]  # the point of each row
+        slope = self.slope[rows]
         grad = (delta * slope) @ self.U  # (nr, d)
-        gap = (self.slope_err[idx][point] + slope * self.g_h) * dabs
+        gap = (self.slope_err[rows] + slope * self.g_h) * dabs
         err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
         lower: QuadLower = dual_norm_lower(grad, err, rng.q)
         quad = self.curvature(kappa).mul_(0.5)
-        m_rows = self.m[idx][point, cls]
+        m_rows = self.m[rows, cls]
         rho = quad_radius(m_rows, lower, quad)
         if rng.box:
-            x_rows = rng.x[idx][point]
+            x_rows = rng.x[rows]
             boxed = quad_radius(m_rows, box_lower(grad, err, x_rows, r[point], rng.p), quad)
             rho = torch.maximum(rho, boxed)
         out = torch.full_like(self.m[idx], math.inf)

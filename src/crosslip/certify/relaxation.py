@@ -110,20 +110,9 @@ class LinearRelaxation:
         self.sum_up = 1 + gamma(h + 4)
 
     # ------------------------------------------------------------------ per point at R
-    def _intervals(self, idx: torch.Tensor, r: torch.Tensor):
-        """``zh, pad, lo, hi`` (m, H): computed pre-activations, their error, and an interval
-        containing every real ``z_l(y)``, y in ``S(R)``."""
-        rng = self.rng
-        down, up = rng.shifts(idx, r)
-        zh, pad = rng.z[idx], rng.pad[idx]
-        widen = (zh.abs() + pad + torch.maximum(down, up)).mul_(8 * UNIT).add_(UNDERFLOW)
-        lo = zh - pad - down - widen
-        hi = zh + pad + up + widen
-        return zh, pad, lo, hi
-
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
-        zh, pad, lo, hi = self._intervals(idx, r)
+        zh, pad, lo, hi = rng.intervals(idx, r)
         a = self.alpha
         s_lo, s_hi, s_z = softplus(lo, a), softplus(hi, a), softplus(zh, a)
         d_lo, d_hi = torch.sigmoid(a * lo), torch.sigmoid(a * hi)
@@ -148,8 +137,8 @@ class LinearRelaxation:
             s_z[point],
             chord[point],
         )
-        m_rows = self.m[idx][point, cls]
-        x_rows = rng.x[idx][point] if rng.box else None
+        m_rows = self.m[idx[point], cls]
+        x_rows = rng.x[idx[point]] if rng.box else None
         r_rows = r[point]
         t = row.zh
         best = None

@@ -327,6 +327,18 @@ class PreactivationRange:
         down = (hi @ self.Un - lo @ self.Up).mul_(self.box_up)
         return torch.minimum(ball, down), torch.minimum(ball, up)
 
+    def intervals(
+        self, idx: torch.Tensor, r: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``zh, pad, lo, hi`` (m, H) of the points ``idx`` at radii ``r`` (m,): the computed
+        pre-activations, their error, and an interval that contains every real ``z_l(y)``
+        for y in the set, its ends widened by the rounding of their own sums (the linear
+        relaxation's and the curvature bound's unit ranges)."""
+        down, up = self.shifts(idx, r)
+        zh, pad = self.z[idx], self.pad[idx]
+        widen = (zh.abs() + pad + torch.maximum(down, up)).mul_(8 * UNIT).add_(UNDERFLOW)
+        return zh, pad, zh - pad - down - widen, zh + pad + up + widen
+
     def __call__(
         self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor | None = None
     ) -> Rows:
