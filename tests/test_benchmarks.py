@@ -42,6 +42,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
         *("--points", "2", "--memory-gb", "1.5", "--mirror", "m", "--cache", "c", "--streamed"),
     ],
     "study_bracket.py": ["--results", "r", "--out", "o.json"],
+    "study_settings.py": ["--results", "r", "--dataset", "mnist5k", "--out", "o.json"],
     "study_guarantee_gap.py": [
         *("--dataset", "mnist5k", "--mirror", "m", "--train-subset", "100", "--epochs", "2"),
         *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--checkpoints", "1", "2"),
@@ -55,7 +56,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
     ],
 }
 #: The scripts whose parser has no ``--device`` or ``--threads`` (no torch code of their own).
-NO_TORCH_OPTIONS = {"suite_times.py", "study_bracket.py"}
+NO_TORCH_OPTIONS = {"suite_times.py", "study_bracket.py", "study_settings.py"}
 
 
 def test_every_benchmark_has_its_options_listed_here():

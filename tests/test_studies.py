@@ -224,3 +224,30 @@ def test_the_bracket_study_measures_what_each_certificate_closes(tmp_path: Path)
     assert [len(frame) for _, frame in tables] == [2, 2]
     assert "×2.00" in tables[0][1]["best per point"].iloc[0]
     assert tables[1][1]["linear relaxation"].iloc[0] == "50%"
+
+
+def test_the_settings_study_compares_on_the_points_both_networks_get_right(tmp_path: Path) -> None:
+    """Plain against augment: the means are taken on the points both classify correctly
+    (the augmented network is right on one more point, whose small guarantee the claims'
+    means include and the study's common means leave out)."""
+    folder = tmp_path / "results" / "instances" / "mnist5k"
+    folder.mkdir(parents=True)
+    plain = instances("n", "none", 0.5, 0.6, 1.0).assign(setting="plain", lam=0.0)
+    plain["test_index"], plain["margin"] = range(5), 4.0
+    other = plain.assign(setting="augment", model_id="n-augment")
+    other["correct"] = True
+    other["guarantee_local"] = [0.25] * 4 + [0.05]
+    plain.to_parquet(folder / "n.parquet")
+    other.to_parquet(folder / "n-augment.parquet")
+    out = tmp_path / "settings.json"
+    lines = run_benchmark(
+        "study_settings.py", "--results", str(tmp_path / "results"), "--out", str(out)
+    )
+    res = json.loads(lines[-1])
+    assert json.loads(out.read_text())["result"] == res and res["kind"] == "settings"
+    (row,) = res["rows"]
+    assert (row["setting"], row["common"], row["correct_other"]) == ("augment", 4, 5)
+    assert row["guarantee_ratio_common"] == 0.5 and row["margin_ratio_common"] == 1.0
+    assert math.isclose(row["guarantee_ratio_own"], (0.25 * 4 + 0.05) / 5 / 0.5)
+    ((_, table),) = study_tables(res)
+    assert table["guarantee (Prop. 2.3)"].iloc[0] == "0.500 → 0.250 (×0.50)"

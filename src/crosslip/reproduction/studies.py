@@ -7,10 +7,12 @@ date, commit and the script's JSON object under ``result``). The record shows ea
 notes, marked as not generated, and generates every table from the JSON results, so no
 measured number is typed by hand.
 
-Two kinds of result: ``benchmarks/study_guarantee_gap.py``'s, rows of figures per network
-and checkpoint (:func:`guarantee_gap_tables`), and ``benchmarks/study_bracket.py``'s
+Three kinds of result: ``benchmarks/study_guarantee_gap.py``'s, rows of figures per network
+and checkpoint (:func:`guarantee_gap_tables`), ``benchmarks/study_bracket.py``'s
 (``kind: bracket``), how much of the bracket between guarantee and upper bound each
-certificate closes (:func:`bracket_tables`); :func:`study_tables` picks by kind.
+certificate closes (:func:`bracket_tables`), and ``benchmarks/study_settings.py``'s
+(``kind: settings``), plain against augment and adversarial training on the points both
+networks get right (:func:`settings_tables`); :func:`study_tables` picks by kind.
 """
 
 from __future__ import annotations
@@ -241,20 +243,56 @@ def bracket_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     ]
 
 
+def settings_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """The table of one ``study_settings.py`` result: per regularizer and setting, the
+    means on the points both networks classify correctly (plain -> other, and the ratio)."""
+    names = {
+        "margin": "margin",
+        "guarantee": "guarantee (Prop. 2.3)",
+        "best_guarantee": "best sound guarantee",
+        "upper_bound": "best upper bound",
+    }
+
+    def cell(r: dict[str, Any], n: str) -> str:
+        return f"{num(r[f'{n}_plain'])} → {num(r[f'{n}_other'])} (×{r[f'{n}_ratio_common']:.2f})"
+
+    rows = result["rows"]
+    table = pd.DataFrame(
+        {
+            "network": [f"{r['regularizer']} {r['lam']:g}" for r in rows],
+            "setting": [r["setting"] for r in rows],
+            "points (both correct)": [r["common"] for r in rows],
+            **{label: [cell(r, n) for r in rows] for n, label in names.items()},
+            "guarantee, own points": [f"×{r['guarantee_ratio_own']:.2f}" for r in rows],
+        }
+    )
+    return [
+        (
+            "Plain → the setting's network of the same regularizer, means over the test "
+            "points both classify correctly (the ratio), and the guarantee's ratio over each "
+            "network's own correct points as the claims take it",
+            table,
+        )
+    ]
+
+
 def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
-    """The tables of a study result of either kind (module docstring)."""
+    """The tables of a study result of any kind (module docstring)."""
     if result.get("kind") == "bracket":
         return bracket_tables(result)
+    if result.get("kind") == "settings":
+        return settings_tables(result)
     return guarantee_gap_tables(result)
 
 
 def provenance(entry: dict[str, Any]) -> str:
     """One line: command, date, commit, machine and seconds of a study result."""
     res = entry["result"]
-    if res.get("kind") == "bracket":
+    if res.get("kind") in ("bracket", "settings"):
+        machine = f"{res['machine']}; " if "machine" in res else ""
         return (
             f"`{entry['command']}`; {entry['date']}, commit `{entry['commit']}`; "
-            f"{res['machine']}; from the per-instance results of `{res['results']}`"
+            f"{machine}from the per-instance results of `{res['results']}`"
         )
     return (
         f"`{entry['command']}`; {entry['date']}, commit `{entry['commit']}`; "
