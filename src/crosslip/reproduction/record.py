@@ -234,10 +234,19 @@ def _combined(vs: list[Verdict]) -> tuple[str, int, int]:
     return status, sum(checked), len(checked)
 
 
+def full_data(unit: Run) -> bool:
+    """Whether every dataset of ``unit`` is one of the paper's own (full MNIST, not the
+    embedded 5,000 digits)."""
+    return all(d in set(PAPER_DATASET.values()) for d in unit.datasets())
+
+
 def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
     """The verdict of a claim from the unit with data for it that trained longest (then
-    evaluated the most models; kernel-only units count as 0 epochs)."""
-    rank = {u.name: (u.epochs or 0, len(u.evaluated()), -i) for i, u in enumerate(units)}
+    on the paper's full datasets rather than a subset, then evaluated the most models;
+    kernel-only units count as 0 epochs)."""
+    rank = {
+        u.name: (u.epochs or 0, full_data(u), len(u.evaluated()), -i) for i, u in enumerate(units)
+    }
     with_data = [v for v in vs if v.status != NOT_RUN]
     if not with_data:
         return None
