@@ -241,11 +241,11 @@ def full_data(unit: Run) -> bool:
 
 
 def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
-    """The verdict of a claim from the unit with data for it that trained longest (then
-    on the paper's full datasets rather than a subset, then evaluated the most models;
-    kernel-only units count as 0 epochs)."""
+    """The verdict of a claim from the unit with data for it at the largest scale: on the
+    paper's full datasets rather than a subset, then trained longest (kernel-only units
+    count as 0 epochs), then evaluated the most models."""
     rank = {
-        u.name: (u.epochs or 0, full_data(u), len(u.evaluated()), -i) for i, u in enumerate(units)
+        u.name: (full_data(u), u.epochs or 0, len(u.evaluated()), -i) for i, u in enumerate(units)
     }
     with_data = [v for v in vs if v.status != NOT_RUN]
     if not with_data:
