@@ -88,15 +88,26 @@ NodeName=localhost Name=gpu File=/dev/null
 CONF
 }
 
+wait_until() {  # tries seconds check args...: run the check until it passes, at most tries times
+    local tries=$1 pause=$2
+    shift 2
+    for _ in $(seq "$tries"); do
+        "$@" && return 0
+        sleep "$pause"
+    done
+    return 1
+}
+
+running() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+node_idle() { [[ $(sinfo -h -N -o %T 2>/dev/null) == idle ]]; }
+
 start_daemon() {  # name pidfile command...: start unless running; fail loudly if it does not stay up
     local name=$1 pidfile=$2
     shift 2
     [[ -s $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null && return 0
     "$@" >>"$dir/$name.out" 2>&1
-    for _ in $(seq 50); do
-        [[ -s $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null && return 0
-        sleep 0.1
-    done
+    wait_until 50 0.1 running "$pidfile" && return 0
     echo "slurm.sh: $name did not start; its log:" >&2
     tail -20 "$dir/$name.log" "$dir/$name.out" >&2 2>/dev/null || true
     return 1
@@ -127,12 +138,11 @@ start() {
         --seed-file="$dir/munged.seed"
     start_daemon slurmctld "$dir/slurmctld.pid" /usr/sbin/slurmctld -f "$SLURM_CONF"
     start_daemon slurmd "$dir/slurmd.pid" /usr/sbin/slurmd -f "$SLURM_CONF" -N localhost
-    for _ in $(seq 120); do
-        state=$(sinfo -h -N -o %T 2>/dev/null || true)
-        [[ $state == idle ]] && { echo "slurm.sh: node idle (SLURM_CONF=$SLURM_CONF)"; return 0; }
-        sleep 0.5
-    done
-    echo "slurm.sh: the node did not become idle (sinfo: ${state:-no answer})" >&2
+    if wait_until 120 0.5 node_idle; then
+        echo "slurm.sh: node idle (SLURM_CONF=$SLURM_CONF)"
+        return 0
+    fi
+    echo "slurm.sh: the node did not become idle (sinfo: $(sinfo -h -N -o %T 2>&1))" >&2
     tail -20 "$dir/slurmctld.log" "$dir/slurmd.log" >&2 2>/dev/null || true
     return 1
 }

@@ -261,13 +261,12 @@ def _glance(verdicts: dict[str, list[Verdict]], units: list[Run]) -> pd.DataFram
     """The verdict of every claim at the largest scale we ran (:func:`headline`, with its
     unit) and on every unit, with the checks that hold."""
     rows = []
-    by_name = {u.name: u for u in units}
     for key, vs in verdicts.items():
         row = {"claim": CLAIMS[key].title}
         best = headline(vs, units)
         if best is not None:
             status, ok, n = _combined([v for v in vs if v.run == best.run])
-            row[BEST_RUN] = f"**{status}** ({ok}/{n}, {by_name[best.run].name})"
+            row[BEST_RUN] = f"**{status}** ({ok}/{n}, {best.run})"
         else:
             row[BEST_RUN] = f"**{NOT_RUN}**"
         for u in units:
