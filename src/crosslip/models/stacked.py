@@ -68,9 +68,11 @@ class StackedSoftplusNet(nn.Module):
 
     def network(self, g: int) -> SoftplusNet:
         """Grid point ``g`` as a :class:`SoftplusNet` (a copy of its weights, on this
-        module's device and in its dtype)."""
-        with torch.device(self.U.device):
-            net = SoftplusNet(**self.hypers[g]).to(self.U.dtype)
+        module's device and in its dtype). Draws no random numbers: the copy is laid out on
+        the ``meta`` device, so neither the CPU's nor the device's generator moves."""
+        with torch.device("meta"):
+            net = SoftplusNet(**self.hypers[g])
+        net = net.to_empty(device=self.U.device).to(self.U.dtype)
         with torch.no_grad():
             net.hidden_layer.weight.copy_(self.U[g])
             net.output_layer.weight.copy_(self.W[g])

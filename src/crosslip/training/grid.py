@@ -299,6 +299,19 @@ class GridStep:
         self.sums.zero_()
 
 
+def release_default_generator(device: torch.device) -> None:
+    """Give ``device``'s default generator a fresh state with the same seed and offset.
+
+    A capture marks that generator as capturing and unmarks it only when the capture ends
+    well; after a failed one, every later random draw on the device (a network's
+    initialisation, an attack's restarts) raises "Offset increment outside graph capture
+    encountered unexpectedly" (seen on an H200, torch 2.11). The cloned state is not marked,
+    so the draws go on where they were."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    gen = torch.cuda.default_generators[index]
+    gen.graphsafe_set_state(gen.clone_state())
+
+
 class RecordedStep:
     """A :class:`GridStep` on CUDA recorded once as a CUDA graph and replayed for every
     full batch: one launch per step instead of one per operation (a step of a 784-1024-10
@@ -335,6 +348,9 @@ class RecordedStep:
             try:
                 with torch.cuda.graph(self.graph, stream=side):
                     step(*self.inputs)
+            except BaseException:
+                release_default_generator(self.device)
+                raise
             finally:  # a failed capture can leave its stream current
                 torch.cuda.set_stream(main)
 
@@ -503,8 +519,7 @@ def train_grid(
             )
         progress.update(1, networks_training=sum(alive))
         if on_epoch is not None:
-            with torch.random.fork_rng(devices=[]):  # a copy's construction draws weights
-                copies = [stack.network(g).cpu().eval() for g in range(size)]
+            copies = [stack.network(g).cpu().eval() for g in range(size)]
             on_epoch(epoch + 1, [copies[order.index(i)] for i in range(size)])
         if not any(alive):
             break
