@@ -211,7 +211,8 @@ def train_kernel(
     ``setup_cpu_seconds``, ``cpu_seconds_per_lbfgs_iteration``: meaningful on a shared machine) and
     the plan (``chunk_rows``, ``gram_block_rows``, ``gram_passes``, ``kernel_matrix_kept``,
     ``memory_budget_gib``, ``memory_peak_gib``, ``memory_device_reserve_gib``; on CUDA
-    ``cuda_peak_gib``, the allocator's peak). Raises
+    ``cuda_peak_gib``, the allocator's peak above what the process held when the job began:
+    graph pools and workspaces left by earlier work in the same process are not its own). Raises
     :class:`crosslip.jobs.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
     ``gamma``: the kernel width if already known (benchmarks), instead of ``a / rho^2``
     (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
@@ -222,6 +223,7 @@ def train_kernel(
     if device.type == "cuda":
         torch.cuda.init()  # with an index (cuda:0), resetting the stats needs CUDA set up
         torch.cuda.reset_peak_memory_stats(device)
+        held_before = torch.cuda.memory_allocated(device)  # by others in this process
     xtr = host_tensor(x_train).to(device=device, dtype=dt)
     ytr = host_tensor(y_train).to(device)
     gen = torch.Generator("cpu").manual_seed(cfg.seed)  # drawn on the CPU: the same anywhere
@@ -359,5 +361,6 @@ def train_kernel(
         "config": {**asdict(cfg), "lr": None},
     }
     if device.type == "cuda":
-        metrics["cuda_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        peak = torch.cuda.max_memory_allocated(device) - held_before
+        metrics["cuda_peak_gib"] = peak / 2**30
     return TrainResult(model.cpu(), metrics)
