@@ -30,11 +30,19 @@ def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float 
     """Trainings of ``e1`` and ``e2`` epochs took ``t1`` and ``t2`` seconds: the seconds per
     epoch, the fixed cost (at least 0) and the projection to ``epochs`` epochs of ``scale``
     times the measured steps. With ``e1 = t1 = 0`` the line goes through the origin: no
-    fixed cost, the seconds per epoch ``t2 / e2``."""
-    per_epoch = max(t2 - t1, 0.0) / (e2 - e1)
-    fixed = max(t1 - e1 * per_epoch, 0.0)
+    fixed cost, the seconds per epoch ``t2 / e2``. Where the longer training was not the
+    slower one (``t2 <= t1``: the epochs are lost in the noise of a one-off cost, as the
+    first training of a process on a GPU showed) the line through the origin and the longer
+    training is taken instead, an overestimate, and ``through_origin`` says so: projecting
+    an epoch as free would be worse."""
+    if t2 > t1:
+        per_epoch, through_origin = (t2 - t1) / (e2 - e1), False
+    else:
+        per_epoch, through_origin = t2 / e2, True
+    fixed = max(t1 - e1 * per_epoch, 0.0) if not through_origin else 0.0
     return {
         "measured_seconds": [t1, t2],
+        "through_origin": through_origin,
         "seconds_per_epoch": per_epoch * scale,
         "fixed_seconds": fixed,
         "projected_seconds": fixed + epochs * per_epoch * scale,
