@@ -107,9 +107,12 @@ def arguments() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    bench = start(arguments())
+    ap = arguments()
+    bench = start(ap)
     args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
+    if args.points > len(ds.y_train):
+        ap.error(f"--points {args.points}: the embedded digits have {len(ds.y_train)}")
     x, y = ds.x_train[: args.points], ds.y_train[: args.points]
     data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
     grid = [

@@ -111,7 +111,7 @@ def commands(part: str, args: argparse.Namespace, work: Path) -> list[Command]:
                 240,
                 record=False,
             ),
-            bench("bench_grid", dev, 150, "--points", "20000"),
+            bench("bench_grid", dev, 150),
             bench("bench_adversarial", dev, 60),
             bench("bench_train", dev, 60),
         ]
@@ -127,7 +127,7 @@ def commands(part: str, args: argparse.Namespace, work: Path) -> list[Command]:
             Command("snakemake", snakemake, 300, record=False),
         ]
     if part == "compile":
-        tf32 = bench("bench_grid", dev, 120, "--points", "20000", "--sizes", "8", "26", "--tf32")
+        tf32 = bench("bench_grid", dev, 120, "--sizes", "8", "26", "--tf32")
         tf32.name = f"bench_grid_tf32_{dev}"
         return [bench("bench_compile", dev, 420), tf32]
     raise ValueError(f"unknown part {part!r}: use one of {', '.join(PARTS)}")
