@@ -243,6 +243,7 @@ def test_certify_script_reports_a_damaged_model_file_in_one_line(tmp_path):
             "rtol": 1e-3,
             "kinds": ["local"],
             "tangent_steps": 0,
+            "trust_region_steps": 0,
             "integration_nodes": 8,
             "device": "cpu",
             "memory_gb": 16,

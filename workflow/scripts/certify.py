@@ -25,6 +25,7 @@ def main() -> None:
         rtol=snakemake.params.rtol,
         kinds=list(snakemake.params.kinds),
         tangent_steps=snakemake.params.tangent_steps,
+        trust_region_steps=snakemake.params.trust_region_steps,
         integration_nodes=snakemake.params.integration_nodes,
         device=snakemake.params.device,
         memory_gb=snakemake.params.memory_gb,

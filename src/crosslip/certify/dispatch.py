@@ -65,6 +65,7 @@ def certify(
     memory_gb: float | None = None,
     tangent_steps: int = 0,
     integration_nodes: int = 8,
+    trust_region_steps: int = 0,
 ) -> Certification:
     """Guarantees (Theorem 2.1 and the certificates beyond it) of ``model`` at the points
     ``x`` (n, d), chosen by the model's kind (see the module docstring; ``kinds`` selects
@@ -72,8 +73,9 @@ def certify(
     known kinds for every model). ``rtol``: relative tolerance of the searches over R.
     Computed in float64 on ``x``'s device; results on the CPU. ``memory_gb``: the memory
     budget of a Gaussian-kernel model's bound (default: the schema's ``kernel.memory_gb``;
-    see :func:`.kernel_bounds.plan_for`). ``tangent_steps`` and ``integration_nodes``: the
-    linear relaxation's steps on its tangent points and the integrated bound's nodes
+    see :func:`.kernel_bounds.plan_for`). ``tangent_steps``, ``integration_nodes`` and
+    ``trust_region_steps``: the linear relaxation's steps on its tangent points, the
+    integrated bound's nodes and the L2 curvature certificate's Lanczos steps
     (one-hidden-layer nets; :func:`.engine.certify_softplus`). ``model`` is not modified."""
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
@@ -88,7 +90,11 @@ def certify(
     if isinstance(model, GaussianKernelModel):
         extra = {"memory_gb": memory_gb}
     elif isinstance(model, SoftplusNet | nn.Sequential):
-        extra = {"tangent_steps": tangent_steps, "integration_nodes": integration_nodes}
+        extra = {
+            "tangent_steps": tangent_steps,
+            "integration_nodes": integration_nodes,
+            "trust_region_steps": trust_region_steps,
+        }
     return certify_model(model, x, tuple(kinds), rtol, **extra)
 
 

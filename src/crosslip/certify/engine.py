@@ -72,6 +72,7 @@ from .softplus_bounds import (
     Prop23Bound,
     global_bound,
 )
+from .trust_region import TrustRegionBound
 
 #: Norm families: the guarantees of Theorem 2.1 with the paper's bounds.
 NORM_KINDS = ("local", "global", "l2", "l1", "linf", "box")
@@ -93,6 +94,7 @@ def certify_softplus(
     kinds: tuple[str, ...] = KINDS,
     tangent_steps: int = 0,
     integration_nodes: int = 8,
+    trust_region_steps: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Guarantees of the one-hidden-layer net for the points ``x`` (n, d); see the module
     docstring for the columns. ``kinds`` selects the families (``"local"`` and ``"global"``
@@ -100,9 +102,11 @@ def certify_softplus(
     each requested p-norm and needs ``x`` in ``[0, 1]^d``; each of :data:`METHOD_KINDS`
     adds its column for every requested p-norm, box included). ``tangent_steps``: steps on
     the tangent points of the linear relaxation (0: tangents at the point);
-    ``integration_nodes``: nodes of the integrated bound. Computation in float64 (``dtype``
-    must be float64: the rounding analysis is float64's), on ``x.device``, in batches of
-    ``batch_size`` points; results on the CPU.
+    ``integration_nodes``: nodes of the integrated bound; ``trust_region_steps``: Lanczos
+    steps of the L2 curvature certificate minimised over the ball (:mod:`.trust_region`;
+    0: only the ``lambda_max`` form; otherwise its column is the better of the two).
+    Computation in float64 (``dtype`` must be float64: the rounding analysis is
+    float64's), on ``x.device``, in batches of ``batch_size`` points; results on the CPU.
 
     Every guarantee holds for the real function of the net's weights taken as float64
     numbers, at the points ``x`` taken as float64 numbers, rounding of this computation
@@ -121,7 +125,7 @@ def certify_softplus(
             f"the certificates {sorted(set(kinds) & set(METHOD_KINDS))} are computed for the "
             "requested norms: add l2, l1 or linf to the kinds"
         )
-    options = Options(rtol, kinds, tangent_steps, integration_nodes)
+    options = Options(rtol, kinds, tangent_steps, integration_nodes, trust_region_steps)
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad(), Progress("certify", len(x), "points") as progress:
@@ -142,6 +146,7 @@ class Options:
     kinds: tuple[str, ...]
     tangent_steps: int
     integration_nodes: int
+    trust_region_steps: int
 
 
 def _certify_batch(
@@ -212,6 +217,12 @@ def _certify_batch(
             if "curvature" in kinds:
                 curv = CurvatureBound(rng(p, box), m)
                 res[f"{col}_curvature{suffix}"] = radius(curv, box, res[col + suffix])
+                near = res[f"{col}_curvature{suffix}"]
+                if p == 2 and opt.trust_region_steps and not box:
+                    exact = TrustRegionBound(rng(2), m, opt.trust_region_steps)
+                    res[f"{col}_curvature"] = torch.maximum(near, radius(exact, False, near))
+                elif p == 2 and opt.trust_region_steps:  # the ball's radius holds in the box
+                    res[f"{col}_curvature{suffix}"] = torch.maximum(near, res[f"{col}_curvature"])
             methods += [res[f"{col}_{k}{suffix}"] for k in METHOD_KINDS if k in kinds]
             if box:  # the whole ball's certificates hold in the box too
                 methods.append(res[f"{col}_best"])

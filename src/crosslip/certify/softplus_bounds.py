@@ -196,9 +196,14 @@ class NetTerms:
         return self.U.clamp_min(0).T.contiguous(), (-self.U).clamp_min(0).T.contiguous()
 
     @cached_property
+    def gram(self) -> torch.Tensor:
+        """``fl(U U^T)`` (H, H), within ``gamma_d ||u_r|| ||u_m||`` of ``U U^T``."""
+        return self.U @ self.U.T
+
+    @cached_property
     def abs_gram(self) -> torch.Tensor:
         """``|U U^T|`` (H, H)."""
-        return (self.U @ self.U.T).abs()
+        return self.gram.abs()
 
     @cached_property
     def spectral_norm(self) -> torch.Tensor:

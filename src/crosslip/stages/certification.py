@@ -31,12 +31,14 @@ def certify_stage(
     memory_gb: float | None = None,
     tangent_steps: int = 0,
     integration_nodes: int = 8,
+    trust_region_steps: int = 0,
 ) -> pd.DataFrame:
     """Guarantees of Theorem 2.1 for the eval points, as :func:`crosslip.certify.certify`
     gives them for the model's kind. One-hidden-layer nets: local L2 (Proposition 2.3),
     global L2, the tightest L2, L1 and Linf, their box-constrained versions, and per norm
     the certificates beyond the paper (linear relaxation with ``tangent_steps``, curvature,
-    Theorem 2.1 integrated over ``integration_nodes``) with the best of all and, for L2,
+    in L2 minimised over the ball with ``trust_region_steps``, Theorem 2.1 integrated over
+    ``integration_nodes``) with the best of all and, for L2,
     the method that gave it (``kinds`` selects them). Gaussian-kernel models: local L2
     (Proposition 2.2, on ``device`` within ``memory_gb`` GiB of it: config
     ``kernel.memory_gb``). Other networks (ResNets): prediction and margin only
@@ -62,6 +64,7 @@ def certify_stage(
             memory_gb=memory_gb,
             tangent_steps=tangent_steps,
             integration_nodes=integration_nodes,
+            trust_region_steps=trust_region_steps,
         )
         secs = (time.perf_counter() - t0) / max(len(idx), 1)
         columns = {k: v.numpy() for k, v in cert.columns.items()}
@@ -93,6 +96,7 @@ def certify_models_stage(
     memory_gb: float | None = None,
     tangent_steps: int = 0,
     integration_nodes: int = 8,
+    trust_region_steps: int = 0,
 ) -> dict[str, pd.DataFrame]:
     """:func:`certify_stage` for each ``(model id, model file, metrics file, output)`` of
     ``models``, in this one process (config ``certify.batch_models``); each model's lines
@@ -112,5 +116,6 @@ def certify_models_stage(
                 memory_gb,
                 tangent_steps,
                 integration_nodes,
+                trust_region_steps,
             )
     return out

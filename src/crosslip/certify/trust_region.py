@@ -1,0 +1,347 @@
+r"""The curvature certificate in L2 minimised exactly over the ball (a trust-region dual).
+
+:mod:`.curvature` bounds the second-order term of ``g = f_c - f_j`` by ``Lambda_2 r^2 / 2``,
+the largest eigenvalue of ``K`` (or a bound on it) times the squared radius. That charges
+every direction the curvature of the worst one. Here the second-order lower bound is
+minimised over the ball itself. With ``a = grad g(x)``, the real pre-activations ``z_l(x)``
+and ``h_l = u_l^T v``, Taylor's theorem with the Lagrange remainder per unit gives, for
+``||v||_2 <= r <= R`` (every ``z_l(x + s v)`` in the unit's interval ``[lo_l, hi_l]`` of
+:class:`~.softplus_bounds.PreactivationRange` at R),
+
+    g(x + v) >= m + a^T v + 1/2 sum_l q_l h_l^2,
+
+    q_l = delta_l min_{[lo_l, hi_l]} sigma''   (delta_l > 0: convex units help),
+    q_l = -kappa_l = -|delta_l| max_{[lo_l, hi_l]} sigma''   (delta_l < 0).
+
+Write ``M = mu I + U^T diag(q) U`` for any ``mu >= 0``. Then ``1/2 sum q_l h_l^2 = 1/2 v^T
+M v - mu ||v||^2 / 2``, and for any vector ``w``, if ``M`` is positive semi-definite,
+
+    a^T v + 1/2 v^T M v = 1/2 (v + w)^T M (v + w) - 1/2 w^T M w + (a - M w)^T v
+                        >= -1/2 w^T M w - ||a - M w||_2 r,
+
+so ``g(x + v) >= m - C - B r - mu r^2 / 2`` with ``C = w^T M w / 2``, ``B = ||a - M w||_2``:
+the root of that quadratic (:func:`.linear_min.quad_radius`) is a radius within which j
+cannot overtake c, for :func:`~.search.radius_search` (it takes ``min(rho_j, R)``). This is
+the Lagrangian dual of the trust-region problem ``min_{||v|| <= r} a^T v + v^T M_0 v / 2``
+(``M_0 = U^T diag(q) U``), which has no duality gap: at the best ``(mu, w)`` the bound is
+that minimum, where :mod:`.curvature` takes ``-||a|| r - Lambda_2 r^2 / 2``.
+
+*Choosing (mu, w)* changes only the tightness, never the soundness: ``k`` steps of Lanczos
+on ``M_0`` from ``a`` (fully re-orthogonalised) span a Krylov space in which ``M`` is
+inverted exactly through its tridiagonal matrix's eigenvectors (Gould, Lucidi, Roma and
+Toint, SIAM J. Optim. 1999, "Solving the trust-region subproblem using the Lanczos
+method"), ``w = M^{-1} a`` there, and ``mu`` is the one whose bound has the largest root,
+not the best bound at R: the search needs radii that do not collapse at ``R = 0``.
+
+*Positive semi-definiteness, verified.* The units with ``delta_l > 0`` add a positive
+semi-definite part, so ``M >= mu I - U^T diag(kappa) U`` and it suffices that ``mu`` is at
+least ``lambda_max(U^T diag(kappa) U)``. The units are split: the ``k_top`` with the largest
+``kappa_l ||u_l||^2`` and the rest, whose part has ``lambda_max <= sum kappa_l ||u_l||^2``
+(its trace; Weyl's inequality adds the two). For the top units, ``lambda_max(U^T S^2 U) =
+lambda_max(S G S)`` with ``G = U U^T`` restricted to them and ``S = diag(s)``, ``s_l^2 >=
+kappa_l``; a floating-point Cholesky factorisation of ``A^ = fl(mu_top I - S fl(G) S)``
+that runs to completion proves ``A^ + Delta = L L^T`` with ``|Delta| <= gamma_{k+1} |L|
+|L^T|`` (Higham, "Accuracy and Stability of Numerical Algorithms", Thm. 10.3; any order
+of the sums, as in blocked or GPU factorisations; Rump, BIT 2006, "Verification of positive
+definiteness"), so ``||Delta||_2 <= gamma_{k+1} / (1 - gamma_{k+1}) trace(A^)``. With
+``E`` the error of forming ``A^`` (``|fl(G) - G| <= gamma_d ||u_r|| ||u_m||``, two products
+and a subtraction: ``||E||_2 <= (gamma_d + 5u)(1 + gamma_d) ||t||^2 + u mu_top``, ``t_l = s_l
+||u_l||``), the real ``(mu_top + c) I - S G S`` is positive semi-definite for ``c =
+||Delta|| + ||E||`` plus ``4 (k + 2)^2 2^-1000`` for underflow. ``mu`` is then ``mu_top + c +
+tail``, rounded up. A factorisation that fails is retried with ``mu`` grown by
+:data:`RETRY_GROWTH`; after the last the row gets radius 0.
+
+*Rounding of C and B.* ``t^ = fl(U w)`` is within ``e = gamma_d (1 + 2 gamma_d) |U| |w| +
+2^-1000`` of ``U w``. ``w^T M w = mu ||w||^2 + sum q_l t_l^2`` is bounded above with
+``(|t^| + e)^2`` on the convex units and ``max(|t^| - e, 0)^2`` on the others.
+``a - M w = a - mu w - U^T (q t)``: against the computed vector, the gradient's error
+(:class:`.curvature.CurvatureBound`), ``||U||_2 ||q e||_2`` (the verified spectral norm),
+``gamma_{H+1} sum_l |q_l t^_l| ||u_l||`` (the product) and ``3u`` times the norms of the
+three terms (the subtractions and ``mu w``). ``m`` is :func:`~.search.margins_lower`'s.
+Everything else follows :mod:`.curvature`: the same ``kappa``, and ``min sigma''`` at the
+endpoint farthest from 0 (``sigma''`` falls with ``|z|``) rounded down by ``1 - 8 FN_REL``
+less ``2^-1000``, times ``|delta|`` rounded down by ``1 - 4u``.
+
+L2 only (the dual of the p-norm ball has no such closed form); the ball's radius holds in
+the box too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .curvature import CurvatureBound, max_second_derivative
+from .linear_min import QuadLower, quad_radius
+from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .softplus_bounds import PreactivationRange
+
+#: Units whose curvature is verified by a Cholesky factorisation (the rest by their trace);
+#: with trained networks the trace of even the smallest half is of the order of
+#: ``lambda_max``, so by default every unit with ``kappa > 0`` goes in.
+TOP_UNITS = 4096
+#: Factors by which ``mu`` grows after a failed verification (then the row gets radius 0).
+RETRY_GROWTH = (1 + 1e-4, 1 + 1e-3, 1.01, 1.1, 1.5)
+#: Rows (point, class) per chunk: each holds a (k, k) matrix of its concave units (k <= H).
+CHUNK_ROWS = 64
+
+
+def min_second_derivative(lo: torch.Tensor, hi: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Lower bounds on ``min_{[lo, hi]} sigma''`` (same shape): ``sigma''`` falls with
+    ``|z|``, so it is taken at the endpoint farthest from 0 (module docstring)."""
+    z = torch.where(lo.abs() > hi.abs(), lo, hi)
+    s2 = alpha * torch.sigmoid(alpha * z) * torch.sigmoid(-alpha * z)
+    return s2.mul_(1 - 8 * FN_REL).sub_(UNDERFLOW).clamp_min_(0.0)
+
+
+def lanczos(
+    apply: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``steps`` Lanczos steps (at most the dimension) of the symmetric map ``apply`` on the
+    rows of ``start`` (m, n), fully re-orthogonalised (twice): the orthonormal basis
+    (m, k, n) and the tridiagonal matrix (m, k, k). A row whose space closes early gets
+    zero vectors."""
+    m, n = start.shape
+    k = max(1, min(steps, n))
+    basis = start.new_zeros(m, k, n)
+    T = start.new_zeros(m, k, k)
+    tiny = torch.finfo(start.dtype).tiny
+    scale = start.norm(dim=1)
+    v = start / scale.clamp_min(tiny)[:, None]
+    for i in range(k):
+        basis[:, i] = v
+        mv = apply(v)
+        T[:, i, i] = (mv * v).sum(1)
+        done = basis[:, : i + 1]
+        for _ in range(2):
+            mv = mv - torch.einsum("mk,mkd->md", torch.einsum("mkd,md->mk", done, mv), done)
+        beta = mv.norm(dim=1)
+        if i + 1 < k:
+            live = beta > 1e-12 * T[:, : i + 1, : i + 1].abs().amax((1, 2)).clamp_min(tiny)
+            v = torch.where(live[:, None], mv / beta.clamp_min(tiny)[:, None], 0.0)
+            T[:, i, i + 1] = T[:, i + 1, i] = torch.where(live, beta, 0.0)
+    return basis, T
+
+
+@dataclass
+class KrylovSpan:
+    """An orthonormal Krylov basis (m, k, d) of ``M_0`` from ``a`` and the eigenvalues
+    ``theta`` (m, k) and vectors ``Z`` (m, k, k) of its tridiagonal matrix; ``b = Z^T ||a||
+    e_1`` (m, k)."""
+
+    basis: torch.Tensor
+    theta: torch.Tensor
+    Z: torch.Tensor
+    b: torch.Tensor
+
+    def solve(self, mu: torch.Tensor) -> torch.Tensor:
+        """``w`` (m, d) with ``(mu I + M_0) w = a`` in the span; 0 where ``mu`` is inf."""
+        finite = torch.isfinite(mu)
+        shift = self.theta + torch.where(finite, mu, 1.0)[:, None]
+        coef = torch.einsum("mkj,mj->mk", self.Z, self.b / shift)
+        w = torch.einsum("mk,mkd->md", coef, self.basis)
+        return torch.where(finite[:, None], w, 0.0)
+
+
+def krylov_dual(
+    a: torch.Tensor, q: torch.Tensor, U: torch.Tensor, margin: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, KrylovSpan]:
+    """A dual point for the rows ``a`` (m, d), ``q`` (m, H), ``margin`` (m,): ``steps``
+    Lanczos steps on ``M_0 = U^T diag(q) U`` from ``a``, and in their span the ``mu`` whose
+    bound ``margin - a^T M^{-1} a / 2 - mu r^2 / 2`` (``M = mu I + M_0``, ``w = M^{-1} a``)
+    has the largest root ``r`` (golden-section search on ``log(mu - mu_0)``, ``mu_0`` the
+    smallest ``mu`` with ``M`` positive definite in the span). Returns ``(mu, span)``;
+    :meth:`KrylovSpan.solve` gives ``w`` at any ``mu``. Heuristic: any result is sound in
+    :class:`TrustRegionBound`."""
+    norm_a = a.norm(dim=1)
+    basis, T = lanczos(lambda v: ((v @ U.T) * q) @ U, a, steps)
+    theta, Z = torch.linalg.eigh(T)
+    b = Z[:, 0, :] * norm_a[:, None]  # Z^T (||a|| e_1)
+    mu0 = (-theta[:, 0]).clamp_min(0.0)
+    scale = theta.abs().amax(1).clamp_min(1.0) + norm_a
+
+    def root_sq(log_gap: torch.Tensor) -> torch.Tensor:
+        mu = mu0 + scale * torch.exp(log_gap)
+        c = 0.5 * (b.square() / (theta + mu[:, None])).sum(1)
+        return (margin - c) / mu
+
+    lo = torch.full_like(mu0, -40.0)
+    hi = torch.full_like(mu0, 25.0)
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(80):  # golden section: the root is unimodal in log(mu - mu_0)
+        x1, x2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        left = root_sq(x1) >= root_sq(x2)
+        lo, hi = torch.where(left, lo, x1), torch.where(left, x2, hi)
+    mu = mu0 + scale * torch.exp(0.5 * (lo + hi))
+    return mu, KrylovSpan(basis, theta, Z, b)
+
+
+@dataclass
+class ConcavePart:
+    """The concave units' curvature ``U^T diag(kappa) U`` of m rows: ``sgs`` (m, k, k) =
+    ``S fl(G) S`` on each row's top units, ``tail`` (m,) the rest's trace (rounded up),
+    ``t2`` (m,) ``||t||^2`` (rounded up), ``d`` the input dimension (module docstring)."""
+
+    sgs: torch.Tensor
+    tail: torch.Tensor
+    t2: torch.Tensor
+    d: int
+
+    def estimate(self, steps: int = 12) -> torch.Tensor:
+        """``lambda_max`` of each row's ``S G S`` (m,): the largest Ritz value of ``steps``
+        Lanczos steps, from below: where to start looking for a verified ``mu``, not a
+        bound."""
+        m, k = self.sgs.shape[:2]
+        if k == 0:
+            return self.sgs.new_zeros(m)
+        _, T = lanczos(
+            lambda v: torch.bmm(self.sgs, v[:, :, None])[:, :, 0], self.sgs.new_ones(m, k), steps
+        )
+        return torch.linalg.eigvalsh(T)[:, -1].clamp_min(0.0)
+
+    def verify(self, mu: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``mu'`` >= ``mu`` (m',) for the ``rows`` (default all), rounded up, with ``mu' I
+        - U^T diag(kappa) U`` positive semi-definite (a Cholesky factorisation that runs to
+        completion, module docstring); ``inf`` where it fails."""
+        sgs = self.sgs if rows is None else self.sgs[rows]
+        tail = self.tail if rows is None else self.tail[rows]
+        t2 = self.t2 if rows is None else self.t2[rows]
+        k = sgs.shape[1]
+        mu_top = mu - tail
+        finite = torch.isfinite(mu_top)
+        A = -sgs
+        A.diagonal(dim1=1, dim2=2).add_(torch.where(finite, mu_top, 0.0)[:, None])
+        info = torch.linalg.cholesky_ex(A)[1] if k else torch.zeros_like(mu, dtype=torch.int32)
+        g_k = gamma(k + 1)
+        trace = k * mu_top.clamp_min(0.0) * (1 + UNIT)
+        form = (gamma(self.d) + 5 * UNIT) * (1 + gamma(self.d)) * t2 + UNIT * mu_top.abs()
+        slack = g_k / (1 - g_k) * trace + form + 4 * (k + 2) ** 2 * UNDERFLOW
+        verified = (mu_top + slack + tail).mul_(1 + 4 * UNIT).add_(UNDERFLOW)
+        ok = (info == 0) & finite & (mu_top > 0) & torch.isfinite(verified)
+        return torch.where(ok, torch.maximum(verified, mu), torch.inf)
+
+
+class TrustRegionBound(CurvatureBound):
+    """Per-class certified radii of the L2 curvature bound minimised over the ball at R
+    (module docstring), a radius function for :func:`~.search.radius_search`. ``rng``: the
+    L2 pre-activation ranges (ball or box: the ball's bound holds in the box); ``m`` (n, K):
+    lower bounds on the margins (``+inf`` at c); ``steps``: Lanczos steps."""
+
+    def __init__(self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16) -> None:
+        if rng.p != 2:
+            raise ValueError(f"the trust-region certificate is an L2 one, not p = {rng.p}")
+        super().__init__(rng, m)
+        self.steps = steps
+        terms = rng.terms
+        self.gram_signed = terms.gram
+        self.norm_up = terms.row_norms_up(2)
+        self.norm_sq_up = self.norm_up.square().mul_(1 + 2 * UNIT)
+        self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
+        self.abs_u = terms.abs_u
+
+    def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        rng = self.rng
+        _, _, lo, hi = rng.intervals(idx, r)
+        s2_hi = max_second_derivative(lo, hi, self.alpha)
+        s2_lo = min_second_derivative(lo, hi, self.alpha)
+        c = rng.pred[idx]
+        sel = rng.not_pred[c] & need
+        point, cls = sel.nonzero(as_tuple=True)
+        out = torch.full_like(self.m[idx], math.inf)
+        for start in range(0, len(point), CHUNK_ROWS):
+            p, j = point[start : start + CHUNK_ROWS], cls[start : start + CHUNK_ROWS]
+            delta = self.W[c[p]] - self.W[j]
+            dabs = delta.abs()
+            kappa = torch.where(delta < 0, dabs * s2_hi[p], 0.0).mul_(1 + 4 * UNIT)
+            convex = torch.where(delta > 0, dabs * s2_lo[p], 0.0).mul_(1 - 4 * UNIT)
+            rows = idx[p]
+            slope = self.slope[rows]
+            grad = (delta * slope) @ self.U
+            gap = (self.slope_err[rows] + slope * self.g_h) * dabs
+            err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
+            margin = self.m[rows, j]
+            lower = self.lower(grad, err, convex, kappa, margin)
+            out[p, j] = quad_radius(margin, lower)
+        return out
+
+    def lower(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        convex: torch.Tensor,
+        kappa: torch.Tensor,
+        margin: torch.Tensor,
+    ) -> QuadLower:
+        """``QuadLower`` of ``a^T v + 1/2 sum q_l (u_l^T v)^2`` over ``||v|| <= r``
+        (module docstring): a dual point from :func:`krylov_dual`, its ``mu`` verified."""
+        q = convex - kappa
+        mu, span = krylov_dual(grad, q, self.U, margin.clamp_min(0.0), self.steps)
+        parts = self.concave_part(kappa)
+        mu = torch.maximum(mu, parts.estimate() * (1 + 1e-6))
+        mu_ok = parts.verify(mu)
+        for grow in RETRY_GROWTH:
+            failed = (~torch.isfinite(mu_ok)).nonzero()[:, 0]
+            if not len(failed):
+                break
+            mu[failed] *= grow
+            mu_ok[failed] = parts.verify(mu[failed], failed)
+        return self.evaluate(grad, err, q, convex, kappa, span.solve(mu_ok), mu_ok)
+
+    def concave_part(self, kappa: torch.Tensor) -> ConcavePart:
+        """``U^T diag(kappa) U`` (rows (m, H)) split for :meth:`ConcavePart.verify`."""
+        h = kappa.shape[1]
+        k = min(TOP_UNITS, int((kappa > 0).sum(1).max()) if kappa.numel() else 0)
+        weight = kappa * self.norm_sq_up  # kappa_l ||u_l||^2
+        top = weight.topk(k, dim=1).indices
+        rest = torch.ones_like(weight).scatter_(1, top, 0.0)
+        tail = (weight * rest).sum(1).mul_(1 + gamma(h + 3))
+        s = kappa.gather(1, top).sqrt().mul_(1 + 4 * UNIT)
+        t2 = (s * self.norm_up[top]).square().sum(1).mul_(1 + gamma(k + 2))
+        G = self.gram_signed[top[:, :, None], top[:, None, :]]  # (m, k, k)
+        sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
+        return ConcavePart(sgs, tail, t2, self.U.shape[1])
+
+    def verified_mu(self, kappa: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+        """``mu'`` >= ``mu`` (rounded up) with ``mu' I - U^T diag(kappa) U`` positive
+        semi-definite, proved by a Cholesky factorisation (module docstring); ``inf`` where
+        the factorisation fails."""
+        return self.concave_part(kappa).verify(mu)
+
+    def evaluate(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        q: torch.Tensor,
+        convex: torch.Tensor,
+        kappa: torch.Tensor,
+        w: torch.Tensor,
+        mu: torch.Tensor,
+    ) -> QuadLower:
+        """``C >= w^T M w / 2``, ``B >= ||a - M w||_2`` and ``mu / 2`` rounded up (module
+        docstring): ``phi(r) >= -(C + B r + mu r^2 / 2)``."""
+        h, d = self.U.shape
+        t = w @ self.U.T  # (m, H)
+        e = (w.abs() @ self.abs_u.T).mul_(gamma(d) * (1 + 2 * gamma(d))).add_(UNDERFLOW)
+        ww = (w * w).sum(1).mul_(1 + gamma(d + 1))
+        x_part = (mu * ww).mul_(1 + 2 * UNIT)
+        g_h = 1 + gamma(h + 3)
+        p_part = (convex * (t.abs() + e).square()).sum(1).mul_(g_h)
+        n_part = (kappa * (t.abs() - e).clamp_min(0.0).square()).sum(1).mul_(1 - 2 * gamma(h + 3))
+        total = x_part + p_part + n_part
+        const = 0.5 * ((x_part + p_part - n_part) + 4 * UNIT * total)
+        qt = q * t
+        z = qt @ self.U
+        res = grad - mu[:, None] * w - z
+        e1 = self.spec * (q.abs() * e).norm(dim=1) * (1 + gamma(h + 2))
+        e2 = (qt.abs() @ self.norm_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
+        norms = grad.norm(dim=1) + mu * w.norm(dim=1) + z.norm(dim=1)
+        e3 = 3 * UNIT * norms * (1 + gamma(d + 2))
+        lin = (res.norm(dim=1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
+        bad = ~torch.isfinite(mu)
+        lin = torch.where(bad, torch.inf, lin)
+        const = torch.where(bad, torch.inf, const)
+        quad = torch.where(bad, torch.inf, (0.5 * mu).mul_(1 + UNIT))
+        return QuadLower(const=const, lin=lin, quad=quad)

@@ -1,0 +1,111 @@
+"""The L2 curvature certificate minimised over the ball (:mod:`crosslip.certify.trust_region`):
+sound against attacks inside every certified ball and against the exact distance on the
+plane, caught when its curvature is mis-signed, never below the ``lambda_max`` form, and a
+verified ``mu`` that is never below the real ``lambda_max``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from crosslip.certify import trust_region
+from crosslip.certify.engine import certify_softplus
+from crosslip.certify.search import radius_search
+
+from .helpers import random_net, random_points
+from .test_certify import margin_attack
+from .test_certify_beyond import CONFIGS, PLANE, exact_distance, pieces
+
+COLS = ("guarantee_l2_curvature", "guarantee_l2_curvature_box")
+
+
+def trust(net, x, steps: int = 8, **kw) -> dict:
+    kinds = ("l2", "box", "curvature")
+    return certify_softplus(net, x, kinds=kinds, trust_region_steps=steps, **kw)
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
+def test_no_attack_inside_a_trust_region_ball_changes_the_decision(d, k, h, seed, scale):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(12, d, seed + 1)
+    res = trust(net, x, rtol=1e-4)
+    for col in COLS:
+        radius = res[col].clamp(max=1e6)
+        assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius)), col
+        box = col.endswith("_box")
+        adv, pred = margin_attack(net, x, res["pred"], radius * (1 - 1e-7), 2.0, box, seed=seed)
+        assert torch.all(adv == pred), col
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
+def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(d, k, h, seed, scale):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(6, d, seed + 100)
+    res = trust(net, x, rtol=1e-5)
+    for col in COLS:
+        exact = exact_distance(net, x, res["pred"], 2.0, col.endswith("_box"))
+        assert torch.all(res[col] <= exact), (col, res[col], exact)
+
+
+def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch):
+    """Charging the concave units no curvature (``kappa = 0``) certifies past the exact
+    distance somewhere on the plane: the check above is not vacuous."""
+    monkeypatch.setattr(
+        trust_region, "max_second_derivative", lambda lo, hi, alpha: torch.zeros_like(lo)
+    )
+    caught = False
+    for d, k, h, seed, scale in [*PLANE, (2, 2, 6, 5, 1.0), (2, 3, 6, 6, 3.0)]:
+        net = random_net(d, k, h, seed, scale)
+        x = random_points(6, d, seed + 100)
+        res = trust(net, x, rtol=1e-5)
+        exact = exact_distance(net, x, res["pred"], 2.0, False)
+        caught |= bool(torch.any(res["guarantee_l2_curvature"] > exact))
+    assert caught
+
+
+def test_the_exact_minimum_is_never_below_the_lambda_max_form_and_often_above():
+    net = random_net(10, 4, 32, 3, 2.0)
+    x = random_points(20, 10, 4)
+    plain = certify_softplus(net, x, kinds=("l2", "curvature"))
+    exact = certify_softplus(net, x, kinds=("l2", "curvature"), trust_region_steps=10)
+    assert torch.all(exact["guarantee_l2_curvature"] >= plain["guarantee_l2_curvature"])
+    assert torch.mean(exact["guarantee_l2_curvature"] / plain["guarantee_l2_curvature"]) > 1.05
+
+
+def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
+    """Straight through :func:`radius_search` (no maximum with the other form): attacked."""
+    net = random_net(8, 5, 24, 12, 4.0)
+    x = random_points(16, 8, 13)
+    rng, m, unbounded, pred = pieces(net, x, 2.0, False)
+    cert = radius_search(trust_region.TrustRegionBound(rng, m, 6), m, 1e-4, unbounded=unbounded)
+    radius = cert.guarantee.clamp(max=1e6)
+    assert torch.all(radius > 0)
+    adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), 2.0, False, seed=5)
+    assert torch.all(adv == same)
+
+
+def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
+    net = random_net(12, 3, 40, 21, 3.0)
+    x = random_points(2, 12, 22)
+    rng, m, _, _ = pieces(net, x, 2.0, False)
+    bound = trust_region.TrustRegionBound(rng, m)
+    gen = torch.Generator().manual_seed(0)
+    kappa = torch.rand(6, 40, generator=gen, dtype=torch.float64) * 3
+    kappa[:, ::3] = 0.0
+    U = bound.U
+    lam = torch.stack([torch.linalg.eigvalsh((U.T * k) @ U)[-1] for k in kappa])
+    est = bound.concave_part(kappa).estimate()
+    assert torch.all(est <= lam * (1 + 1e-9))
+    ok = bound.verified_mu(kappa, lam * (1 + 1e-6))
+    assert torch.all(torch.isfinite(ok)) and torch.all(ok >= lam)
+    assert torch.all(torch.isinf(bound.verified_mu(kappa, lam * 0.99)))
+
+
+def test_only_l2_ranges_are_accepted():
+    net = random_net(4, 3, 8, 0, 1.0)
+    x = random_points(2, 4, 1)
+    rng, m, _, _ = pieces(net, x, math.inf, False)
+    with pytest.raises(ValueError, match="L2"):
+        trust_region.TrustRegionBound(rng, m)
