@@ -68,7 +68,7 @@ def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, dev) -
     )
     if not (plain["pred"].cpu().numpy() == ok["pred"].to_numpy()).all():
         raise SystemExit(f"{model_id}: the predictions differ from the run's")
-    run_best = torch.as_tensor(ok["guarantee_l2_best"].to_numpy())
+    run_best = torch.as_tensor(ok["guarantee_l2_best"].to_numpy().copy())
     curvature = exact["guarantee_l2_curvature"]
     best = torch.maximum(run_best, curvature)
     upper = float(ok["upper_bound_l2_best"].mean())

@@ -251,3 +251,20 @@ def test_the_settings_study_compares_on_the_points_both_networks_get_right(tmp_p
     assert math.isclose(row["guarantee_ratio_own"], (0.25 * 4 + 0.05) / 5 / 0.5)
     ((_, table),) = study_tables(res)
     assert table["guarantee (Prop. 2.3)"].iloc[0] == "0.500 → 0.250 (×0.50)"
+
+
+def test_the_committed_trust_region_study_adds_up_and_renders() -> None:
+    """``study_trust_region.py``'s committed result: the new best is the larger of the
+    run's best and the new certificate per point (so never below either mean), the brackets
+    are the upper bound's mean over them, and the record renders its table."""
+    path = ROOT / "docs/reproduction/studies/guarantee-gap/mnist5k-200ep-trust-region.json"
+    res = json.loads(path.read_text())["result"]
+    assert res["kind"] == "trust_region" and len(res["rows"]) == 5
+    for r in res["rows"]:
+        assert r["mean_best"] >= max(r["mean_best_run"], r["mean_curvature_trust_region"])
+        assert r["mean_curvature_trust_region"] >= r["mean_curvature_lambda_max"]
+        assert math.isclose(r["bracket_best"], r["mean_upper_bound_best"] / r["mean_best"])
+        assert math.isclose(r["bracket_run"], r["mean_upper_bound_best"] / r["mean_best_run"])
+    ((title, table),) = study_tables(res)
+    assert "minimised over the ball" in title and len(table) == 5
+    assert table["best per point (bracket): run → with it"].str.contains("→").all()

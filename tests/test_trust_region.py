@@ -109,3 +109,20 @@ def test_only_l2_ranges_are_accepted():
     rng, m, _, _ = pieces(net, x, math.inf, False)
     with pytest.raises(ValueError, match="L2"):
         trust_region.TrustRegionBound(rng, m)
+
+
+def test_the_setting_reaches_the_certificate_through_the_dispatch():
+    """``crosslip.certify.certify`` (what the certify stage calls) passes
+    ``trust_region_steps`` on: the curvature column rises where the exact minimum is
+    larger, and only the L2 columns change."""
+    from crosslip.certify import certify
+
+    net = random_net(10, 4, 32, 3, 2.0)
+    x = random_points(8, 10, 4)
+    kinds = ("l2", "linf", "box", "curvature")
+    off = certify(net, x, kinds=kinds).columns
+    on = certify(net, x, kinds=kinds, trust_region_steps=6).columns
+    assert torch.all(on["guarantee_l2_curvature"] >= off["guarantee_l2_curvature"])
+    assert torch.any(on["guarantee_l2_curvature"] > off["guarantee_l2_curvature"])
+    assert torch.all(on["guarantee_l2_curvature_box"] >= on["guarantee_l2_curvature"])
+    assert torch.equal(on["guarantee_linf_curvature"], off["guarantee_linf_curvature"])

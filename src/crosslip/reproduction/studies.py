@@ -7,12 +7,14 @@ date, commit and the script's JSON object under ``result``). The record shows ea
 notes, marked as not generated, and generates every table from the JSON results, so no
 measured number is typed by hand.
 
-Three kinds of result: ``benchmarks/study_guarantee_gap.py``'s, rows of figures per network
+Four kinds of result: ``benchmarks/study_guarantee_gap.py``'s, rows of figures per network
 and checkpoint (:func:`guarantee_gap_tables`), ``benchmarks/study_bracket.py``'s
 (``kind: bracket``), how much of the bracket between guarantee and upper bound each
 certificate closes (:func:`bracket_tables`), and ``benchmarks/study_settings.py``'s
 (``kind: settings``), plain against augment and adversarial training on the points both
-networks get right (:func:`settings_tables`); :func:`study_tables` picks by kind.
+networks get right (:func:`settings_tables`), and ``benchmarks/study_trust_region.py``'s
+(``kind: trust_region``), the L2 curvature certificate minimised over the ball against a
+run's certificates (:func:`trust_region_tables`); :func:`study_tables` picks by kind.
 """
 
 from __future__ import annotations
@@ -276,10 +278,52 @@ def settings_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     ]
 
 
+def trust_region_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """The table of one ``study_trust_region.py`` result: per network the curvature
+    certificate in both forms, the run's best and the new best with their brackets, and
+    the cost per point."""
+    rows = result["rows"]
+    table = pd.DataFrame(
+        {
+            "network": [r["network"] for r in rows],
+            "points": [r["points"] for r in rows],
+            "best upper bound": [num(r["mean_upper_bound_best"]) for r in rows],
+            "curvature, λ_max form → minimised over the ball": [
+                f"{num(r['mean_curvature_lambda_max'])} → {num(r['mean_curvature_trust_region'])}"
+                for r in rows
+            ],
+            "best per point (bracket): run → with it": [
+                f"{num(r['mean_best_run'])} (×{r['bracket_run']:.2f}) → "
+                f"{num(r['mean_best'])} (×{r['bracket_best']:.2f})"
+                for r in rows
+            ],
+            "paper's bracket closed": [
+                f"{100 * r['closed_run']:.0f}% → {100 * r['closed_best']:.0f}%" for r in rows
+            ],
+            "points where it is best": [pct(r["share_trust_region_best"]) for r in rows],
+            "seconds per point (× guarantee_l2's)": [
+                f"{r['seconds_per_point_trust_region']:.3f} "
+                f"(×{r['trust_region_vs_l2_seconds']:.0f})"
+                for r in rows
+            ],
+        }
+    )
+    return [
+        (
+            f"The L2 curvature certificate minimised over the ball ({result['steps']} Lanczos "
+            "steps) on each network's first correctly classified points, against the run's "
+            "own certificates and best upper bounds (ratios of the means)",
+            table,
+        )
+    ]
+
+
 def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     """The tables of a study result of any kind (module docstring)."""
     if result.get("kind") == "bracket":
         return bracket_tables(result)
+    if result.get("kind") == "trust_region":
+        return trust_region_tables(result)
     if result.get("kind") == "settings":
         return settings_tables(result)
     return guarantee_gap_tables(result)
@@ -288,7 +332,7 @@ def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
 def provenance(entry: dict[str, Any]) -> str:
     """One line: command, date, commit, machine and seconds of a study result."""
     res = entry["result"]
-    if res.get("kind") in ("bracket", "settings"):
+    if res.get("kind") in ("bracket", "settings", "trust_region"):
         machine = f"{res['machine']}; " if "machine" in res else ""
         return (
             f"`{entry['command']}`; {entry['date']}, commit `{entry['commit']}`; "
