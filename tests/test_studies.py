@@ -268,3 +268,50 @@ def test_the_committed_trust_region_study_adds_up_and_renders() -> None:
     ((title, table),) = study_tables(res)
     assert "minimised over the ball" in title and len(table) == 5
     assert table["best per point (bracket): run → with it"].str.contains("→").all()
+
+
+def test_the_trust_region_study_runs_on_a_finished_runs_files(tmp_path: Path) -> None:
+    """A results folder as the workflow leaves it (prepared data, a model, its instances):
+    the study certifies the first correct points again and relates them to the run's."""
+    import numpy as np
+    import torch
+
+    from crosslip.data.dataset import Dataset, save_prepared
+    from crosslip.models.checkpoints import save_model
+
+    from .helpers import random_net
+
+    res = tmp_path / "results"
+    gen = np.random.default_rng(0)
+    x = gen.integers(0, 256, (12, 6)).astype(np.float32) / 255
+    y = gen.integers(0, 3, 12)
+    (res / "data").mkdir(parents=True)
+    save_prepared(Dataset("mnist5k", x, y, x, y, (6,), 3), res / "data" / "mnist5k.npz")
+    net = random_net(6, 3, 10, 4, 2.0)
+    save_model(net.float(), res / "models" / "mnist5k" / "net" / "model.pt")
+    with torch.no_grad():
+        pred = net.double()(torch.as_tensor(x, dtype=torch.float64)).argmax(1).numpy()
+    frame = instances("net", "cross_lipschitz", 0.1, 0.2, 5.0).iloc[:4]
+    frame = pd.concat([frame] * 3, ignore_index=True)
+    frame["test_index"], frame["pred"], frame["setting"] = range(12), pred, "plain"
+    (res / "instances" / "mnist5k").mkdir(parents=True)
+    frame.to_parquet(res / "instances" / "mnist5k" / "net.parquet")
+    out = tmp_path / "tr.json"
+    lines = run_benchmark(
+        "study_trust_region.py",
+        "--results",
+        str(res),
+        "--points",
+        "6",
+        "--steps",
+        "4",
+        "--out",
+        str(out),
+    )
+    result = json.loads(lines[-1])
+    assert json.loads(out.read_text())["result"] == result and result["kind"] == "trust_region"
+    (row,) = result["rows"]
+    assert row["points"] == 6 and math.isclose(row["mean_best_run"], 0.2)
+    assert row["mean_best"] >= max(0.2, row["mean_curvature_trust_region"])
+    assert row["mean_curvature_trust_region"] >= row["mean_curvature_lambda_max"]
+    assert math.isclose(row["bracket_best"], 5.0 / row["mean_best"])

@@ -1,16 +1,18 @@
 # Model selection, then the tables and figures of Section 5, each a rule over the per-instance
 # results (via the per-model summary). Outputs marked report() go into
 # `snakemake --report report.html`. They take seconds: on a cluster they run where Snakemake
-# runs, not as batch jobs.
-localrules:
-    select_models,
-    summary,
-    table1,
-    kernel_table,
-    figure_bounds,
-    figure_bracket,
-    figure_adversarial,
-    figure_training,
+# runs, not as batch jobs, unless config local_aggregation is false.
+if config["local_aggregation"]:
+
+    localrules:
+        select_models,
+        summary,
+        table1,
+        kernel_table,
+        figure_bounds,
+        figure_bracket,
+        figure_adversarial,
+        figure_training,
 
 
 checkpoint select_models:
