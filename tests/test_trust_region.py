@@ -101,6 +101,14 @@ def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
     ok = bound.verified_mu(kappa, lam * (1 + 1e-6))
     assert torch.all(torch.isfinite(ok)) and torch.all(ok >= lam)
     assert torch.all(torch.isinf(bound.verified_mu(kappa, lam * 0.99)))
+    # the smallest units left to their trace (a tail of up to 30% of lambda_max here):
+    # still never below the real lambda_max, and found by the estimate plus the tail
+    parts = bound.concave_part(kappa, lam)
+    parts_tail = bound.concave_part(kappa, lam * 30)
+    assert parts_tail.sgs.shape[1] < parts.sgs.shape[1] <= 40 and torch.all(parts_tail.tail > 0)
+    start = (parts_tail.estimate() + parts_tail.tail) * (1 + 1e-6)
+    found = parts_tail.verify(start * 1.01)
+    assert torch.all(torch.isfinite(found)) and torch.all(found >= lam)
 
 
 def test_only_l2_ranges_are_accepted():
