@@ -71,6 +71,26 @@ def test_train_certify_and_attack_on_cuda_match_the_cpu(trained):
     assert (a_gpu["upper_bound"][ok] >= c_gpu["guarantee_l2"][ok] * (1 - 1e-9)).all()
 
 
+def test_the_curvature_certificate_minimised_over_the_ball_on_cuda_matches_the_cpu(trained):
+    """``certify.trust_region_steps`` on CUDA (batched Lanczos, eigh and Cholesky there):
+    the same radii as on the CPU up to the heuristic's own differences, never below the
+    largest-eigenvalue form, never above an upper bound."""
+    d, m, j = trained / "d.npz", trained / "m.pt", trained / "m.json"
+    cols = ("guarantee_l2_curvature", "guarantee_l2_curvature_box")
+    frames = {}
+    for dev in ("cpu", "cuda"):
+        frames[dev] = certify_stage(
+            d, m, j, trained / f"t-{dev}.parquet", 30, 1e-4, device=dev, trust_region_steps=6
+        )
+    plain = certify_stage(d, m, j, trained / "p.parquet", 30, 1e-4, device="cuda")
+    att = attack_stage(d, m, j, trained / "ta.parquet", 30, 1e-4, max_steps=40, device="cuda")
+    ok = att["attack_success"]
+    for col in cols:
+        np.testing.assert_allclose(frames["cpu"][col], frames["cuda"][col], rtol=1e-3)
+        assert (frames["cuda"][col] >= plain[col] * (1 - 1e-9)).all()
+        assert (att["upper_bound"][ok] >= frames["cuda"][col][ok] * (1 - 1e-9)).all()
+
+
 KERNEL = {"regularizer": "kernel_cl", "lam": 1e-2, "a": 1.0, "n_centers": 60, "max_iter": 30}
 
 
