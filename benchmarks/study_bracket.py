@@ -69,16 +69,23 @@ def network_row(df: pd.DataFrame) -> dict:
     return row
 
 
+def mlp_frames(results: Path) -> list[pd.DataFrame]:
+    """The per-instance results of every one-hidden-layer network of a finished run that
+    was certified with the certificates beyond the paper."""
+    files = sorted((results / "instances").glob("*/*.parquet"))
+    if not files:
+        raise SystemExit(f"{results}: no instances/<dataset>/*.parquet (a finished run?)")
+    frames = (pd.read_parquet(path) for path in files)
+    return [
+        df
+        for df in frames
+        if len(df) and df["family"].iloc[0] == "mlp" and "guarantee_l2_best" in df
+    ]
+
+
 def main() -> None:
     args = arguments().parse_args()
-    files = sorted((args.results / "instances").glob("*/*.parquet"))
-    if not files:
-        raise SystemExit(f"{args.results}: no instances/<dataset>/*.parquet (a finished run?)")
-    rows = []
-    for path in files:
-        df = pd.read_parquet(path)
-        if len(df) and df["family"].iloc[0] == "mlp" and "guarantee_l2_best" in df:
-            rows.append(network_row(df))
+    rows = [network_row(df) for df in mlp_frames(args.results)]
     res = {
         "kind": "bracket",
         "machine": describe_machine("cpu"),

@@ -35,6 +35,7 @@ from _harness import finish, parser, start, timed
 from crosslip.certify.engine import certify_softplus
 from crosslip.data import load_prepared
 from crosslip.models.checkpoints import load_model
+from study_bracket import mlp_frames
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -101,14 +102,9 @@ def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, dev) -
 def main() -> None:
     bench = start(arguments())
     args, dev = bench.args, bench.device
-    files = sorted((args.results / "instances").glob("*/*.parquet"))
-    if not files:
-        raise SystemExit(f"{args.results}: no instances/<dataset>/*.parquet (a finished run?)")
     rows = []
-    for path in files:
-        df = pd.read_parquet(path)
-        plain = len(df) and df["family"].iloc[0] == "mlp" and df["setting"].iloc[0] == "plain"
-        if plain and "guarantee_l2_best" in df:
+    for df in mlp_frames(args.results):
+        if df["setting"].iloc[0] == "plain":
             rows.append(network_row(args.results, df, args.points, args.steps, dev))
             r = rows[-1]
             print(
