@@ -27,6 +27,7 @@ from crosslip.certify import (
     theorem21,
 )
 from crosslip.certify.reference import certify_prop23_reference, prop23_reference
+from crosslip.certify.search import radius_search, ratios
 from crosslip.models import class_gradients
 
 from .helpers import random_net, random_points
@@ -421,6 +422,34 @@ def test_search_reports_only_evaluated_alpha_and_is_near_optimal():
     assert torch.all(cert.guarantee >= best * (1 - 2 * rtol))
     assert torch.all(cert.guarantee <= best * (1 + 2 * rtol) + 1e-15)
     assert cert.evaluations.float().mean() < 9  # bisection needs ~12 for rtol = 1e-3
+
+
+def test_an_origin_estimate_changes_the_path_never_what_is_reported():
+    """``radius_search``'s ``origin`` opens the bracket only: an estimate far above the
+    radii at R = 0 still reaches the optimum, one below caps the result at it, and every
+    reported value is ``alpha`` at an R the real function evaluated."""
+    net = random_net(10, 4, 16, 11, 2.0)
+    x = random_points(30, 10, 12)
+    _, m, bound = prop23_setup(net, x)
+    idx = torch.arange(len(x))
+
+    def rho(i, r, need):
+        return ratios(m[i], bound(i, r))
+
+    plain = radius_search(rho, m, 1e-4, prune=False)
+    cases = {"above": 1e3, "below": 0.5}
+    for name, factor in cases.items():
+        cert = radius_search(
+            rho, m, 1e-4, prune=False, origin=lambda i, r, need, f=factor: rho(i, r, need) * f
+        )
+        g = min_ratio(m, bound(idx, cert.radius))[0]
+        assert torch.allclose(cert.guarantee, torch.minimum(g, cert.radius), rtol=1e-12), name
+        assert torch.all(cert.guarantee <= plain.guarantee * (1 + 2e-4)), name
+        if name == "above":
+            assert torch.all(cert.guarantee >= plain.guarantee * (1 - 2e-4))
+        else:
+            g0 = min_ratio(m, bound(idx, torch.zeros(len(x), dtype=torch.float64)))[0]
+            assert torch.all(cert.guarantee <= 0.5 * g0 * (1 + 1e-12))
 
 
 def test_class_pruning_changes_nothing():

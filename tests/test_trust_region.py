@@ -79,11 +79,13 @@ def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
     net = random_net(8, 5, 24, 12, 4.0)
     x = random_points(16, 8, 13)
     rng, m, unbounded, pred = pieces(net, x, 2.0, False)
-    cert = radius_search(trust_region.TrustRegionBound(rng, m, 6), m, 1e-4, unbounded=unbounded)
-    radius = cert.guarantee.clamp(max=1e6)
-    assert torch.all(radius > 0)
-    adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), 2.0, False, seed=5)
-    assert torch.all(adv == same)
+    bound = trust_region.TrustRegionBound(rng, m, 6)
+    for origin in (None, bound.origin):  # the unverified estimate at R = 0 only opens it
+        cert = radius_search(bound, m, 1e-4, unbounded=unbounded, origin=origin)
+        radius = cert.guarantee.clamp(max=1e6)
+        assert torch.all(radius > 0)
+        adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), 2.0, False, seed=5)
+        assert torch.all(adv == same)
 
 
 def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
@@ -109,6 +111,30 @@ def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
     start = (parts_tail.estimate() + parts_tail.tail) * (1 + 1e-6)
     found = parts_tail.verify(start * 1.01)
     assert torch.all(torch.isfinite(found)) and torch.all(found >= lam)
+
+
+def test_a_mu_is_verified_cheaply_where_it_can_be_and_never_below_the_real_eigenvalue():
+    """Rows whose ``mu`` is at least the cheap curvature bound keep it (no factorisation);
+    the others come back verified by a factorisation, from ``mu`` or from the estimate
+    when ``mu`` is below the real ``lambda_max``: every result is at least both."""
+    net = random_net(12, 3, 40, 21, 3.0)
+    x = random_points(2, 12, 22)
+    rng, m, _, _ = pieces(net, x, 2.0, False)
+    bound = trust_region.TrustRegionBound(rng, m)
+    gen = torch.Generator().manual_seed(1)
+    kappa = torch.rand(9, 40, generator=gen, dtype=torch.float64) * 3
+    kappa[:, ::4] = 0.0
+    U = bound.U
+    lam = torch.stack([torch.linalg.eigvalsh((U.T * k) @ U)[-1] for k in kappa])
+    cheap = bound.curvature(kappa)
+    assert torch.all(cheap >= lam) and torch.all(cheap > 1.05 * lam)  # room between them
+    factors = torch.tensor([0.5, 0.9, 0.999])  # below the real eigenvalue
+    mid = 0.5 * (lam + cheap)  # above it, below the cheap bound
+    mu = torch.cat([lam[:3] * factors, mid[3:6], cheap[6:] * 1.01])
+    got = bound.verified(kappa, mu)
+    assert torch.all(torch.isfinite(got)) and torch.all(got >= lam) and torch.all(got >= mu)
+    assert torch.equal(got[6:], mu[6:])  # the cheap bound sufficed
+    assert torch.all(got[3:6] < cheap[3:6])  # factorised: tighter than the cheap bound
 
 
 def test_only_l2_ranges_are_accepted():

@@ -181,7 +181,10 @@ def _certify_batch(
     def radius(fn, box: bool, near: torch.Tensor) -> torch.Tensor:
         """``fn``'s certified radii, the search started a little above ``near``."""
         r_max = box_diameter(x, fn.rng.p) if box else math.inf
-        cert = radius_search(fn, m, rtol, r_max=r_max, unbounded=unbounded, start=1.5 * near)
+        origin = getattr(fn, "origin", None)  # an estimate at R = 0 where it has one
+        cert = radius_search(
+            fn, m, rtol, r_max=r_max, unbounded=unbounded, start=1.5 * near, origin=origin
+        )
         return cert.guarantee.masked_fill(unbounded, math.inf)  # safe everywhere
 
     if "local" in kinds:

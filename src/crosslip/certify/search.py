@@ -174,6 +174,7 @@ def radius_search(
     unbounded: torch.Tensor | None = None,
     prune: bool = True,
     start: torch.Tensor | None = None,
+    origin: RadiusFn | None = None,
 ) -> Certificate:
     """The largest certified radius of every point, from per-class radii evaluated at R.
 
@@ -223,6 +224,11 @@ def radius_search(
     ``start`` (n,), optional: the first R to try where it is positive and below
     ``hi`` (for instance a little above another certificate's radius), instead of ``hi``;
     it changes only the path of the search.
+
+    ``origin``, optional: per-class radii at ``R = 0`` in place of ``radius``'s there, for a
+    radius function that is costly to evaluate rigorously: they open the bracket (``hi``)
+    and the first secant step and are never reported, so an estimate changes the path and
+    the tightness (an estimate below ``alpha*`` caps the result at it), never soundness.
     """
     n = m.shape[0]
     dev, dt = m.device, m.dtype
@@ -232,7 +238,8 @@ def radius_search(
     tiny = torch.finfo(dt).tiny
 
     everything = torch.ones_like(m, dtype=torch.bool)
-    g0, _ = radius(all_idx, torch.zeros(n, device=dev, dtype=dt), everything).min(dim=1)
+    zero = torch.zeros(n, device=dev, dtype=dt)
+    g0, _ = (origin or radius)(all_idx, zero, everything).min(dim=1)
     best = torch.zeros(n, device=dev, dtype=dt)
     best_r = torch.zeros(n, device=dev, dtype=dt)
     best_j = torch.full((n,), -1, device=dev, dtype=torch.long)
