@@ -88,16 +88,24 @@ def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
         assert torch.all(adv == same)
 
 
-def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
+def concave_rows(rows: int, every: int, seed: int):
+    """A trust-region bound of a random 12-40-3 net, ``rows`` random curvature rows
+    ``kappa`` (rows, 40) with every ``every``-th unit convex (0), and the real largest
+    eigenvalue of each row's ``U^T diag(kappa) U``."""
     net = random_net(12, 3, 40, 21, 3.0)
     x = random_points(2, 12, 22)
     rng, m, _, _ = pieces(net, x, 2.0, False)
     bound = trust_region.TrustRegionBound(rng, m)
-    gen = torch.Generator().manual_seed(0)
-    kappa = torch.rand(6, 40, generator=gen, dtype=torch.float64) * 3
-    kappa[:, ::3] = 0.0
+    gen = torch.Generator().manual_seed(seed)
+    kappa = torch.rand(rows, 40, generator=gen, dtype=torch.float64) * 3
+    kappa[:, ::every] = 0.0
     U = bound.U
     lam = torch.stack([torch.linalg.eigvalsh((U.T * k) @ U)[-1] for k in kappa])
+    return bound, kappa, lam
+
+
+def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
+    bound, kappa, lam = concave_rows(6, every=3, seed=0)
     est = bound.concave_part(kappa).estimate()
     assert torch.all(est <= lam * (1 + 1e-9))
     ok = bound.verified_mu(kappa, lam * (1 + 1e-6))
@@ -117,15 +125,7 @@ def test_a_mu_is_verified_cheaply_where_it_can_be_and_never_below_the_real_eigen
     """Rows whose ``mu`` is at least the cheap curvature bound keep it (no factorisation);
     the others come back verified by a factorisation, from ``mu`` or from the estimate
     when ``mu`` is below the real ``lambda_max``: every result is at least both."""
-    net = random_net(12, 3, 40, 21, 3.0)
-    x = random_points(2, 12, 22)
-    rng, m, _, _ = pieces(net, x, 2.0, False)
-    bound = trust_region.TrustRegionBound(rng, m)
-    gen = torch.Generator().manual_seed(1)
-    kappa = torch.rand(9, 40, generator=gen, dtype=torch.float64) * 3
-    kappa[:, ::4] = 0.0
-    U = bound.U
-    lam = torch.stack([torch.linalg.eigvalsh((U.T * k) @ U)[-1] for k in kappa])
+    bound, kappa, lam = concave_rows(9, every=4, seed=1)
     cheap = bound.curvature(kappa)
     assert torch.all(cheap >= lam) and torch.all(cheap > 1.05 * lam)  # room between them
     factors = torch.tensor([0.5, 0.9, 0.999])  # below the real eigenvalue

@@ -79,6 +79,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -265,7 +266,7 @@ class TrustRegionBound(CurvatureBound):
         """An estimate of the per-class radii (the search's ``origin``): the dual point of
         :func:`krylov_dual` with its ``mu`` not verified, so not a certificate; it opens the
         search's bracket without a factorisation per row."""
-        return self.radii(idx, r, need, self.unverified)
+        return self.radii(idx, r, need, partial(self.lower, verify=False))
 
     def radii(
         self,
@@ -306,11 +307,16 @@ class TrustRegionBound(CurvatureBound):
         convex: torch.Tensor,
         kappa: torch.Tensor,
         margin: torch.Tensor,
+        verify: bool = True,
     ) -> QuadLower:
         """``QuadLower`` of ``a^T v + 1/2 sum q_l (u_l^T v)^2`` over ``||v|| <= r``
-        (module docstring): a dual point from :func:`krylov_dual`, its ``mu`` verified."""
+        (module docstring): a dual point from :func:`krylov_dual`, its ``mu`` verified
+        (``verify=False``: taken as it is, positive definite in the Krylov span only; an
+        estimate, not a bound)."""
         q = convex - kappa
         mu, span = krylov_dual(grad, q, self.U, margin.clamp_min(0.0), self.steps)
+        if not verify:
+            return self.evaluate(grad, err, q, convex, kappa, span.solve(mu), mu)
         mu_ok = torch.cat(
             [
                 self.verified(kappa[i : i + FACTOR_ROWS], mu[i : i + FACTOR_ROWS])
@@ -347,20 +353,6 @@ class TrustRegionBound(CurvatureBound):
             mu[failed] *= grow
             mu_ok[failed] = parts.verify(mu[failed], failed)
         return mu_ok
-
-    def unverified(
-        self,
-        grad: torch.Tensor,
-        err: torch.Tensor,
-        convex: torch.Tensor,
-        kappa: torch.Tensor,
-        margin: torch.Tensor,
-    ) -> QuadLower:
-        """:meth:`lower` with :func:`krylov_dual`'s ``mu`` taken as it is (positive definite
-        in the Krylov span only): an estimate, not a bound."""
-        q = convex - kappa
-        mu, span = krylov_dual(grad, q, self.U, margin.clamp_min(0.0), self.steps)
-        return self.evaluate(grad, err, q, convex, kappa, span.solve(mu), mu)
 
     def concave_part(self, kappa: torch.Tensor, scale: torch.Tensor | None = None) -> ConcavePart:
         """``U^T diag(kappa) U`` (rows (m, H)) split for :meth:`ConcavePart.verify`: the
