@@ -15,7 +15,11 @@
    point against the paper's (Proposition 2.3); also every norm and box variant together
    against today's every-kind certification (on ``--all-norms-points``). ``--model``
    certifies another network (any model file of the workflow, e.g. a 200-epoch one)
-   instead of the cached one.
+   instead of the cached one. The L2 curvature certificate minimised over the ball
+   (``certify.trust_region_steps``, off by default; :mod:`crosslip.certify.trust_region`)
+   on ``--trust-region-points``: its seconds on top of the curvature column's
+   largest-eigenvalue form (``method_seconds["trust_region"]``), against today's
+   ``guarantee_l2`` on the same points, and the curvature column's mean with it.
 5. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
 
 The network is trained once (3 epochs of plain SGD, ~1 min here) and cached under
@@ -76,6 +80,8 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--all-kinds-points", type=int, default=1000)
     ap.add_argument("--method-points", type=int, default=10000)
     ap.add_argument("--all-norms-points", type=int, default=1000)
+    ap.add_argument("--trust-region-points", type=int, default=1000)
+    ap.add_argument("--trust-region-steps", type=int, default=8)
     ap.add_argument("--model", default=None, help="a model file to certify instead")
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-bound timing")
     return ap
@@ -85,14 +91,35 @@ PAPER_L2 = ("local", "global", "l2")
 OLD_KINDS = ("local", "global", "l2", "l1", "linf", "box")
 
 
-def beyond(net, x: torch.Tensor, y, dev: torch.device, n_norms: int) -> dict:
+def beyond(net, x: torch.Tensor, y, dev: torch.device, n_norms: int, trust: tuple) -> dict:
     """Section 4 of the module docstring: seconds per certificate beyond the paper, their
-    ratio to today's L2 guarantees, and their means over the correctly classified points."""
+    ratio to today's L2 guarantees, and their means over the correctly classified points;
+    ``trust``: (points, Lanczos steps) of the trust-region timing (0 points: none)."""
     _, base_s = timed(lambda: certify_softplus(net, x, kinds=PAPER_L2), dev)
     seconds = {}
     for method in METHOD_KINDS:
         _, secs = timed(lambda m=method: certify_softplus(net, x, kinds=(*PAPER_L2, m)), dev)
         seconds[method] = secs - base_s
+    n_tr, steps = trust
+    tr: dict = {}
+    if n_tr:
+        xt, curv = x[:n_tr], (*PAPER_L2, "curvature")
+        _, paper_t = timed(lambda: certify_softplus(net, xt, kinds=PAPER_L2), dev)
+        plain, plain_t = timed(lambda: certify_softplus(net, xt, kinds=curv), dev)
+        exact, exact_t = timed(
+            lambda: certify_softplus(net, xt, kinds=curv, trust_region_steps=steps), dev
+        )
+        seconds["trust_region"] = exact_t - plain_t
+        ok_t = exact["pred"].cpu().numpy() == y[:n_tr]
+        col = "guarantee_l2_curvature"
+        tr = {
+            "trust_region_points": n_tr,
+            "trust_region_steps": steps,
+            "trust_region_paper_l2_seconds": paper_t,
+            "trust_region_vs_paper_l2_seconds": (exact_t - plain_t) / paper_t,
+            "trust_region_curvature_mean": float(exact[col].cpu()[ok_t].double().mean()),
+            "trust_region_curvature_mean_without": float(plain[col].cpu()[ok_t].double().mean()),
+        }
     every, all_s = timed(lambda: certify_softplus(net, x, kinds=(*PAPER_L2, *METHOD_KINDS)), dev)
     xs = x[:n_norms]
     _, base_n = timed(lambda: certify_softplus(net, xs, kinds=PAPER_L2), dev)
@@ -108,6 +135,7 @@ def beyond(net, x: torch.Tensor, y, dev: torch.device, n_norms: int) -> dict:
         "method_points": len(x),
         "paper_l2_seconds": base_s,
         "method_seconds": seconds,
+        **tr,
         "methods_l2_seconds": all_s - base_s,
         "methods_vs_paper_l2_seconds": (all_s - base_s) / base_s,
         "all_norms_points": len(xs),
@@ -171,7 +199,10 @@ def main() -> None:
     )
 
     if args.method_points:
-        res.update(beyond(net, xd[: args.method_points], ds.y_test, dev, args.all_norms_points))
+        trust = (args.trust_region_points, args.trust_region_steps)
+        res.update(
+            beyond(net, xd[: args.method_points], ds.y_test, dev, args.all_norms_points, trust)
+        )
 
     if not args.no_kernel:
         res.update(kernel_bound(device=dev))
@@ -206,6 +237,16 @@ def main() -> None:
             f"box x{res['methods_all_norms_vs_paper_l2_seconds']:.2f} "
             f"({res['all_norms_points']} points)"
         )
+        if "trust_region_points" in res:
+            print(
+                f"  curvature minimised over the ball ({res['trust_region_steps']} Lanczos "
+                f"steps), {res['trust_region_points']} points: "
+                f"{res['method_seconds']['trust_region']:.1f} s on top of the curvature "
+                f"column, x{res['trust_region_vs_paper_l2_seconds']:.2f} today's guarantee_l2 "
+                f"({res['trust_region_paper_l2_seconds']:.1f} s); curvature mean "
+                f"{res['trust_region_curvature_mean_without']:.4f} -> "
+                f"{res['trust_region_curvature_mean']:.4f}"
+            )
         for k, v in res["method_means_correct"].items():
             print(f"  mean {k:<26} {v:.4f}")
         print(f"  best / paper (Prop. 2.3) mean: x{res['best_vs_paper_mean_ratio']:.3f}")

@@ -36,6 +36,7 @@ OWN_OPTIONS: dict[str, list[str]] = {
     "bench_certify.py": [
         *("--mirror", "m", "--reference-points", "2", "--all-kinds-points", "20"),
         *("--method-points", "20", "--all-norms-points", "10", "--model", "f.pt", "--no-kernel"),
+        *("--trust-region-points", "5", "--trust-region-steps", "4"),
     ],
     "bench_kernel_scale.py": [
         *("--centers", "100", "200", "--iterations", "1", "--gamma-points", "300"),
