@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from crosslip.certify import relaxation
-from crosslip.certify.curvature import CurvatureBound, max_second_derivative
+from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.linear_min import box_lower, dual_norm_lower, quad_radius
 from crosslip.certify.search import margins_lower, radius_search, unbounded_points
+from crosslip.certify.secant import max_second_derivative
 from crosslip.certify.softplus_bounds import NetTerms, PreactivationRange
 
 from .helpers import random_net, random_points

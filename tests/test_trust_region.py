@@ -52,9 +52,12 @@ def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(d, 
 def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch):
     """Charging the concave units no curvature (``kappa = 0``) certifies past the exact
     distance somewhere on the plane: the check above is not vacuous."""
-    monkeypatch.setattr(
-        trust_region, "max_second_derivative", lambda lo, hi, alpha: torch.zeros_like(lo)
-    )
+    real = trust_region.secant_curvature
+
+    def no_concave_curvature(z, pad, lo, hi, alpha):
+        return torch.zeros_like(lo), real(z, pad, lo, hi, alpha)[1]
+
+    monkeypatch.setattr(trust_region, "secant_curvature", no_concave_curvature)
     caught = False
     for d, k, h, seed, scale in [*PLANE, (2, 2, 6, 5, 1.0), (2, 3, 6, 6, 3.0)]:
         net = random_net(d, k, h, seed, scale)

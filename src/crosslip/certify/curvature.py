@@ -1,19 +1,21 @@
 r"""Curvature certificates of the one-hidden-layer net (second order, after Singla & Feizi,
 ICML 2020, "Second-Order Provable Defenses against Adversarial Attacks").
 
-With ``g = f_c - f_j = sum_l delta_l sigma(z_l(y)) + const``, ``delta = w_c - w_j``, the
-Hessian is ``sum_l delta_l sigma''(z_l) u_l u_l^T``. Its terms with ``delta_l > 0`` are
-positive semi-definite (softplus is convex); the others are bounded over the set ``S(R)``
-by the largest ``sigma''`` on the unit's pre-activation interval ``[lo_l, hi_l]``
-(:class:`~.softplus_bounds.PreactivationRange`):
+With ``g = f_c - f_j = sum_l delta_l sigma(z_l(y)) + const``, ``delta = w_c - w_j``, each
+unit expanded about the real ``z_l(x)`` with the integral remainder (:mod:`.secant`) gives,
+with ``h_l = u_l^T v``,
 
-    v^T Hess g(y) v >= -v^T K v,    K = U^T diag(kappa) U,
-    kappa_l = |delta_l| max_{[lo_l, hi_l]} sigma''  where delta_l < 0, else 0.
+    g(x + v) = m + grad g(x)^T v + 1/2 sum_l delta_l Q_l(h_l) h_l^2,
 
-Taylor's theorem with the integral remainder along the segment from x (which stays in the
-convex set ``S(R)``) gives, for ``||v||_p <= r <= R``,
+``Q_l(h) = 2 int_0^1 (1 - t) sigma''(z_l + t h) dt > 0``. The units with ``delta_l > 0``
+only add; the others are bounded over the set ``S(R)`` by ``kappa_l = |delta_l| sup Q_l``
+over the unit's range (``z_l(x) + h`` in its pre-activation interval ``[lo_l, hi_l]`` of
+:class:`~.softplus_bounds.PreactivationRange`), which :func:`.secant.secant_curvature`
+bounds: never above the largest ``sigma''`` on the interval, and far below it on wide ones.
+So, for ``||v||_p <= r <= R``,
 
     g(x + v) >= m + grad g(x)^T v - v^T K v / 2 >= m + phi(r) - Lambda_p r^2 / 2,
+    K = U^T diag(kappa) U,
 
 ``m`` the margin at x, ``phi(r)`` the minimum of the linear term over the set
 (:mod:`.linear_min`: ``-r ||grad g(x)||_q`` on the ball, its dual form in the box), and
@@ -31,9 +33,8 @@ Class j cannot overtake c within the root ``rho_j`` of ``m - const - lin r - qua
 negative, so a network whose units are saturated or in their linear regime over the ball
 is certified nearly to its first-order distance ``m / ||grad g(x)||_q``.
 
-*Rounding.* ``sigma''(z) = alpha sigmoid(alpha z) sigmoid(-alpha z)`` (no cancellation) at
-``z = clamp(0, lo, hi)``, where it is largest, is multiplied by ``1 + 8 FN_REL`` plus
-``2^-1000`` and capped at ``alpha / 4 (1 + 4u)``; ``kappa`` by ``1 + 4u`` (``|delta|``
+*Rounding.* ``sup Q`` is bounded with its rounding covered (:mod:`.secant`); ``kappa``
+by ``1 + 4u`` (``|delta|``
 within ``2u`` of the real one). ``|fl(G)|`` is within ``gamma_d ||u_r|| ||u_m||`` of
 ``|G|``, and sums of non-negative terms are inflated by ``1 + gamma_{H+2}``. The gradient at
 x is ``U^T (delta sigma'(z(x)))``; the computed one differs by at most ``sum_l |delta_l|
@@ -51,16 +52,8 @@ import torch
 
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .secant import secant_curvature
 from .softplus_bounds import PreactivationRange
-
-
-def max_second_derivative(lo: torch.Tensor, hi: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Upper bounds on ``max_{[lo, hi]} sigma''`` (same shape): ``sigma''`` is largest at 0
-    and falls on either side, so it is taken at ``clamp(0, lo, hi)`` (module docstring)."""
-    z = torch.minimum(torch.maximum(torch.zeros_like(lo), lo), hi)
-    s2 = alpha * torch.sigmoid(alpha * z) * torch.sigmoid(-alpha * z)
-    s2 = s2.mul_(1 + 8 * FN_REL).add_(UNDERFLOW)
-    return s2.clamp_max_(alpha / 4 * (1 + 4 * UNIT))
 
 
 class CurvatureBound:
@@ -102,8 +95,8 @@ class CurvatureBound:
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
-        _, _, lo, hi = rng.intervals(idx, r)
-        s2 = max_second_derivative(lo, hi, self.alpha)
+        zh, pad, lo, hi = rng.intervals(idx, r)
+        s2 = secant_curvature(zh, pad, lo, hi, self.alpha)[0]
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)

@@ -4,14 +4,17 @@ r"""The curvature certificate in L2 minimised exactly over the ball (a trust-reg
 the largest eigenvalue of ``K`` (or a bound on it) times the squared radius. That charges
 every direction the curvature of the worst one. Here the second-order lower bound is
 minimised over the ball itself. With ``a = grad g(x)``, the real pre-activations ``z_l(x)``
-and ``h_l = u_l^T v``, Taylor's theorem with the Lagrange remainder per unit gives, for
-``||v||_2 <= r <= R`` (every ``z_l(x + s v)`` in the unit's interval ``[lo_l, hi_l]`` of
+and ``h_l = u_l^T v``, Taylor's theorem with the integral remainder per unit
+(:mod:`.secant`: ``sigma(z + h) = sigma(z) + sigma'(z) h + Q(h) h^2 / 2``) gives, for
+``||v||_2 <= r <= R`` (every ``z_l(x) + h_l`` in the unit's interval ``[lo_l, hi_l]`` of
 :class:`~.softplus_bounds.PreactivationRange` at R),
 
     g(x + v) >= m + a^T v + 1/2 sum_l q_l h_l^2,
 
-    q_l = delta_l min_{[lo_l, hi_l]} sigma''   (delta_l > 0: convex units help),
-    q_l = -kappa_l = -|delta_l| max_{[lo_l, hi_l]} sigma''   (delta_l < 0).
+    q_l = delta_l inf Q_l   (delta_l > 0: convex units help),
+    q_l = -kappa_l = -|delta_l| sup Q_l   (delta_l < 0),
+
+``inf`` and ``sup`` over the unit's range, bounded by :func:`.secant.secant_curvature`.
 
 Write ``M = mu I + U^T diag(q) U`` for any ``mu >= 0``. Then ``1/2 sum q_l h_l^2 = 1/2 v^T
 M v - mu ||v||^2 / 2``, and for any vector ``w``, if ``M`` is positive semi-definite,
@@ -66,9 +69,9 @@ reported, so no factorisation is spent there.
 (:class:`.curvature.CurvatureBound`), ``||U||_2 ||q e||_2`` (the verified spectral norm),
 ``gamma_{H+1} sum_l |q_l t^_l| ||u_l||`` (the product) and ``3u`` times the norms of the
 three terms (the subtractions and ``mu w``). ``m`` is :func:`~.search.margins_lower`'s.
-Everything else follows :mod:`.curvature`: the same ``kappa``, and ``min sigma''`` at the
-endpoint farthest from 0 (``sigma''`` falls with ``|z|``) rounded down by ``1 - 8 FN_REL``
-less ``2^-1000``, times ``|delta|`` rounded down by ``1 - 4u``.
+Everything else follows :mod:`.curvature`: the same ``kappa``, and the convex units'
+``inf Q`` bounded from below with its rounding covered (:mod:`.secant`), times ``|delta|``
+rounded down by ``1 - 4u``.
 
 L2 only (the dual of the p-norm ball has no such closed form); the ball's radius holds in
 the box too.
@@ -83,9 +86,10 @@ from functools import partial
 
 import torch
 
-from .curvature import CurvatureBound, max_second_derivative
+from .curvature import CurvatureBound
 from .linear_min import QuadLower, quad_radius
-from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .rounding import UNDERFLOW, UNIT, gamma
+from .secant import secant_curvature
 from .softplus_bounds import PreactivationRange
 
 #: Units whose curvature is verified by a Cholesky factorisation at most (the rest by
@@ -104,14 +108,6 @@ CHUNK_ROWS = 256
 #: Rows per factorisation batch: each holds a (k, k) matrix of its concave units (k <= H),
 #: so a small batch stays in cache (on a 2-core CPU 8 rows ran 2x faster than 64).
 FACTOR_ROWS = 8
-
-
-def min_second_derivative(lo: torch.Tensor, hi: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Lower bounds on ``min_{[lo, hi]} sigma''`` (same shape): ``sigma''`` falls with
-    ``|z|``, so it is taken at the endpoint farthest from 0 (module docstring)."""
-    z = torch.where(lo.abs() > hi.abs(), lo, hi)
-    s2 = alpha * torch.sigmoid(alpha * z) * torch.sigmoid(-alpha * z)
-    return s2.mul_(1 - 8 * FN_REL).sub_(UNDERFLOW).clamp_min_(0.0)
 
 
 def lanczos(
@@ -278,9 +274,8 @@ class TrustRegionBound(CurvatureBound):
         """Per-class radii (m, K) from ``lower(grad, err, convex, kappa, margin)`` on the
         rows (point, class) needed, in chunks of :data:`CHUNK_ROWS`."""
         rng = self.rng
-        _, _, lo, hi = rng.intervals(idx, r)
-        s2_hi = max_second_derivative(lo, hi, self.alpha)
-        s2_lo = min_second_derivative(lo, hi, self.alpha)
+        zh, pad, lo, hi = rng.intervals(idx, r)
+        s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, self.alpha)
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)

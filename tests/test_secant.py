@@ -1,0 +1,91 @@
+"""The secant curvature of a softplus unit (crosslip.certify.secant): its bounds hold
+``Q(h) = 2 D(h) / h^2`` over the whole range, checked against a quadrature of the integral
+remainder (no cancellation), including at extreme and saturated pre-activations; they are
+never looser than the largest and smallest ``sigma''`` on the interval, and much tighter on
+wide ranges."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from crosslip.certify.secant import (
+    max_second_derivative,
+    min_second_derivative,
+    secant_curvature,
+)
+
+
+def remainder_range(z, lo, hi, alpha, points: int = 64, nodes: int = 4001):
+    """The largest and smallest ``Q(h) = 2 int_0^1 (1 - t) sigma''(z + t h) dt`` (n,) over
+    ``points`` values of ``z + h`` spread over ``[lo, hi]`` (Simpson's rule on ``nodes``
+    nodes; ``sigma''`` as a product of two sigmoids, so saturated units lose nothing)."""
+    s = torch.linspace(0, 1, points, dtype=torch.float64)
+    h = lo[:, None] * (1 - s) + hi[:, None] * s - z[:, None]
+    t = torch.linspace(0, 1, nodes, dtype=torch.float64)
+    weight = torch.full((nodes,), 2.0, dtype=torch.float64)
+    weight[1::2] = 4.0
+    weight[0] = weight[-1] = 1.0
+    weight *= 2 * (1 - t) / (3 * (nodes - 1))
+    ups, downs = [], []
+    for i in range(len(z)):
+        y = alpha * (z[i] + h[i][:, None] * t)
+        q = (alpha * torch.sigmoid(y) * torch.sigmoid(-y) * weight).sum(1)
+        ups.append(q.max())
+        downs.append(q.min())
+    return torch.stack(ups), torch.stack(downs)
+
+
+def units(n: int, seed: int, centre: float, width: float):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, generator=gen, dtype=torch.float64) * centre
+    left = torch.rand(n, generator=gen, dtype=torch.float64) ** 2 * width
+    right = torch.rand(n, generator=gen, dtype=torch.float64) ** 2 * width
+    return z, z - left, z + right
+
+
+CASES = [  # alpha, spread of z, widest side of the range
+    (1.0, 6.0, 40.0),
+    (10.0, 3.0, 40.0),
+    (10.0, 0.3, 2.0),
+    (10.0, 60.0, 5.0),  # mostly saturated
+    (3.0, 0.01, 0.05),  # inside the near piece
+]
+
+
+@pytest.mark.parametrize("alpha,centre,width", CASES)
+def test_the_bounds_hold_the_remainder_over_the_whole_range(alpha, centre, width):
+    z, lo, hi = units(80, int(alpha * 7 + centre), centre, width)
+    pad = torch.zeros_like(z)
+    up, down = secant_curvature(z[None], pad[None], lo[None], hi[None], alpha)
+    q_up, q_down = remainder_range(z, lo, hi, alpha)
+    # Simpson's own error is far below 1e-7 of these values
+    assert torch.all(up[0] >= q_up * (1 - 1e-7)), (up[0] / q_up).min()
+    assert torch.all(down[0] <= q_down * (1 + 1e-7) + 1e-300), (down[0] / q_down).max()
+    assert torch.all(up[0] <= max_second_derivative(lo, hi, alpha))
+    assert torch.all(down[0] >= min_second_derivative(lo, hi, alpha))
+
+
+def test_an_uncertain_pre_activation_is_covered():
+    """The real z may be anywhere within ``pad`` of the computed one: the bounds for the
+    computed z and its pad hold the remainder at both ends of that interval."""
+    alpha = 10.0
+    z, lo, hi = units(60, 3, 2.0, 10.0)
+    pad = torch.full_like(z, 1e-3)
+    lo, hi = lo - pad, hi + pad  # the interval holds the real z, as the ranges' do
+    up, down = secant_curvature(z[None], pad[None], lo[None], hi[None], alpha)
+    for real in (z - pad, z + pad):
+        q_up, q_down = remainder_range(real, lo, hi, alpha)
+        assert torch.all(up[0] >= q_up * (1 - 1e-7))
+        assert torch.all(down[0] <= q_down * (1 + 1e-7) + 1e-300)
+
+
+def test_wide_ranges_are_charged_far_less_than_the_largest_second_derivative():
+    alpha = 10.0
+    z, lo, hi = units(80, 11, 3.0, 40.0)
+    up, _ = secant_curvature(z[None], torch.zeros_like(z)[None], lo[None], hi[None], alpha)
+    q_up, _ = remainder_range(z, lo, hi, alpha)
+    whole = max_second_derivative(lo, hi, alpha)
+    live = q_up > 1e-6  # where the curvature matters at all
+    assert torch.mean(up[0][live] / q_up[live]) < 1.15  # close to the real largest value
+    assert torch.mean(whole[live] / q_up[live]) > 3  # where sigma''s maximum is far above it
