@@ -96,7 +96,7 @@ class CurvatureBound:
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
         zh, pad, lo, hi = rng.intervals(idx, r)
-        s2 = secant_curvature(zh, pad, lo, hi, self.alpha)[0]
+        s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False)[0]
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)

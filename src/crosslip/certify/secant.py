@@ -29,7 +29,10 @@ The upper one over ``e^2 / 2`` is ``2 (c + s_2 e) / e^2`` with ``c = D(e_1) - e_
 at ``e_1`` (``e* <= e_1``), at ``e_2`` (``e* >= e_2``), or ``s_2^2 / (-2c)`` (its largest
 value anywhere). The lower one has ``c <= 0`` too and is smallest at an end of the piece.
 Each bound is also capped (or floored) by the largest (smallest) ``sigma''`` on the
-interval, so it is never looser than that.
+interval, so it is never looser than that. For ``sup Q`` only the side heading towards 0
+is split: on the other, ``sigma''`` only falls, so ``Q <= sigma''(z)``, which the near
+piece already covers (and a unit within ``e_0`` of 0 is charged ``alpha / 4`` by it).
+The computation is that side's, on the units whose range reaches past the near piece.
 
 *Rounding.* ``sigma''(y) = alpha sigmoid(alpha y) sigmoid(-alpha y)`` (no cancellation) is
 taken where it is largest on an interval (``clamp(0, lo, hi)``: it falls with ``|y|``) and
@@ -39,7 +42,8 @@ is smallest (the end farthest from 0) and multiplied by ``1 - 8 FN_REL`` less ``
 ``sigmoid(alpha y)``, each within ``FN_REL`` (relative) plus ``2^-1000``; ``D(e_1)`` is
 computed as ``sigma(z + e_1) - sigma(z) - sigma'(z) e_1`` at the computed ``z^`` and is off
 by at most ``4 FN_REL`` times the sum of the three terms' magnitudes (their own rounding
-and the subtractions' included), ``u |z^ + e_1|`` in the argument, and ``alpha pad e_1 / 2``
+and the subtractions' included), ``4u (|z^ + e_1| + |z^|)(1 + alpha e_1)`` for the
+arguments, and ``alpha pad e_1 / 2``
 for the real z within ``pad`` of ``z^`` (``|dD/dz| <= alpha e / 2``); ``s_i`` likewise with
 ``alpha pad / 2``. The ends ``e_i`` are exact numbers chosen here (the range's end is
 rounded outward), every quotient and product is rounded outward by a relative ``8u``, and
@@ -85,57 +89,66 @@ def _softplus(y: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def _side(
-    z: torch.Tensor, pad: torch.Tensor, end: torch.Tensor, alpha: float, pieces: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bounds (upper, lower) on ``sup Q`` and ``inf Q`` over ``h`` in ``[NEAR / alpha,
-    end]`` (each (m, H)) for the unit at ``z`` (computed, within ``pad``); ``-inf`` / ``inf``
-    where that part of the range is empty."""
+    z: torch.Tensor,
+    pad: torch.Tensor,
+    end: torch.Tensor,
+    alpha: float,
+    pieces: int,
+    lower: bool,
+) -> torch.Tensor:
+    """A bound on ``sup Q`` (``lower``: on ``inf Q``) over ``h`` in ``[NEAR / alpha, end]``
+    (same shape as ``z``) for the units at ``z`` (computed, within ``pad``); ``-inf``
+    (``inf``) where that part of the range is empty.
+    ``sigma`` and ``sigma'`` at a piece's far end are carried to the next piece."""
     e0 = NEAR / alpha
     far = end > e0
     ratio = (end.clamp_min(e0) / e0).pow(1.0 / pieces)
-    up = torch.full_like(z, -torch.inf)
-    down = torch.full_like(z, torch.inf)
+    bound = torch.full_like(z, torch.inf if lower else -torch.inf)
+    az = z.abs()
     sp_z = _softplus(z, alpha)
     sl_z = torch.sigmoid(alpha * z)
     d_pad = alpha * pad / 2  # |dD/dz| <= alpha e / 2 and |d sigma'/dz| <= alpha / 4
+    base_d = sp_z.abs().mul_(4 * FN_REL).add_(UNDERFLOW)  # sp_z's part of d_err
+    base_s = (2 * FN_REL) * 2 * sl_z + d_pad + UNDERFLOW + alpha * UNIT * az
     e1 = torch.full_like(z, e0)
+    w1 = z + e1
+    sp1, sl1 = _softplus(w1, alpha), torch.sigmoid(alpha * w1)
     for i in range(pieces):
         # the last piece ends at the range's end, whatever the rounding of the ratio
         e2 = end if i == pieces - 1 else torch.minimum(e1 * ratio, end)
         live = far & (e1 < end)
-        w1, w2 = z + e1, z + e2
-        sp1 = _softplus(w1, alpha)
-        sl1, sl2 = torch.sigmoid(alpha * w1), torch.sigmoid(alpha * w2)
+        w2 = z + e2
+        sp2, sl2 = _softplus(w2, alpha), torch.sigmoid(alpha * w2)
         d1 = sp1 - sp_z - sl_z * e1
-        d_err = (sp1.abs() + sp_z.abs() + sl_z * e1).mul_(4 * FN_REL)
-        d_err += (w1.abs() + z.abs()).mul_(4 * UNIT * (1 + alpha * e1)) + d_pad * e1
-        d_err += UNDERFLOW
-        s_err = (sl1 + sl2 + 2 * sl_z).mul_(2 * FN_REL) + d_pad + UNDERFLOW
-        s_err += (w1.abs() + w2.abs() + 2 * z.abs()).mul_(alpha / 2 * UNIT)
-        d1_up, d1_lo = d1 + d_err, (d1 - d_err).clamp_min(0.0)
-        s2_up = (sl2 - sl_z + s_err).clamp_min(0.0)
-        s1_lo = (sl1 - sl_z - s_err).clamp_min(0.0)
-        # upper: 2 (d1 + (e - e1) s2) / e^2 on [e1, e2], largest at e* = -2c / s2
-        at_e1 = 2 * d1_up / e1.square()
-        at_e2 = 2 * (d1_up + (e2 - e1) * s2_up) / e2.square()
-        neg_c = e1 * s2_up - d1_up  # -c, computed
-        c_err = (e1 * s2_up + d1_up).mul_(4 * UNIT)
-        neg_lo, neg_hi = neg_c - c_err, neg_c + c_err
-        s2_safe = s2_up.clamp_min(UNDERFLOW)
-        falls = (neg_hi <= 0) | (2 * neg_hi / s2_safe * (1 + 4 * UNIT) < e1)
-        rises = 2 * neg_lo / s2_safe * (1 - 4 * UNIT) > e2
-        peak = torch.where(
-            neg_lo > 0, s2_up.square() / (2 * neg_lo.clamp_min(UNDERFLOW)), torch.inf
-        )
-        piece_up = torch.where(falls, at_e1, torch.where(rises, at_e2, peak)).mul_(1 + ROUND)
-        # lower: 2 (d1 + (e - e1) s1) / e^2, smallest at an end of the piece
-        lo_e1 = 2 * d1_lo / e1.square()
-        lo_e2 = 2 * (d1_lo + (e2 - e1) * s1_lo) / e2.square()
-        piece_lo = torch.minimum(lo_e1, lo_e2).mul_(1 - ROUND)
-        up = torch.where(live, torch.maximum(up, piece_up), up)
-        down = torch.where(live, torch.minimum(down, piece_lo), down)
-        e1 = e2
-    return up, down
+        d_err = (sp1.abs() + sl_z * e1).mul_(4 * FN_REL).add_(base_d)
+        d_err += (w1.abs() + az).mul_(4 * UNIT * (1 + alpha * e1)) + d_pad * e1
+        s_err = (sl1 + sl2).mul_(2 * FN_REL).add_(base_s)
+        s_err += (w1.abs() + w2.abs()).mul_(alpha / 2 * UNIT)
+        if lower:  # 2 (d1 + (e - e1) s1) / e^2, smallest at an end of the piece
+            d1_lo = (d1 - d_err).clamp_min_(0.0)
+            s1_lo = (sl1 - sl_z - s_err).clamp_min_(0.0)
+            lo_e1 = 2 * d1_lo / e1.square()
+            lo_e2 = 2 * (d1_lo + (e2 - e1) * s1_lo) / e2.square()
+            piece = torch.minimum(lo_e1, lo_e2).mul_(1 - ROUND)
+            bound = torch.where(live, torch.minimum(bound, piece), bound)
+        else:  # 2 (d1 + (e - e1) s2) / e^2 on [e1, e2], largest at e* = -2c / s2
+            d1_up = d1 + d_err
+            s2_up = (sl2 - sl_z + s_err).clamp_min_(0.0)
+            at_e1 = 2 * d1_up / e1.square()
+            at_e2 = 2 * (d1_up + (e2 - e1) * s2_up) / e2.square()
+            neg_c = e1 * s2_up - d1_up  # -c, computed
+            c_err = (e1 * s2_up + d1_up).mul_(4 * UNIT)
+            neg_lo, neg_hi = neg_c - c_err, neg_c + c_err
+            s2_safe = s2_up.clamp_min(UNDERFLOW)
+            falls = (neg_hi <= 0) | (2 * neg_hi / s2_safe * (1 + 4 * UNIT) < e1)
+            rises = 2 * neg_lo / s2_safe * (1 - 4 * UNIT) > e2
+            peak = torch.where(
+                neg_lo > 0, s2_up.square_() / (2 * neg_lo.clamp_min(UNDERFLOW)), torch.inf
+            )
+            piece = torch.where(falls, at_e1, torch.where(rises, at_e2, peak)).mul_(1 + ROUND)
+            bound = torch.where(live, torch.maximum(bound, piece), bound)
+        e1, w1, sp1, sl1 = e2, w2, sp2, sl2
+    return bound
 
 
 def secant_curvature(
@@ -145,24 +158,31 @@ def secant_curvature(
     hi: torch.Tensor,
     alpha: float,
     pieces: int = PIECES,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    lower: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Upper and lower bounds (each (m, H)) on ``Q(h) = 2 D(h) / h^2`` over every ``h`` with
     ``z + h`` in ``[lo, hi]`` (module docstring), for the units at the computed
     pre-activations ``z`` (m, H), within ``pad`` of the real ones; ``alpha``: the softplus
     sharpness. Each is at least as tight as the largest (smallest) ``sigma''`` on ``[lo,
-    hi]``."""
-    whole_up = max_second_derivative(lo, hi, alpha)
-    whole_lo = min_second_derivative(lo, hi, alpha)
+    hi]``. ``lower=False`` skips the lower bound (None)."""
     e0 = NEAR / alpha
     widen = (z.abs() + pad + e0).mul_(4 * UNIT).add_(UNDERFLOW)
     near_lo = torch.maximum(lo, z - pad - e0 - widen)
     near_hi = torch.minimum(hi, z + pad + e0 + widen)
     up = max_second_derivative(near_lo, near_hi, alpha)
+    # sup Q: only the side heading towards 0 can exceed the near piece (away from 0,
+    # sigma'' only falls, so Q <= sigma''(z)); units within e_0 of 0 have alpha / 4 already
+    toward = torch.where(z > 0, z - lo + pad, hi - z + pad).mul_(1 + 4 * UNIT).add_(UNDERFLOW)
+    need = ((toward > e0) & (z.abs() > pad + e0)).nonzero(as_tuple=True)
+    if len(need[0]):
+        s_up = _side(-z[need].abs(), pad[need], toward[need], alpha, pieces, False)
+        up[need] = torch.maximum(up[need], s_up)
+    up = torch.minimum(up, max_second_derivative(lo, hi, alpha))
+    if not lower:
+        return up, None
     down = min_second_derivative(near_lo, near_hi, alpha)
     ends = (hi - z + pad, z - lo + pad)  # h > 0 at z, and h < 0 as h > 0 at -z
     for zz, end in zip((z, -z), ends, strict=True):
         end = end.mul(1 + 4 * UNIT).add_(UNDERFLOW)
-        s_up, s_lo = _side(zz, pad, end, alpha, pieces)
-        up = torch.maximum(up, s_up)
-        down = torch.minimum(down, s_lo)
-    return torch.minimum(up, whole_up), torch.maximum(down.clamp_min(0.0), whole_lo)
+        down = torch.minimum(down, _side(zz, pad, end, alpha, pieces, True))
+    return up, torch.maximum(down.clamp_min(0.0), min_second_derivative(lo, hi, alpha))
