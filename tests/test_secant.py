@@ -89,3 +89,15 @@ def test_wide_ranges_are_charged_far_less_than_the_largest_second_derivative():
     live = q_up > 1e-6  # where the curvature matters at all
     assert torch.mean(up[0][live] / q_up[live]) < 1.15  # close to the real largest value
     assert torch.mean(whole[live] / q_up[live]) > 3  # where sigma''s maximum is far above it
+
+
+def test_an_unbounded_range_gets_the_bounds_of_the_whole_interval():
+    """Ranges that run to infinity on either side (a huge radius) fall back to the largest
+    and smallest ``sigma''`` of the whole interval, never to the near piece's."""
+    alpha = 10.0
+    z = torch.tensor([[1.0, 3.0, -4.0, -2.0]], dtype=torch.float64)
+    lo = torch.tensor([[-torch.inf, -torch.inf, -6.0, -1e308]], dtype=torch.float64)
+    hi = torch.tensor([[torch.inf, 5.0, torch.inf, 1e308]], dtype=torch.float64)
+    up, down = secant_curvature(z, torch.zeros_like(z), lo, hi, alpha)
+    assert torch.equal(up, max_second_derivative(lo, hi, alpha))  # alpha / 4: they cross 0
+    assert torch.all(torch.isfinite(down)) and torch.all(down >= 0)

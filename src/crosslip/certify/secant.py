@@ -164,7 +164,8 @@ def secant_curvature(
     ``z + h`` in ``[lo, hi]`` (module docstring), for the units at the computed
     pre-activations ``z`` (m, H), within ``pad`` of the real ones; ``alpha``: the softplus
     sharpness. Each is at least as tight as the largest (smallest) ``sigma''`` on ``[lo,
-    hi]``. ``lower=False`` skips the lower bound (None)."""
+    hi]``; an unbounded side of the range gets that bound. ``lower=False`` skips the lower
+    bound (None)."""
     e0 = NEAR / alpha
     widen = (z.abs() + pad + e0).mul_(4 * UNIT).add_(UNDERFLOW)
     near_lo = torch.maximum(lo, z - pad - e0 - widen)
@@ -173,10 +174,12 @@ def secant_curvature(
     # sup Q: only the side heading towards 0 can exceed the near piece (away from 0,
     # sigma'' only falls, so Q <= sigma''(z)); units within e_0 of 0 have alpha / 4 already
     toward = torch.where(z > 0, z - lo + pad, hi - z + pad).mul_(1 + 4 * UNIT).add_(UNDERFLOW)
-    need = ((toward > e0) & (z.abs() > pad + e0)).nonzero(as_tuple=True)
+    need = ((toward > e0) & (z.abs() > pad + e0) & torch.isfinite(toward)).nonzero(as_tuple=True)
     if len(need[0]):
         s_up = _side(-z[need].abs(), pad[need], toward[need], alpha, pieces, False)
         up[need] = torch.maximum(up[need], s_up)
+    # an unbounded side towards 0 gets the whole interval's largest sigma''
+    up = torch.where(torch.isfinite(toward), up, torch.inf)
     up = torch.minimum(up, max_second_derivative(lo, hi, alpha))
     if not lower:
         return up, None
@@ -184,5 +187,7 @@ def secant_curvature(
     ends = (hi - z + pad, z - lo + pad)  # h > 0 at z, and h < 0 as h > 0 at -z
     for zz, end in zip((z, -z), ends, strict=True):
         end = end.mul(1 + 4 * UNIT).add_(UNDERFLOW)
-        down = torch.minimum(down, _side(zz, pad, end, alpha, pieces, True))
+        side = _side(zz, pad, end.nan_to_num(posinf=0.0), alpha, pieces, True)
+        # an unbounded range has no secant bound from below but 0
+        down = torch.minimum(down, torch.where(torch.isfinite(end), side, 0.0))
     return up, torch.maximum(down.clamp_min(0.0), min_second_derivative(lo, hi, alpha))
