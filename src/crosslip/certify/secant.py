@@ -187,7 +187,11 @@ def secant_curvature(
     ends = (hi - z + pad, z - lo + pad)  # h > 0 at z, and h < 0 as h > 0 at -z
     for zz, end in zip((z, -z), ends, strict=True):
         end = end.mul(1 + 4 * UNIT).add_(UNDERFLOW)
-        side = _side(zz, pad, end.nan_to_num(posinf=0.0), alpha, pieces, True)
-        # an unbounded range has no secant bound from below but 0
-        down = torch.minimum(down, torch.where(torch.isfinite(end), side, 0.0))
+        # an unbounded side has no secant bound from below but 0; a side within the near
+        # piece has none to add (and at R = 0 no unit's range leaves it)
+        down = torch.where(torch.isfinite(end), down, 0.0)
+        far = (torch.isfinite(end) & (end > e0)).nonzero(as_tuple=True)
+        if len(far[0]):
+            side = _side(zz[far], pad[far], end[far], alpha, pieces, True)
+            down[far] = torch.minimum(down[far], side)
     return up, torch.maximum(down.clamp_min(0.0), min_second_derivative(lo, hi, alpha))

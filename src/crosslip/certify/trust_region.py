@@ -215,13 +215,16 @@ class ConcavePart:
         )
         return torch.linalg.eigvalsh(T)[:, -1].clamp_min(0.0)
 
+    def select(self, rows: torch.Tensor) -> ConcavePart:
+        """The part of the ``rows`` (m',) only."""
+        return ConcavePart(self.sgs[rows], self.tail[rows], self.t2[rows], self.d)
+
     def verify(self, mu: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``mu'`` >= ``mu`` (m',) for the ``rows`` (default all), rounded up, with ``mu' I
         - U^T diag(kappa) U`` positive semi-definite (a Cholesky factorisation that runs to
         completion, module docstring); ``inf`` where it fails."""
-        sgs = self.sgs if rows is None else self.sgs[rows]
-        tail = self.tail if rows is None else self.tail[rows]
-        t2 = self.t2 if rows is None else self.t2[rows]
+        part = self if rows is None else self.select(rows)
+        sgs, tail, t2 = part.sgs, part.tail, part.t2
         k = sgs.shape[1]
         mu_top = mu - tail
         finite = torch.isfinite(mu_top)
@@ -338,7 +341,7 @@ class TrustRegionBound(CurvatureBound):
         mu_ok = parts.verify(mu)  # the dual's mu passes as it is on most rows
         failed = (~torch.isfinite(mu_ok)).nonzero()[:, 0]
         if len(failed):  # then start from an estimate of lambda_max from below
-            sub = ConcavePart(parts.sgs[failed], parts.tail[failed], parts.t2[failed], parts.d)
+            sub = parts.select(failed)
             mu[failed] = torch.maximum(mu[failed], (sub.estimate() + sub.tail) * (1 + 1e-6))
             mu_ok[failed] = parts.verify(mu[failed], failed)
         for grow in RETRY_GROWTH:
@@ -368,7 +371,6 @@ class TrustRegionBound(CurvatureBound):
         tail = ranked[:, k:].sum(1).mul_(1 + gamma(h + 3))
         s = kappa.gather(1, top).sqrt().mul_(1 + 4 * UNIT)
         t2 = (s * self.norm_up[top]).square().sum(1).mul_(1 + gamma(k + 2))
-        h = self.gram_signed.shape[0]
         G = torch.take(self.gram_signed, top[:, :, None] * h + top[:, None, :])  # (m, k, k)
         sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
         return ConcavePart(sgs, tail, t2, self.U.shape[1])
