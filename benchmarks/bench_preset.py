@@ -409,7 +409,17 @@ def main() -> None:
         jobs = training_jobs(config, grid, nets)
         if dev.type == "cuda":  # the first training pays the context, cuBLAS and kernel loads
             measure.train_batched(next(iter(jobs.values()))[0], e1)
-        settings = {s: measure.setting(j, args.models_per_setting) for s, j in jobs.items()}
+        settings = {}
+        for s, j in jobs.items():  # a line per setting, so a run cut off still tells
+            settings[s] = measure.setting(j, args.models_per_setting)
+            print(
+                f"[{s}] {settings[s]['networks']} networks: train "
+                f"{settings[s]['train_batched']['projected_seconds']:.0f} s, certify "
+                f"{settings[s]['certify_projected_seconds']:.0f} s, attack "
+                f"{settings[s]['attack_projected_seconds']:.0f} s projected",
+                file=sys.stderr,
+                flush=True,
+            )
         n_jobs = job_count(config, grid, jobs)
         d, h, k = full.x_train.shape[1], config["model"]["hidden"], full.num_classes
         rows = min(n_eval, 4096)
