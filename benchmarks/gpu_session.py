@@ -78,11 +78,19 @@ def bench(name: str, device: str, seconds: int, *args: str) -> Command:
     return Command(f"{name}_{device}", argv, seconds)
 
 
+def validate_results(work: Path) -> str:
+    """The ``validate`` part's results folder, relative to the checkout and new for each
+    session (named after its temporary folder), so that no earlier run's outputs make
+    Snakemake skip a job."""
+    return f"results/gpu-validate-{work.name}"
+
+
 def validate_config(work: Path, mirror: str, epochs: int, points: int) -> Path:
     """The override of the ``validate`` part: the plain setting, ``epochs`` epochs,
-    ``points`` evaluation points, results under ``work``."""
+    ``points`` evaluation points, written to ``work``; its results go to
+    :func:`validate_results` (the config takes only a relative folder)."""
     override = {
-        "results": str(work / "results"),
+        "results": validate_results(work),
         "data": {"mirrors": {"mnist": mirror}},
         "train": {"settings": ["plain"], "epochs": epochs},
         "certify": {"n_points": points},
@@ -214,7 +222,7 @@ def main() -> None:
             print(f"  {summaries[-1]}", flush=True)
         result: dict[str, Any] = {"part": args.part, "commands": summaries}
         if args.part == "validate":
-            result["snakemake_seconds_by_rule"] = snakemake_seconds(folder / "results")
+            result["snakemake_seconds_by_rule"] = snakemake_seconds(ROOT / validate_results(folder))
         (folder / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
         out.mkdir(parents=True, exist_ok=True)
         with tarfile.open(out / f"gpu-{args.part}.tar.gz", "w:gz") as tar:

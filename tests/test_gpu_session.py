@@ -55,8 +55,19 @@ def test_the_validate_part_runs_the_preset_with_its_plain_setting_only(tmp_path)
     override = yaml.safe_load(path.read_text())
     assert override["train"] == {"settings": ["plain"], "epochs": 7}
     assert override["certify"]["n_points"] == override["attack"]["n_points"] == 300
-    assert override["results"] == str(tmp_path / "results")
+    assert override["results"] == f"results/gpu-validate-{tmp_path.name}"
     assert override["data"]["mirrors"]["mnist"] == "mirror"
+    # the preset with this override passes the config's own checks (an absolute results
+    # folder did not, and the part failed on its first GPU run)
+    from snakemake.utils import update_config
+
+    from crosslip.config.validate import validate
+
+    config: dict = {}
+    for file in GS["PRESET"]:
+        update_config(config, yaml.safe_load((ROOT / file).read_text()))
+    update_config(config, override)
+    validate(config)
 
 
 def test_a_command_leaves_its_log_its_record_or_why_there_is_none(tmp_path, monkeypatch):
