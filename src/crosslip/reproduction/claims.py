@@ -153,6 +153,11 @@ class Run:
         ]
         return cls(folder.name, folder, meta, summary)
 
+    def by_job(self, col: str) -> dict[str, Any]:
+        """``col`` of each model by the name of its jobs, ``<dataset>/<model id>``."""
+        s = self.summary
+        return dict(zip(s["dataset"] + "/" + s["model_id"], s[col], strict=True))
+
     def datasets(self, family: str | None = None) -> list[str]:
         """Datasets with evaluated models (of ``family``), sorted."""
         s = self.evaluated()

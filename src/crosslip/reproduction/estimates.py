@@ -1,47 +1,34 @@
-"""GPU time of the runs the record lacks, projected from the job seconds of committed GPU runs
-by :mod:`crosslip.projection`, the estimator ``benchmarks/bench_preset.py`` projects a preset
-with.
+"""GPU time of the runs the record lacks (:data:`TARGETS`), projected by
+:mod:`crosslip.projection`, the estimator of ``benchmarks/bench_preset.py``, from the job
+seconds of committed GPU runs (run.yaml ``job_seconds.<rule>.each``).
 
-A committed run made on a GPU records each job's seconds (run.yaml
-``job_seconds.<rule>.each``, from Snakemake's benchmark files); the runs so far trained each
-network in a job of its own. From the GPU runs with the most epochs and, where there are
-some, those with the next fewer, :func:`measure` takes
-
-* per regularizer, the cost of a training job as :func:`crosslip.projection.projected` fits
-  it: the difference of the mean job seconds at the two epoch counts over the epochs between
-  is the cost of an epoch (over ``ceil(training points / batch size)`` steps: the seconds per
-  SGD step), the rest the job's fixed cost (start-up, set-up, writing). With one epoch count
-  the line goes through the origin (the fixed cost inside the steps, so slightly high);
-* the seconds per evaluated point of a certify job and of an attack job (start-up included);
-* how many jobs shared the GPU (``--resources gpu=N`` of its command).
-
-:func:`estimate` applies them to a config (:data:`TARGETS`: the presets and reproduction
-configs not yet run): the training jobs the workflow runs for it
-(:func:`crosslip.projection.training_jobs`: with ``train.batch_grid`` a setting's networks
-in one job), each its fixed cost once plus its networks' epochs x steps x the seconds per
-step of their regularizers, and every model's certify and attack points x the seconds per
-point, summed (job time) and divided by N (the time on one GPU, N jobs at once, as
-measured). A batched job's step was not measured on a GPU: its networks are charged their
-per-model steps.
-
-Kernel models come from the ``bench_kernel_scale`` benchmark kept with a GPU run (run.yaml
-``benchmarks``): seconds per L-BFGS objective evaluation and per certified point at the
-config's number of expansion points; training is bounded by L-BFGS's most evaluations
+From the GPU runs with the most epochs and, where there are some, those with the next fewer,
+:func:`measure` takes per regularizer a training job's seconds per SGD step and its fixed
+cost (:func:`crosslip.projection.projected`; with one epoch count the line goes through the
+origin, the fixed cost inside the steps, so slightly high), the seconds per evaluated point
+of a certify and of an attack job (start-up included), and how many jobs shared the GPU
+(``--resources gpu=N`` of the command). Kernel models come from the ``bench_kernel_scale``
+benchmark kept with a GPU run (run.yaml ``benchmarks``): seconds per L-BFGS objective
+evaluation and per certified point; training is bounded by L-BFGS's most evaluations
 (``torch.optim.LBFGS``: ``max_eval`` = 1.25 x ``max_iter``), so its figure is an upper bound.
 
-What the measurements cannot say is said beside the number: the augment and adversarial
-settings (only plain steps were measured: their estimate is a lower bound), other datasets
-(the step time measured on MNIST is assumed, at batch size 64 the GPU is far from busy),
-attacks on kernel models and ResNets (not measured by a committed run: no estimate).
+:func:`estimate` charges them to the jobs the workflow runs for a config
+(:func:`crosslip.projection.training_jobs`), sums them (job time) and divides by the jobs
+sharing the GPU. What the measurements cannot say is said beside the number: a batched
+job's step, the augment and adversarial steps (so a lower bound) and other datasets are
+charged the per-model plain step measured on MNIST; attacks on kernel models and ResNets
+are not estimated.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ..config.grid import dataset_names, training_grid
 from ..config.specs import KernelTrainSpec
@@ -59,6 +46,9 @@ TEST_POINTS = {"mnist": 10000, "cifar10": 10000, "gtsrb": 12630}
 MNIST_MIRROR = "../shared/data/mnist"
 
 
+_DATA = yaml.safe_load(Path(__file__).with_name("estimates.yaml").read_text(encoding="utf-8"))
+
+
 @dataclass(frozen=True)
 class Target:
     """A run the record lacks: ``configs`` (relative to the repository) in ``--configfile``
@@ -66,74 +56,22 @@ class Target:
 
     key: str
     what: str
-    configs: tuple[str, ...]
+    configs: Sequence[str]
     adds: str
-    figures: tuple[str, ...] = ()  # the paper's figures (labels) it would make
+    figures: Sequence[str] = ()  # the paper's figures (labels) it would make
     gpu_jobs: int | None = None  # jobs sharing the GPU, where not as measured
-    claims: tuple[str, ...] = ()  # the claims (keys of paper.CLAIMS) only this run covers
+    claims: Sequence[str] = ()  # the claims (keys of paper.CLAIMS) only this run covers
     why_not_here: str = ""  # why no committed run made it, where it is the data
 
 
-#: Why the CIFAR-10 and GTSRB runs are not made on the CPU machine of the CPU runs.
-NO_OFFLINE_COPY = (
-    "no offline copy of {data} where the CPU runs are made (no internet but the package "
-    "registries; ../shared holds MNIST only), and no GPU run has made it yet"
-)
+def _target(offline: str = "", why: str = "", **entry: Any) -> Target:
+    """A target of ``estimates.yaml``: no offline copy of the data ``offline``, and ``why``."""
+    reasons = [_DATA["no_offline_copy"].format(data=offline) if offline else "", why]
+    return Target(**entry, why_not_here="; ".join(r for r in reasons if r))
 
 
-TARGETS = [
-    Target(
-        "mnist-200-settings",
-        "MNIST: the five networks of the 200-epoch runs in the three settings",
-        ("config/reproduction/mnist_200_gpu.yaml",),
-        "claims 'Adversarial training improves both bounds' and 'Data augmentation leaves "
-        "robustness unchanged' at 200 epochs; Figure exp:NN-MNIST's middle and bottom rows",
-        ("exp:NN-MNIST",),
-    ),
-    Target(
-        "mnist",
-        "MNIST preset: the paper's 26 networks in the three settings, 200 epochs",
-        ("config/presets/mnist.yaml",),
-        "Figure exp:NN-MNIST in full; every MNIST network claim on the paper's grid",
-        ("exp:NN-MNIST",),
-    ),
-    Target(
-        "cifar10",
-        "CIFAR-10 preset: 26 networks in the three settings",
-        ("config/presets/cifar10.yaml",),
-        "Table 1's CIFAR10 row; Figure exp:NN-CIFAR; the CIFAR10 claims",
-        ("exp:NN-CIFAR",),
-        claims=("cifar_guarantee",),
-        why_not_here=NO_OFFLINE_COPY.format(data="CIFAR-10"),
-    ),
-    Target(
-        "gtsrb",
-        "GTSRB preset: 26 networks, plain",
-        ("config/presets/gtsrb.yaml",),
-        "Figure exp:NN-GTSB; the GTSRB claims",
-        ("exp:NN-GTSB",),
-        claims=("gtsrb", "gtsrb_guarantee"),
-        why_not_here=NO_OFFLINE_COPY.format(data="GTSRB"),
-    ),
-    Target(
-        "mnist-kernel",
-        "Kernel models at the paper's scale: all 60,000 expansion points, the paper's grid",
-        ("config/presets/mnist_kernel.yaml",),
-        "the kernel table and Figure exp:Kernel at the paper's scale",
-        ("exp:Kernel",),
-        1,  # a kernel model of 60,000 expansion points fills most of an 80 GB GPU
-    ),
-    Target(
-        "cifar10-resnet",
-        "ResNet-32 on CIFAR-10, plain and augment, 160 epochs",
-        ("config/presets/cifar10_resnet.yaml",),
-        "Figure exp:ResNets-plain-augm; the ResNet claims",
-        ("exp:ResNets-plain-augm",),
-        claims=("resnet", "resnet_error"),
-        why_not_here=NO_OFFLINE_COPY.format(data="CIFAR-10")
-        + "; 62 ResNet-32 trainings of 160 epochs are GPU work",
-    ),
-]
+#: The runs the record lacks (``estimates.yaml`` beside this module), in the record's order.
+TARGETS = [_target(**t) for t in _DATA["targets"]]
 
 
 @dataclass
@@ -167,8 +105,7 @@ def _train_jobs(runs: list[Run]) -> dict[str, list[tuple[float, int]]]:
     """Per regularizer, (seconds, steps per epoch) of each training job of ``runs``."""
     out: dict[str, list[tuple[float, int]]] = {}
     for run in runs:
-        s = run.summary
-        method = dict(zip(s["dataset"] + "/" + s["model_id"], s["method"], strict=True))
+        method = run.by_job("method")
         batch = run.meta["config"]["train"]["batch_size"]
         for key, sec in run.meta["job_seconds"]["train"]["each"].items():
             ds = key.split("/")[0]
@@ -204,13 +141,7 @@ def measure(runs: list[Run]) -> Measured | None:
     cert: list[float] = []
     att: list[float] = []
     for run in use:
-        points = dict(
-            zip(
-                run.summary["dataset"] + "/" + run.summary["model_id"],
-                run.summary["n_eval"],
-                strict=True,
-            )
-        )
+        points = run.by_job("n_eval")
         for rule, out in [("certify", cert), ("attack", att)]:
             for key, sec in (run.meta["job_seconds"].get(rule) or {}).get("each", {}).items():
                 if points.get(key, 0) > 0:
