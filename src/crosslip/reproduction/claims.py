@@ -136,17 +136,8 @@ class Run:
     def load(cls, folder: Path) -> Run:
         """Read ``folder/run.yaml`` and ``folder/tables/summary.csv``."""
         meta = yaml.safe_load((folder / "run.yaml").read_text())
-        summary = pd.read_csv(
-            folder / "tables" / "summary.csv",
-            dtype={
-                "dataset": str,
-                "model_id": str,
-                "family": str,
-                "regularizer": str,
-                "setting": str,
-                "status": str,
-            },
-        )
+        text = ["dataset", "model_id", "family", "regularizer", "setting", "status"]
+        summary = pd.read_csv(folder / "tables" / "summary.csv", dtype=dict.fromkeys(text, str))
         summary["method"] = [
             method_of({"regularizer": r, "lam": lam})
             for r, lam in zip(summary["regularizer"], summary["lam"], strict=True)
@@ -158,29 +149,34 @@ class Run:
         s = self.summary
         return dict(zip(s["dataset"] + "/" + s["model_id"], s[col], strict=True))
 
-    def datasets(self, family: str | None = None) -> list[str]:
-        """Datasets with evaluated models (of ``family``), sorted."""
-        s = self.evaluated()
-        if family is not None:
-            s = s[s["family"] == family]
-        return sorted(set(s["dataset"]))
-
     @functools.cached_property
-    def _evaluated(self) -> pd.DataFrame:
-        s = self.summary
-        return s[(s["status"] == "ok") & (s["n_correct"].fillna(0) > 0)]
-
     def evaluated(self) -> pd.DataFrame:
         """Models that trained (``status == "ok"``) and have correctly classified evaluated
         points."""
-        return self._evaluated
+        s = self.summary
+        return s[(s["status"] == "ok") & (s["n_correct"].fillna(0) > 0)]
+
+    def datasets(self, family: str | None = None, paper: str | None = None) -> list[str]:
+        """Datasets with evaluated models (of ``family``; of the paper's dataset ``paper``),
+        sorted."""
+        s = self.evaluated
+        found = set(s["dataset"] if family is None else s[s["family"] == family]["dataset"])
+        return sorted(d for d in found if paper is None or PAPER_DATASET.get(d) == paper)
+
+    def models(self, dataset: str, family: str, setting: str | None = None) -> pd.DataFrame:
+        """The evaluated models of ``family`` on ``dataset`` (in ``setting``, if given)."""
+        s = self.evaluated
+        s = s[(s["dataset"] == dataset) & (s["family"] == family)]
+        return s if setting is None else s[s["setting"] == setting]
+
+    def settings(self, dataset: str, family: str = "mlp") -> list[str]:
+        """The settings of the evaluated models of ``family`` on ``dataset``, sorted."""
+        return sorted(set(self.models(dataset, family)["setting"]))
 
     def best(self, dataset: str, family: str, setting: str = "plain") -> pd.DataFrame:
         """The best evaluated model per method (index), lowest test error then model id."""
-        s = self.evaluated()
-        s = s[(s["dataset"] == dataset) & (s["family"] == family) & (s["setting"] == setting)]
-        s = s.sort_values(["test_error", "model_id"]).groupby("method", sort=True).head(1)
-        return s.set_index("method")
+        s = self.models(dataset, family, setting).sort_values(["test_error", "model_id"])
+        return s.groupby("method", sort=True).head(1).set_index("method")
 
 
 #: Config keys that may differ between pooled runs: the results folder and the grids.
@@ -205,51 +201,42 @@ def _pool_signature(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pool(members: list[Run]) -> Run:
+    """The runs of one pool as one :class:`Run` named ``a + b`` (:func:`pool_runs`)."""
+    label, first = members[0].meta["pool"], _pool_signature(members[0].meta)
+    for other in members[1:]:
+        sig = _pool_signature(other.meta)
+        diff = sorted(k for k in first if first[k] != sig[k])
+        if diff:
+            raise ValueError(
+                f"runs {members[0].name} and {other.name} share the pool {label!r} but "
+                f"differ in {', '.join(diff)}: pool only runs of the same settings"
+            )
+    summary = pd.concat([m.summary for m in members], ignore_index=True)
+    dup = summary["model_id"][summary.duplicated(["dataset", "model_id"])]
+    if len(dup):
+        raise ValueError(f"pool {label!r}: model {dup.iloc[0]} is in more than one run")
+    names = tuple(m.name for m in members)
+    return Run(" + ".join(names), members[0].folder, members[0].meta, summary, names)
+
+
 def pool_runs(runs: list[Run]) -> list[Run]:
     """The units the claims are evaluated on: each run alone, except runs with the same
     ``pool`` label in their run.yaml, which become one :class:`Run` named ``a + b`` (their
     summaries concatenated, at the place of the first). Raises ``ValueError`` when pooled
     runs differ in anything but their results folder and grids (:func:`_pool_signature`),
     or share a model id."""
-    groups: dict[str, list[Run]] = {}
-    out: list[Run | str] = []
+    units: list[Run | list[Run]] = []  # a pool's runs at the place of its first
+    pools: dict[str, list[Run]] = {}
     for run in runs:
         label = run.meta.get("pool")
         if not label:
-            out.append(run)
-            continue
-        if label not in groups:
-            out.append(label)
-        groups.setdefault(label, []).append(run)
-    units = []
-    for item in out:
-        if isinstance(item, Run):
-            units.append(item)
-            continue
-        members = groups[item]
-        first = _pool_signature(members[0].meta)
-        for other in members[1:]:
-            sig = _pool_signature(other.meta)
-            diff = sorted(k for k in first if first[k] != sig[k])
-            if diff:
-                raise ValueError(
-                    f"runs {members[0].name} and {other.name} share the pool {item!r} but "
-                    f"differ in {', '.join(diff)}: pool only runs of the same settings"
-                )
-        summary = pd.concat([m.summary for m in members], ignore_index=True)
-        dup = summary["model_id"][summary.duplicated(["dataset", "model_id"])]
-        if len(dup):
-            raise ValueError(f"pool {item!r}: model {dup.iloc[0]} is in more than one run")
-        units.append(
-            Run(
-                " + ".join(m.name for m in members),
-                members[0].folder,
-                members[0].meta,
-                summary,
-                tuple(m.name for m in members),
-            )
-        )
-    return units
+            units.append(run)
+        elif label in pools:
+            pools[label].append(run)
+        else:
+            units.append(pools.setdefault(label, [run]))
+    return [u if isinstance(u, Run) else _pool(u) for u in units]
 
 
 @dataclass
@@ -292,6 +279,16 @@ class Verdict:
     def gap(self) -> str:
         """The failing parts (the measured gap to the paper's claim)."""
         return "; ".join(p.line() for p in self.parts if p.ok is False)
+
+
+def column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame[name]``, or missing values where the run was exported before it existed."""
+    return frame[name] if name in frame else pd.Series(math.nan, index=frame.index)
+
+
+def ordered(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """The rows of ``best`` (best models by method) in the methods' ``order``."""
+    return best.loc[[m for m in order if m in best.index]]
 
 
 def _cmp(a: float, b: float) -> float:
@@ -466,7 +463,7 @@ class Claim:
     def _compare(self, run: Run) -> list[Verdict]:
         out, sc = [], self.scope
         order = KERNEL_ORDER if sc.family == "kernel" else NET_ORDER
-        for ds in _datasets(run, sc.family, sc.paper):
+        for ds in run.datasets(sc.family, sc.paper):
             for setting in sc.settings:
                 best = run.best(ds, sc.family, setting)
                 if not len(best):
@@ -482,12 +479,6 @@ class Claim:
         return out
 
 
-def _datasets(run: Run, family: str, paper: str | None = None) -> list[str]:
-    """The datasets of ``run`` with evaluated models of ``family`` (of the paper's dataset
-    ``paper`` only, if given)."""
-    return [d for d in run.datasets(family) if paper is None or PAPER_DATASET.get(d) == paper]
-
-
 def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
     """No evaluated point of any one-hidden-layer network has a global guarantee above its
     local one (``n_global_above_local == 0`` for every model)."""
@@ -496,11 +487,10 @@ def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
         return [Verdict(claim.key, run.name, "–", missing=why)]
     out = []
     for ds in run.datasets("mlp"):
-        s = run.evaluated()
-        s = s[(s["dataset"] == ds) & (s["family"] == "mlp") & s["n_global_above_local"].notna()]
+        s = run.models(ds, "mlp")
+        s = s[s["n_global_above_local"].notna()].sort_values(["setting", "method", "model_id"])
         if not len(s):
             continue
-        s = s.sort_values(["setting", "method", "model_id"])
         details = pd.DataFrame(
             {
                 "setting": s["setting"],
@@ -531,14 +521,12 @@ def check_table1(run: Run, claim: Claim) -> list[Verdict]:
         paper_ds = PAPER_DATASET.get(ds)
         if (paper_ds, "none") not in TABLE1:
             continue
-        best = run.best(ds, "mlp")
-        s = run.evaluated()
-        s = s[(s["dataset"] == ds) & (s["family"] == "mlp") & (s["setting"] == "plain")]
+        best, s = run.best(ds, "mlp"), run.models(ds, "mlp", "plain")
         v = Verdict(claim.key, run.name, f"{ds}, plain")
         rows = []
         for reg in NET_ORDER:
             paper = TABLE1[(paper_ds, reg)]
-            ours = best.loc[reg, "mean_ratio_global_local"] if reg in best.index else float("nan")
+            ours = best["mean_ratio_global_local"].get(reg, math.nan)
             ok = claim.test.judge(ours, paper.value)
             rows.append(
                 {
@@ -549,7 +537,7 @@ def check_table1(run: Run, claim: Claim) -> list[Verdict]:
                     "ours (mean over models)": num(
                         s[s["method"] == reg]["mean_ratio_global_local"].mean(), 2
                     ),
-                    "test error": pct(best.loc[reg, "test_error"]) if reg in best.index else "–",
+                    "test error": pct(best["test_error"].get(reg)),
                     "source": f"tex line {paper.line}",
                 }
             )
@@ -596,8 +584,7 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
     per point (with the minimal-norm attack, where the run has it) are shown beside it."""
     out = []
     for ds in run.datasets("mlp"):
-        s = run.evaluated()
-        for setting in sorted(set(s[(s["dataset"] == ds) & (s["family"] == "mlp")]["setting"])):
+        for setting in run.settings(ds):
             best = run.best(ds, "mlp", setting)
             v = Verdict(claim.key, run.name, f"{ds}, {setting}")
             rows = []
@@ -710,7 +697,7 @@ def check_illustration(run: Run, claim: Claim) -> list[Verdict]:
     points rather than the paper's nine images."""
     out = []
     paper = paper_illustration_means()
-    for ds in sorted(set(_datasets(run, "mlp", "mnist") + _datasets(run, "kernel", "mnist"))):
+    for ds in sorted(set(run.datasets("mlp", "mnist") + run.datasets("kernel", "mnist"))):
         best = {fam: run.best(ds, fam) for fam in ("kernel", "mlp")}
         rows = [
             {

@@ -1,17 +1,13 @@
 """Render ``docs/reproduction.md`` from the committed run folders ``docs/reproduction/*/``.
 
-The record puts the paper's numbers (:mod:`crosslip.reproduction.paper`) beside ours for
-every table, figure and claim of Section 5, with a verdict per claim and run
-(:mod:`crosslip.reproduction.claims`; pooled runs evaluated as one), the settings, scale,
-device and command of each run, every evaluated network's numbers, how they move with the
-epochs, the runs not yet made with their command and estimated GPU time
-(:mod:`crosslip.reproduction.estimates`), a section "Where we differ from the paper and
-why" built from the measured gaps and from the runs' settings compared with the paper's, and
-the studies made to explain a gap (:mod:`crosslip.reproduction.studies`).
-The text is the Jinja2 template ``record.md.j2`` beside this module; this module gathers
-what it shows. Every table is generated (``DataFrame.to_markdown``); the output depends on
-the run folders and the configs they name for the runs not yet made (``config/``), so
-rendering twice gives the same bytes.
+The text is the Jinja2 template ``record.md.j2`` beside this module; this module gathers what
+it shows: the verdicts (:mod:`~crosslip.reproduction.claims`, pooled runs evaluated as one),
+each run's settings beside the paper's (:mod:`~crosslip.reproduction.paper`), every
+evaluated network and how the best move with the epochs, the runs not yet made with their
+estimated GPU time (:mod:`~crosslip.reproduction.estimates`), and the studies made to
+explain a gap (:mod:`~crosslip.reproduction.studies`). Every table is generated
+(``DataFrame.to_markdown``); the output depends on the run folders and the configs they name
+for the runs not yet made (``config/``), so rendering twice gives the same bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +20,18 @@ import pandas as pd
 
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
-from .claims import LABEL, NET_ORDER, NOT_REPRODUCED, NOT_RUN, Run, Verdict, duration, num, pct
+from .claims import (
+    LABEL,
+    NET_ORDER,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    Run,
+    Verdict,
+    column,
+    duration,
+    num,
+    pct,
+)
 from .estimates import estimates
 from .export import RUN_FILE
 from .paper import (
@@ -33,6 +40,7 @@ from .paper import (
     CLAIMS,
     FIGURES,
     KERNEL,
+    KERNEL_COLUMNS,
     KERNEL_COMMENTED_OUT,
     PAPER_DATASET,
     SETTINGS,
@@ -59,18 +67,17 @@ def load_runs(docs: Path) -> list[Run]:
     return [Run.load(f) for f in folders]
 
 
+#: The sizes a run.yaml's machine may state, with their units.
+SIZES = {"logical_cpus": "logical CPUs", "memory_gib": "GiB"}
+
+
 def machine_text(machine: Any) -> str:
     """The ``machine`` of a run.yaml as one line."""
     if not isinstance(machine, dict):
         return str(machine)
     text = f"{machine.get('cpu') or 'unknown CPU'}"
-    extra = [
-        f"{machine['logical_cpus']} logical CPUs" if machine.get("logical_cpus") else "",
-        f"{machine['memory_gib']} GiB" if machine.get("memory_gib") else "",
-    ]
-    extra = [e for e in extra if e]
-    if extra:
-        text += f" ({', '.join(extra)})"
+    sizes = [f"{machine[k]} {unit}" for k, unit in SIZES.items() if machine.get(k)]
+    text += f" ({', '.join(sizes)})" if sizes else ""
     text += f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
     return text + (f"; {machine['software']}" if machine.get("software") else "")
 
@@ -114,113 +121,79 @@ def _grid_text(values: list[float] | tuple[float, ...]) -> str:
     return "{" + ", ".join(f"{float(v):g}" for v in values) + "}"
 
 
+#: The columns of a run's settings table.
+SETTINGS_COLUMNS = ["setting", "paper", "this run", "same", "source"]
+
+
 def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     """The run's settings beside the paper's (Section 5), one row per setting: ``setting``,
     ``paper``, ``this run``, ``same`` (yes/no/–) and ``source`` (tex line)."""
-    cfg = meta["config"]
-    rows: list[dict[str, str]] = []
+    cfg, rows = meta["config"], []
+    train, kgrid = cfg["train"], cfg.get("kernel", {}).get("grid") or {}
+    grid = train.get("grid") or {}
 
-    def add(what: str, paper: str, ours: str, same: bool | None, line: int | str) -> None:
-        rows.append(
-            {
-                "setting": what,
-                "paper": paper,
-                "this run": ours,
-                "same": {True: "yes", False: "**no**", None: "–"}[same],
-                "source": f"tex line {line}" if isinstance(line, int) else line,
-            }
-        )
+    def add(what: str, paper: str, ours: Any, same: bool | None, line: Any = None) -> None:
+        """A row; ``line``: the paper setting that states it (none: the authors' code)."""
+        source = "authors' code" if line is None else f"tex line {line.line}"
+        same_text = {True: "yes", False: "**no**", None: "–"}[same]
+        row = [what, paper, str(ours), same_text, source]
+        rows.append(dict(zip(SETTINGS_COLUMNS, row, strict=True)))
 
     def add_grid(what: str, s: Any, ours: list[float] | None, missing: str = "–") -> None:
         same = bool(ours) and {float(x) for x in ours} == set(s.values)
-        add(what, _grid_text(s.values), _grid_text(ours) if ours else missing, same, s.line)
+        add(what, _grid_text(s.values), _grid_text(ours) if ours else missing, same, s)
 
     points = meta.get("evaluated_points_per_model") or []
     for ds in cfg["datasets"]:
         pds = PAPER_DATASET.get(ds, ds)
-        if (pds, "n_train") in SETTINGS:
-            s = SETTINGS[(pds, "n_train")]
-            add(f"{ds}: dataset", f"full MNIST ({s.text})", ds, ds == pds, s.line)
-        if (pds, "n_test") in SETTINGS:
-            s = SETTINGS[(pds, "n_test")]
+        if s := SETTINGS.get((pds, "n_train")):
+            add(f"{ds}: dataset", f"full MNIST ({s.text})", ds, ds == pds, s)
+        if s := SETTINGS.get((pds, "n_test")):
             ours = ", ".join(map(str, points)) or "–"
             fits = bool(points) and min(points) >= s.values[0]
-            add(
-                f"{ds}: evaluated points per model",
-                f"{s.values[0]:g} (the test set)",
-                ours,
-                fits,
-                s.line,
-            )
-    train, kernel = cfg["train"], cfg.get("kernel", {})
-    grid = train.get("grid") or {}
+            paper = f"{s.values[0]:g} (the test set)"
+            add(f"{ds}: evaluated points per model", paper, ours, fits, s)
     if grid:
-        epochs = train["epochs"]
+        epochs, size, b = train["epochs"], train["batch_size"], SETTINGS[("all", "batch_size")]
         paper = f"not stated (the authors' code: {AUTHORS_EPOCHS})"
-        add("epochs", paper, str(epochs), epochs == AUTHORS_EPOCHS, "authors' code")
-        b, h = SETTINGS[("all", "batch_size")], SETTINGS[("all", "hidden")]
-        size = train["batch_size"]
-        add("batch size", f"{b.values[0]:g}", str(size), size == b.values[0], b.line)
+        add("epochs", paper, epochs, epochs == AUTHORS_EPOCHS)
+        add("batch size", f"{b.values[0]:g}", size, size == b.values[0], b)
         if cfg.get("model", {}).get("arch", "mlp") == "mlp":
-            hidden = cfg["model"]["hidden"]
-            add("hidden units", f"{h.values[0]:g}", str(hidden), hidden == h.values[0], h.line)
+            hidden, h = cfg["model"]["hidden"], SETTINGS[("all", "hidden")]
+            add("hidden units", f"{h.values[0]:g}", hidden, hidden == h.values[0], h)
         both = set(train["settings"]) == {"plain", "augment", "adversarial"}
-        line = SETTINGS[("all", "settings")].line
-        add("settings", "plain, augment, adversarial", ", ".join(train["settings"]), both, line)
-        decay = (
-            f"×{train['lr_decay']:g} at {', '.join(f'{x:.0%}' for x in train['lr_decay_at'])}"
-            " of the updates"
-            if train.get("lr_decay_at")
-            else "none"
-        )
+        ours, s = ", ".join(train["settings"]), SETTINGS[("all", "settings")]
+        add("settings", "plain, augment, adversarial", ours, both, s)
+        decay = "none"
+        if train.get("lr_decay_at"):
+            at = ", ".join(f"{x:.0%}" for x in train["lr_decay_at"])
+            decay = f"×{train['lr_decay']:g} at {at} of the updates"
         factor, at = AUTHORS_LR_DECAY
         authors = ", ".join(f"×{factor ** (i + 1):g} at {f:.0%}" for i, f in enumerate(at))
-        add(
-            "learning-rate decay",
-            f"not stated (the authors' code: {authors})",
-            decay,
-            None,
-            "authors' code",
-        )
+        add("learning-rate decay", f"not stated (the authors' code: {authors})", decay, None)
         for ds in cfg["datasets"]:
             pds = PAPER_DATASET.get(ds, ds)
             if (pds, "lr") not in SETTINGS:
                 continue
-            add_grid(
-                f"{ds}: learning rates",
-                SETTINGS[(pds, "lr")],
-                sorted({float(x) for g in grid.values() for x in g["lr"]}),
-            )
+            lrs = sorted({float(x) for g in grid.values() for x in g["lr"]})
+            add_grid(f"{ds}: learning rates", SETTINGS[(pds, "lr")], lrs)
             for reg in ["weight_decay", "cross_lipschitz", "dropout"]:
-                if (pds, reg) not in SETTINGS:
-                    continue
-                s = SETTINGS[(pds, reg)]
-                ours = grid.get(reg, {}).get("keep_hidden" if reg == "dropout" else "lambda")
-                add_grid(f"{ds}: {s.what}", s, ours, "not trained")
-    kgrid = kernel.get("grid") or {}
+                if s := SETTINGS.get((pds, reg)):
+                    ours = grid.get(reg, {}).get("keep_hidden" if reg == "dropout" else "lambda")
+                    add_grid(f"{ds}: {s.what}", s, ours, "not trained")
     if kgrid:
-        n = kernel.get("n_centers", 0)
-        line = SETTINGS[("mnist", "n_train")].line
-        add(
-            "kernel: expansion points",
-            "all 60000 training points",
-            "all" if n == 0 else str(n),
-            n == 0,
-            line,
-        )
-        add_grid(
-            "kernel: a (γ = a/ρ²)",
-            SETTINGS[("mnist", "kernel_a")],
-            sorted({float(x) for g in kgrid.values() for x in g["a"]}),
-        )
+        n = cfg["kernel"].get("n_centers", 0)
+        s = SETTINGS[("mnist", "n_train")]
+        add("kernel: expansion points", "all 60000 training points", n or "all", n == 0, s)
+        a = sorted({float(x) for g in kgrid.values() for x in g["a"]})
+        add_grid("kernel: a (γ = a/ρ²)", SETTINGS[("mnist", "kernel_a")], a)
         for reg in ["kernel_logreg", "kernel_cl"]:
             s = SETTINGS[("mnist", reg)]
-            add_grid(
-                f"kernel: {s.what}", s, [x for x in kgrid.get(reg, {}).get("lambda", []) if x > 0]
-            )
+            lams = [x for x in kgrid.get(reg, {}).get("lambda", []) if x > 0]
+            add_grid(f"kernel: {s.what}", s, lams)
     networks = "networks: every model; kernels: the best per method"
-    line = SETTINGS[("all", "kernel_certified")].line
-    add("models certified", networks, cfg["certify"].get("models", "all"), None, line)
+    certified = cfg["certify"].get("models", "all")
+    add("models certified", networks, certified, None, SETTINGS[("all", "kernel_certified")])
     return rows
 
 
@@ -245,7 +218,7 @@ def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
     paper's full datasets rather than a subset, then trained longest (kernel-only units
     count as 0 epochs), then evaluated the most models."""
     rank = {
-        u.name: (full_data(u), u.epochs or 0, len(u.evaluated()), -i) for i, u in enumerate(units)
+        u.name: (full_data(u), u.epochs or 0, len(u.evaluated), -i) for i, u in enumerate(units)
     }
     with_data = [v for v in vs if v.status != NOT_RUN]
     if not with_data:
@@ -257,44 +230,23 @@ def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
 BEST_RUN = "at the largest scale we ran"
 
 
-def _glance(verdicts: dict[str, list[Verdict]], units: list[Run]) -> pd.DataFrame:
+def _glance(claims: list[dict[str, Any]], units: list[Run]) -> pd.DataFrame:
     """The verdict of every claim at the largest scale we ran (:func:`headline`, with its
     unit) and on every unit, with the checks that hold."""
     rows = []
-    for key, vs in verdicts.items():
-        row = {"claim": CLAIMS[key].title}
-        best = headline(vs, units)
+    for c in claims:
+        row, best = {"claim": c["paper"].title}, c["headline"]
+        per = {u.name: _combined([v for v in c["verdicts"] if v.run == u.name]) for u in units}
         if best is not None:
-            status, ok, n = _combined([v for v in vs if v.run == best.run])
+            status, ok, n = per[best.run]
             row[BEST_RUN] = f"**{status}** ({ok}/{n}, {best.run})"
         else:
             row[BEST_RUN] = f"**{NOT_RUN}**"
         for u in units:
-            status, ok, n = _combined([v for v in vs if v.run == u.name])
+            status, ok, n = per[u.name]
             row[unit_label(u)] = f"**{status}**" + (f" ({ok}/{n})" if n else "")
         rows.append(row if units else {**row, "verdict": f"**{NOT_RUN}**"})
     return pd.DataFrame(rows)
-
-
-def _tally(verdicts: dict[str, list[Verdict]], units: list[Run]) -> dict[str, int]:
-    """How many claims are reproduced, not reproduced and not run, each judged at the
-    largest scale we ran (:func:`headline`)."""
-    out = {C.REPRODUCED: 0, NOT_REPRODUCED: 0, NOT_RUN: 0}
-    for vs in verdicts.values():
-        best = headline(vs, units)
-        out[best.status if best is not None else NOT_RUN] += 1
-    return out
-
-
-def _not_run(verdicts: dict[str, list[Verdict]], ests: list) -> list[dict[str, Any]]:
-    """The claims no committed run has data for, each with the run that would make it:
-    why no run made it (where that is the data) and its command and GPU estimate."""
-    targets = {k: e for e in ests if not isinstance(e, str) for k in e.target.claims}
-    out = []
-    for key, vs in verdicts.items():
-        if all(v.status == NOT_RUN for v in vs):
-            out.append({"title": CLAIMS[key].title, "estimate": targets.get(key)})
-    return out
 
 
 def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
@@ -331,13 +283,11 @@ def _ratio_text(ratio: float, paper_ds: str | None, method: str, setting: str) -
 def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     """Every evaluated network of ``unit`` on ``ds`` in ``setting``, by regularizer then
     model id: the columns of the record's per-run network tables."""
-    s = unit.evaluated()
-    s = s[(s["dataset"] == ds) & (s["family"] == "mlp") & (s["setting"] == setting)]
+    s = unit.models(ds, "mlp", setting)
     order = {m: i for i, m in enumerate(NET_ORDER)}
     s = s.assign(_o=s["method"].map(order)).sort_values(["_o", "model_id"])
-    nan = pd.Series(float("nan"), index=s.index)
-    refined = s.get("mean_upper_bound_l2_refined", nan)
-    shares = [s.get(f"share_best_l2_{m}", nan) for m in L2_UPPER_METHODS]
+    refined = column(s, "mean_upper_bound_l2_refined")
+    shares = [column(s, f"share_best_l2_{m}") for m in L2_UPPER_METHODS]
     all_points = s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
     return pd.DataFrame(
         {
@@ -357,8 +307,8 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
                 "–" if pd.isna(a) or pd.isna(b) or not b else f"{100 * (a / b - 1):+.0f}%"
                 for a, b in zip(refined, s["mean_upper_bound"], strict=True)
             ],
-            "upper bound, minimal-norm attack": s.get("mean_upper_bound_l2_min_norm", nan).map(num),
-            "best upper bound": s.get("mean_upper_bound_l2_best", nan).map(num),
+            "upper bound, minimal-norm attack": column(s, "mean_upper_bound_l2_min_norm").map(num),
+            "best upper bound": column(s, "mean_upper_bound_l2_best").map(num),
             "best by paper / refined / min-norm": [
                 "–" if any(pd.isna(v) for v in row) else " / ".join(f"{100 * v:.0f}%" for v in row)
                 for row in zip(*shares, strict=True)
@@ -368,15 +318,6 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     )
 
 
-def _networks(units: list[Run]) -> list[tuple[Run, str, str, pd.DataFrame]]:
-    s = [(u, ds, u.evaluated()) for u in units for ds in u.datasets("mlp")]
-    return [
-        (u, ds, setting, network_rows(u, ds, setting))
-        for u, ds, e in s
-        for setting in sorted(set(e[(e["dataset"] == ds) & (e["family"] == "mlp")]["setting"]))
-    ]
-
-
 def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
     """Per paper dataset with networks from two units or more: the best network per
     regularizer of every unit (plain), by epochs, and per regularizer how its Table 1
@@ -384,10 +325,11 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
     out = []
     for paper_ds in ["mnist", "cifar10", "gtsrb"]:
         cols = [
-            (u, u.best(ds, "mlp"))
+            (u, best)
             for u in sorted(units, key=lambda u: (u.epochs or 0, u.name))
-            for ds in u.datasets("mlp")
-            if PAPER_DATASET.get(ds) == paper_ds and len(u.best(ds, "mlp"))
+            for ds in u.datasets("mlp", paper_ds)
+            for best in [u.best(ds, "mlp")]
+            if len(best)
         ]
         if len(cols) < 2:
             continue
@@ -403,12 +345,10 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
                 "mean guarantee": num(r["mean_guarantee_local"]),
                 "Table 1 ratio": _ratio_text(r["mean_ratio_global_local"], paper_ds, m, "plain"),
                 "upper bound": num(r["mean_upper_bound"]),
-                "refined": num(r.get("mean_upper_bound_l2_refined", float("nan"))),
+                "refined": num(r.get("mean_upper_bound_l2_refined")),
             }
             for u, best in cols
-            for m in NET_ORDER
-            if m in best.index
-            for r in [best.loc[m]]
+            for m, r in C.ordered(best, NET_ORDER).iterrows()
         ]
         walks = []
         for m in NET_ORDER:
@@ -441,14 +381,10 @@ def _table1(units: list[Run]) -> pd.DataFrame:
             "paper": number.text,
             "source": f"tex line {number.line}",
         }
-        for u in units:
-            ours = [
-                u.best(d, "mlp").loc[reg, "mean_ratio_global_local"]
-                for d in u.datasets("mlp")
-                if PAPER_DATASET.get(d) == ds and reg in u.best(d, "mlp").index
-            ]
-            if u.datasets("mlp"):
-                row[unit_label(u)] = ", ".join(num(x, 2) for x in ours) or NOT_RUN
+        for u in [u for u in units if u.datasets("mlp")]:
+            bests = [u.best(d, "mlp")["mean_ratio_global_local"] for d in u.datasets("mlp", ds)]
+            ours = [num(b[reg], 2) for b in bests if reg in b.index]
+            row[unit_label(u)] = ", ".join(ours) or NOT_RUN
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -460,12 +396,13 @@ def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str,
     def paper(m: str, col: str, old: bool = False) -> str:
         return (KERNEL_COMMENTED_OUT if old else KERNEL)[(m, col)].text.replace("\\%", "%")
 
+    published = {
+        c: KERNEL_COLUMNS[c] for c in ["test_error", "mean_upper_bound", "mean_guarantee_local"]
+    }
     rows = [
         {
             "method": LABEL[m],
-            "test error": paper(m, "test_error"),
-            "avg. L2 adv. samples": paper(m, "mean_upper_bound"),
-            "avg. L2 rob. guar.": paper(m, "mean_guarantee_local"),
+            **{head: paper(m, col) for col, head in published.items()},
             "older: avg. L2 adv. samples": paper(m, "mean_upper_bound", True),
             "older: avg. L∞ adv. samples": paper(m, "mean_upper_bound_linf", True),
         }
@@ -479,18 +416,16 @@ def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str,
                 {
                     "method": LABEL[m],
                     "model": r["model_id"],
-                    "test error": f"{pct(r['test_error'])} (paper {paper(m, 'test_error')})",
-                    "avg. L2 adv. samples": f"{num(r['mean_upper_bound'])} "
-                    f"(paper {paper(m, 'mean_upper_bound')})",
-                    "avg. L2 rob. guar.": f"{num(r['mean_guarantee_local'])} "
-                    f"(paper {paper(m, 'mean_guarantee_local')})",
-                    "avg. L∞ adv. samples": f"{num(r.get('mean_upper_bound_linf', float('nan')))}"
+                    **{
+                        head: f"{(pct if col == 'test_error' else num)(r[col])} "
+                        f"(paper {paper(m, col)})"
+                        for col, head in published.items()
+                    },
+                    "avg. L∞ adv. samples": f"{num(r.get('mean_upper_bound_linf'))}"
                     f" (older table {paper(m, 'mean_upper_bound_linf', True)})",
                     "correct points": str(int(r["n_correct"])),
                 }
-                for m in C.KERNEL_ORDER
-                if m in best.index
-                for r in [best.loc[m]]
+                for m, r in C.ordered(best, C.KERNEL_ORDER).iterrows()
             ]
             ours.append((u.name, ds, pd.DataFrame(frame)))
     return pd.DataFrame(rows), ours
@@ -561,27 +496,35 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
     measured, ests = estimates(runs, root)
     kernel_paper, kernel_runs = _kernel_tables(units)
     unit_of = {p: u for u in units for p in u.parts}
+    makers = {k: e for e in ests if not isinstance(e, str) for k in e.target.claims}
     claims = [
         {
             "paper": CLAIMS[key],
             "sentence": C.CRITERIA[key].sentence,
             "verdicts": vs,
             "headline": headline(vs, units),
+            "estimate": makers.get(key),  # the run not yet made that would have the data
         }
         for key, vs in verdicts.items()
     ]
+    statuses = [NOT_RUN if c["headline"] is None else c["headline"].status for c in claims]
     text = (
         _environment()
         .get_template("record.md.j2")
         .render(
             claims=claims,
-            glance=_glance(verdicts, units),
-            tally=_tally(verdicts, units),
+            glance=_glance(claims, units),
+            tally={s: statuses.count(s) for s in (C.REPRODUCED, NOT_REPRODUCED, NOT_RUN)},
             runs=runs,
             unit={u.name: u for u in units},
             unit_of=unit_of,
             runs_table=_runs_table(runs, unit_of),
-            networks=_networks(units),
+            networks=[
+                (u, ds, setting, network_rows(u, ds, setting))
+                for u in units
+                for ds in u.datasets("mlp")
+                for setting in u.settings(ds)
+            ],
             trends=_trends(units),
             table1=_table1(units),
             table1_claim=list(verdicts).index("table1") + 1,
@@ -594,7 +537,6 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             measured=measured,
             estimates=ests,
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED],
-            not_run=_not_run(verdicts, ests),
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
         )
