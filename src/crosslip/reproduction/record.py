@@ -47,7 +47,7 @@ from .paper import (
     TABLE1,
     TEX_NAME,
 )
-from .studies import STUDIES_DIR, load_studies, provenance, study_tables
+from .studies import STUDIES_DIR, load_studies, study_tables
 
 RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
@@ -465,7 +465,7 @@ def _environment() -> jinja2.Environment:
         grid=_grid_text,
     )
     helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
-    env.globals.update({f.__name__: f for f in [*helpers, provenance, study_tables]})
+    env.globals.update({f.__name__: f for f in [*helpers, study_tables]})
     env.globals.update(
         {
             "NOT_RUN": NOT_RUN,
