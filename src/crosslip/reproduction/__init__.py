@@ -1,15 +1,11 @@
 """The reproduction record: the paper's numbers beside ours (``docs/reproduction.md``).
 
-* :mod:`~crosslip.reproduction.paper`: the numbers, settings and claims of Section 5
-  (``paper.yaml``), each with its line in the paper's LaTeX source;
-* :mod:`~crosslip.reproduction.export`: copy a finished run's tables and figures, with a
-  ``run.yaml`` (config, command, machine, commit, timings), into ``docs/reproduction/<name>/``;
-* :mod:`~crosslip.reproduction.claims`: verdicts on the claims from those copies, by the
-  table of criteria ``claims.yaml`` (runs exported with the same pool label evaluated as one);
-* :mod:`~crosslip.reproduction.estimates`: the GPU time of the runs the record lacks,
-  projected by :mod:`crosslip.projection` from the job seconds of the committed GPU runs;
-* :mod:`~crosslip.reproduction.record`: render ``docs/reproduction.md`` (the template
-  ``record.md.j2``) from the committed run folders (and the configs of the runs not yet made).
+:mod:`~crosslip.reproduction.paper` holds the paper's numbers (``paper.yaml``),
+:mod:`~crosslip.reproduction.export` copies a finished run into
+``docs/reproduction/<name>/``, :mod:`~crosslip.reproduction.claims` judges the claims
+(``claims.yaml``), :mod:`~crosslip.reproduction.estimates` projects the GPU time of the runs
+the record lacks, :mod:`~crosslip.reproduction.studies` renders the studies, and
+:mod:`~crosslip.reproduction.record` renders the record (``record.md.j2``).
 
 Command line (``python -m crosslip.reproduction --help``)::
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from snakemake.utils import update_config
 
 from ..config.validate import validate
 from ..errors import ConfigError
@@ -63,24 +64,20 @@ def dump_yaml(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
+def _proc(path: str, key: str) -> str | None:
+    """The value of the first line ``key: value`` of ``path`` (``None`` where there is none)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
+
+
 def machine_description() -> dict[str, Any]:
     """The machine running this: CPU model and logical CPUs (``/proc/cpuinfo``), memory in
     GiB (``/proc/meminfo``), and the CUDA GPU torch sees (``None`` without torch or GPU)."""
-    cpu, n_cpu = None, os.cpu_count()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
+    mem = _proc("/proc/meminfo", "MemTotal:")  # in kB
+    mem = None if mem is None else round(int(mem.split()[0]) / 2**20, 1)
     gpu = None
     try:
         import torch  # lazily: the module stays importable without torch
@@ -89,7 +86,8 @@ def machine_description() -> dict[str, Any]:
             gpu = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    return {"cpu": cpu, "logical_cpus": n_cpu, "memory_gib": mem, "gpu": gpu}
+    cpu = _proc("/proc/cpuinfo", "model name")
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "memory_gib": mem, "gpu": gpu}
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -182,21 +180,10 @@ def machine_from_text(text: str) -> str | dict[str, Any]:
     return data if isinstance(data, dict) else text
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """Snakemake's merge of several ``--configfile`` files: mappings are merged key by key,
-    anything else is replaced."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def effective_config(paths: list[Path]) -> dict[str, Any]:
     """The config a run with ``--configfile <paths...>`` used: the files merged in order, as
-    Snakemake does, then validated with the schema's defaults filled in."""
+    Snakemake does (mappings key by key, anything else replaced), then validated with the
+    schema's defaults filled in."""
     merged: dict[str, Any] = {}
     for path in paths:
         try:
@@ -205,7 +192,7 @@ def effective_config(paths: list[Path]) -> dict[str, Any]:
             raise ExportError(f"--config {path}: cannot read it as YAML: {err}") from err
         if not isinstance(data, dict):
             raise ExportError(f"--config {path}: expected a mapping of config keys")
-        merged = _merge(merged, data)
+        update_config(merged, data)
     try:
         return validate(merged)
     except ConfigError as err:
@@ -238,17 +225,11 @@ def export_run(
     """Copy the tables and figures of the finished run in ``results`` into
     ``<docs>/reproduction/<name>/`` and write its ``run.yaml``; return that folder.
 
-    ``configs``: the ``--configfile`` files of the run, in order; ``command``: the exact
-    command line; ``machine``: a description of the machine that ran it (default: this one,
-    :func:`machine_description`); ``wall_time_s``: the run's elapsed seconds, if known.
-    For a run made elsewhere: ``commit``, the commit it ran at, unchanged (default: this
-    checkout's HEAD, :func:`git_state`); ``results_written``, when it ran (default: the
-    modification time of its ``summary.csv``). ``pool``: a label shared by runs that the
-    record evaluates together as one (the same settings, other models; see
-    :func:`crosslip.reproduction.claims.pool_runs`). ``benchmarks``: outputs of
-    ``benchmarks/*.py`` run on the same machine, kept in run.yaml by file name (the record's
-    estimates read ``bench_kernel_scale``). An existing run folder is replaced only with
-    ``force``.
+    The arguments are the command line's (``python -m crosslip.reproduction export --help``):
+    ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`git_state`),
+    ``results_written`` is ``--ran-on`` (default: the modification time of ``summary.csv``),
+    ``benchmarks`` are kept in run.yaml by file name (the record's estimates read
+    ``bench_kernel_scale``). An existing run folder is replaced only with ``force``.
     """
     results, docs = Path(results), Path(docs)
     if not NAME_RE.match(name):

@@ -2,23 +2,11 @@
 LaTeX source (``cross-lipschitz-nips2017.tex``, Hein & Andriushchenko, NIPS 2017).
 
 Nothing here is computed: these are the values printed in the paper, read by eye into
-``paper.yaml`` beside this module and checked against the source by
-``tests/test_reproduction.py`` (every number is found in its table row, on the stated line).
-Test errors are fractions (the paper's ``1.44\\%`` is 0.0144).
-
-* :data:`TABLE1`: Table 1 (``tab:LocalGlobal``), the mean ratio alpha_global / alpha_local of
-  the L2 guarantees of Theorem 2.1 (global Cross-Lipschitz constant vs Proposition 2.3), per
-  dataset and regularizer, plain setting.
-* :data:`KERNEL`: the kernel table beside Figure ``exp:Kernel``: test error, mean L2 norm of
-  the adversarial samples (upper bound, Section 4) and mean L2 guarantee (Proposition 2.2) of
-  the best model per method. The paper's row "K-SVM" is the kernel model with the standard
-  (RKHS-norm) regularization, which its text calls Kernel-LogReg: our ``kernel_logreg``.
-* :data:`KERNEL_COMMENTED_OUT`: an older version of that table with an Linf column, which
-  the source keeps commented out (``%`` lines); not in the published paper.
-* :data:`ILLUSTRATION`: the L2 adversarial samples of Figure ``fig:adv`` and the eight
-  further examples after it: per test image, each classifier's prediction and ``||delta||_2``.
-* :data:`SETTINGS`: the experimental settings Section 5 states (grids, batch size, ...).
-* :data:`CLAIMS`: the sentences of Section 5 that the record checks.
+``paper.yaml`` beside this module (which says what each table holds) and checked against the
+source by ``tests/test_reproduction.py`` (every number is found in its table row, on the
+stated line). Test errors are fractions (the paper's ``1.44\\%`` is 0.0144). The paper's
+kernel row "K-SVM" is the kernel model with the standard (RKHS-norm) regularization, which
+its text calls Kernel-LogReg: our ``kernel_logreg``.
 """
 
 from __future__ import annotations
@@ -65,7 +53,9 @@ _T1 = _DATA["table1"]
 TABLE1_HEADERS: dict[str, str] = _T1["headers"]
 #: Table 1's dataset groups (line 655).
 TABLE1_GROUPS: dict[str, str] = _T1["groups"]
-#: (paper dataset, regularizer) -> the mean ratio alpha_global / alpha_local of Table 1.
+#: Table 1 (``tab:LocalGlobal``), plain setting: (paper dataset, regularizer) -> the mean ratio
+#: alpha_global / alpha_local of the L2 guarantees of Theorem 2.1 (global Cross-Lipschitz
+#: constant vs Proposition 2.3).
 TABLE1: dict[tuple[str, str], PaperNumber] = {
     (ds, reg): PaperNumber(
         float(text), text, _T1["table"], TABLE1_GROUPS[ds], TABLE1_HEADERS[reg], _T1["line"]
@@ -99,8 +89,11 @@ def _kernel_table(which: str) -> dict[tuple[str, str], PaperNumber]:
     }
 
 
+#: The kernel table beside Figure ``exp:Kernel`` (best model per method): test error, mean L2
+#: norm of the adversarial samples (upper bound, Section 4), mean L2 guarantee (Prop. 2.2).
 KERNEL = _kernel_table("published")
-#: Its L2 upper bounds differ from the published ones.
+#: An older version with an Linf column, commented out in the source (not in the published
+#: paper); its L2 upper bounds differ from the published ones.
 KERNEL_COMMENTED_OUT = _kernel_table("commented_out")
 
 #: Classifiers of the illustration -> (our family, our method).
@@ -189,6 +182,7 @@ class PaperClaim:
     evidence: str = ""
 
 
+#: The sentences of Section 5 that the record checks, in the record's order.
 CLAIMS: dict[str, PaperClaim] = {
     key: PaperClaim(key, **{**c, "more": tuple(map(tuple, c.get("more", ())))})
     for key, c in _DATA["claims"].items()
