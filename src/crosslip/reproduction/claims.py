@@ -10,13 +10,10 @@ numbers and whether it holds); the verdict is *reproduced* when every part that 
 checked holds, *not reproduced* when one fails, and *not run at this scale* when the run has
 no data for any part.
 
-The claims are one table, ``claims.yaml`` beside this module, read into :data:`CRITERIA`: a
-:class:`Claim` per claim, in the record's order, states the models it compares
-(:class:`Scope`: family, the paper's dataset, settings) and its comparisons (:class:`Row`:
-which column of which methods, judged by a named :class:`Comparison` with its threshold); the
-verdicts and the criterion printed in the record are both made from it, so each threshold is
-written once. A claim that does not fit the form has a check of its own (:data:`CHECKS`),
-registered in the same table with its test.
+The claims are one table, ``claims.yaml`` beside this module, read into :data:`CRITERIA` (a
+:class:`Claim` each, in the record's order): the verdicts and the criterion printed in the
+record are both made from it, so each threshold is written once. A claim that does not fit
+its rows has a check of its own (:data:`CHECKS`).
 
 Runs exported with the same ``pool`` label (the same settings and code, other models: two
 runs of one probe) are evaluated as one (:func:`pool_runs`).
@@ -47,18 +44,11 @@ NOT_RUN = "not run at this scale"
 #: it (2.2 / 2.0 is 1.1000000000000003 in floating point).
 EPS = 1e-9
 
+_TABLE = yaml.safe_load(Path(__file__).with_name("claims.yaml").read_text(encoding="utf-8"))
+#: The methods of the networks and of the kernel models, in the record's order.
+NET_ORDER, KERNEL_ORDER = list(_TABLE["networks"]), list(_TABLE["kernels"])
 #: Short names of the methods (the paper's labels).
-LABEL = {
-    "none": "None",
-    "weight_decay": "WD",
-    "dropout": "DO",
-    "cross_lipschitz": "CL",
-    "kernel_noreg": "No Reg.",
-    "kernel_logreg": "K-SVM",
-    "kernel_cl": "K-CL",
-}
-NET_ORDER = ["none", "dropout", "weight_decay", "cross_lipschitz"]
-KERNEL_ORDER = ["kernel_noreg", "kernel_logreg", "kernel_cl"]
+LABEL: dict[str, str] = {**_TABLE["networks"], **_TABLE["kernels"]}
 
 
 def num(x: Any, digits: int = 3) -> str:
@@ -291,26 +281,27 @@ def ordered(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     return best.loc[[m for m in order if m in best.index]]
 
 
-def _cmp(a: float, b: float) -> float:
+def _cmp(a: Any, b: Any) -> Any:
+    """``a / b`` (numbers or columns), NaN where ``b`` is 0 or either is NaN."""
+    if isinstance(b, pd.Series):
+        return (a / b).where(b != 0)
     return a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
 
 
 def _bounds_table(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
-    rows = [
+    """The best models in ``order``: test error, mean bounds and correct points."""
+    b = ordered(best, order)
+    return pd.DataFrame(
         {
-            "method": LABEL.get(m, m),
-            "model": r["model_id"],
-            "test error": pct(r["test_error"]),
-            "mean guarantee": num(r["mean_guarantee_local"]),
-            "mean upper bound": num(r["mean_upper_bound"]),
-            "refined upper bound": num(r.get("mean_upper_bound_l2_refined", float("nan"))),
-            "correct points": int(r["n_correct"]),
+            "method": b.index.map(LABEL),
+            "model": b["model_id"],
+            "test error": b["test_error"].map(pct),
+            "mean guarantee": b["mean_guarantee_local"].map(num),
+            "mean upper bound": b["mean_upper_bound"].map(num),
+            "refined upper bound": column(b, "mean_upper_bound_l2_refined").map(num),
+            "correct points": b["n_correct"].astype(int),
         }
-        for m in order
-        if m in best.index
-        for r in [best.loc[m]]
-    ]
-    return pd.DataFrame(rows)
+    )
 
 
 #: The comparisons of :class:`Comparison`: op -> (whether ``a`` against ``b`` holds, given
@@ -329,11 +320,8 @@ OPS: dict[str, tuple[Callable[[float, float, float, float], bool], str]] = {
 
 @dataclass(frozen=True)
 class Comparison:
-    """A comparison of ``a`` with ``b`` and its threshold ``t`` (:data:`OPS`): ``at_least``,
-    ``at_most``, ``above`` (the ratio a/b against t), ``within`` (a/b within 1 ± t), ``near``
-    (|a - b| at most t), ``points_above`` (a at most t above b), ``points_below`` (a at least t
-    below b), ``gt`` (a above b, no threshold). Every threshold but ``above``'s and ``gt``'s
-    is met with the slack :data:`EPS`; a missing value (NaN) is not judged."""
+    """A comparison ``op`` (:data:`OPS`) of ``a`` with ``b`` and its threshold ``t``; a
+    missing value (NaN) is not judged."""
 
     op: str
     t: float = 0.0
@@ -585,38 +573,33 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
     out = []
     for ds in run.datasets("mlp"):
         for setting in run.settings(ds):
-            best = run.best(ds, "mlp", setting)
-            v = Verdict(claim.key, run.name, f"{ds}, {setting}")
-            rows = []
-            for m in [m for m in NET_ORDER if m in best.index]:
-                r = best.loc[m]
-                g, ub = r["mean_guarantee_local"], r["mean_upper_bound"]
-                refined = r.get("mean_upper_bound_l2_refined", float("nan"))
-                best_ub = r.get("mean_upper_bound_l2_best", float("nan"))
-                k = _cmp(ub, g)
-                rows.append(
-                    {
-                        "method": LABEL[m],
-                        "model": r["model_id"],
-                        "mean guarantee": num(g),
-                        "mean upper bound": num(ub),
-                        "upper / guarantee": times(k),
-                        "refined upper bound": num(refined),
-                        "refined / guarantee": times(_cmp(refined, g)),
-                        "refinement": f"{100 * (_cmp(refined, ub) - 1):+.0f}%",
-                        "best upper bound": num(best_ub),
-                        "best / guarantee": times(_cmp(best_ub, g)),
-                    }
+            b = ordered(run.best(ds, "mlp", setting), NET_ORDER)
+            g, ub = b["mean_guarantee_local"], b["mean_upper_bound"]
+            refined = column(b, "mean_upper_bound_l2_refined")
+            best_ub = column(b, "mean_upper_bound_l2_best")
+            details = pd.DataFrame(
+                {
+                    "method": b.index.map(LABEL),
+                    "model": b["model_id"],
+                    "mean guarantee": g.map(num),
+                    "mean upper bound": ub.map(num),
+                    "upper / guarantee": _cmp(ub, g).map(times),
+                    "refined upper bound": refined.map(num),
+                    "refined / guarantee": _cmp(refined, g).map(times),
+                    "refinement": (100 * (_cmp(refined, ub) - 1)).map("{:+.0f}%".format),
+                    "best upper bound": best_ub.map(num),
+                    "best / guarantee": _cmp(best_ub, g).map(times),
+                }
+            )
+            parts = [
+                Part(
+                    f"upper bound / guarantee of {LABEL[m]}",
+                    f"{num(ub[m])} / {num(g[m])} = {times(k)}, needs {claim.test.needs()}",
+                    None if math.isnan(k) else claim.test.judge(ub[m], g[m]),
                 )
-                v.parts.append(
-                    Part(
-                        f"upper bound / guarantee of {LABEL[m]}",
-                        f"{num(ub)} / {num(g)} = {times(k)}, needs {claim.test.needs()}",
-                        None if math.isnan(k) else claim.test.judge(ub, g),
-                    )
-                )
-            v.details = pd.DataFrame(rows)
-            out.append(v)
+                for m, k in _cmp(ub, g).items()
+            ]
+            out.append(Verdict(claim.key, run.name, f"{ds}, {setting}", parts, details))
     return out
 
 
@@ -735,18 +718,15 @@ CHECKS = {
     "setting": check_setting,
     "illustration": check_illustration,
 }
-#: Groups of methods a row compares with: the networks other than CL, and all of them.
-GROUPS = {"others": ("none", "dropout", "weight_decay"), "all": tuple(NET_ORDER)}
 
 
-def _claims() -> dict[str, Claim]:
+def _claims(table: dict[str, Any]) -> dict[str, Claim]:
     """The table of ``claims.yaml`` (beside this module): claim key -> :class:`Claim`."""
-    table = yaml.safe_load(Path(__file__).with_name("claims.yaml").read_text(encoding="utf-8"))
     tests = {name: Comparison(op, t) for name, (op, t) in table["tests"].items()}
 
     def row(what: str, col: str, a: str, b: str | list[str], test: str, *more: str) -> Row:
-        b = tuple(b) if isinstance(b, list) else GROUPS.get(b, b)
-        return Row(what, col, a, b, tests[test], *more)
+        b = table["groups"].get(b, b) if isinstance(b, str) else b  # a group: its methods
+        return Row(what, col, a, b if isinstance(b, str) else tuple(b), tests[test], *more)
 
     return {
         key: Claim(
@@ -765,7 +745,7 @@ def _claims() -> dict[str, Claim]:
 
 
 #: The claims of Section 5 in the record's order (module docstring).
-CRITERIA = _claims()
+CRITERIA = _claims(_TABLE)
 
 
 def evaluate(runs: list[Run]) -> dict[str, list[Verdict]]:

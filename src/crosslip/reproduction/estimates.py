@@ -151,14 +151,10 @@ def measure(runs: list[Run]) -> Measured | None:
     for run in gpu:
         bench = (run.meta.get("benchmarks") or {}).get("bench_kernel_scale")
         for row in (bench or {}).get("sizes", []):
-            per_eval = (row["seconds_per_lbfgs_iteration"] * row["lbfgs_iterations"]) / row[
-                "lbfgs_evaluations"
-            ]
-            kernel[int(row["n_centers"])] = (
-                per_eval,
-                row["setup_seconds"],
-                row["certify_seconds_per_point"],
-            )
+            per_iteration = row["seconds_per_lbfgs_iteration"] * row["lbfgs_iterations"]
+            per_eval = per_iteration / row["lbfgs_evaluations"]
+            setup, per_point = row["setup_seconds"], row["certify_seconds_per_point"]
+            kernel[int(row["n_centers"])] = (per_eval, setup, per_point)
             kernel_run = run.name
     if not step_s:
         return None
@@ -281,8 +277,7 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
     eval_s = 0.0
     for ds in sorted({e[0] for e in mlp_eval}):
         k = sum(1 for e in mlp_eval if e[0] == ds)
-        pc = min(cfg["certify"]["n_points"], TEST_POINTS[ds])
-        pa = min(cfg["attack"]["n_points"], TEST_POINTS[ds])
+        pc, pa = _points(cfg, ds)
         secs = k * (pc * m.certify_s + pa * m.attack_s)
         eval_s += secs
         est.lines.append(
@@ -305,8 +300,7 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
             "Kernel-CL; Kernel-LogReg assumed to cost the same)"
         )
         k = sum(1 for e in evaluated if e[0] == ds and e[1] == "kernel")
-        pc = min(cfg["certify"]["n_points"], TEST_POINTS.get(ds, 0))
-        pa = min(cfg["attack"]["n_points"], TEST_POINTS.get(ds, 0))
+        pc, pa = _points(cfg, ds)
         secs = k * pc * per_point
         kernel_cert += secs
         est.lines.append(
@@ -342,6 +336,12 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
             f"GPU = {least}{duration(est.gpu_s)} on one GPU"
         )
     return est
+
+
+def _points(cfg: dict[str, Any], ds: str) -> tuple[int, int]:
+    """The points of ``ds`` that each model certifies and attacks (at most its test set)."""
+    test = TEST_POINTS.get(ds, 0)
+    return min(cfg["certify"]["n_points"], test), min(cfg["attack"]["n_points"], test)
 
 
 def _values(xs: Iterable[int]) -> str:

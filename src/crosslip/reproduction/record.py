@@ -318,7 +318,7 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     )
 
 
-def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
+def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
     """Per paper dataset with networks from two units or more: the best network per
     regularizer of every unit (plain), by epochs, and per regularizer how its Table 1
     ratio and guarantee move."""
@@ -350,22 +350,12 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[str]]]:
             for u, best in cols
             for m, r in C.ordered(best, NET_ORDER).iterrows()
         ]
-        walks = []
-        for m in NET_ORDER:
-            seq = [(u, best.loc[m]) for u, best in cols if m in best.index]
-            if len(seq) < 2:
-                continue
-
-            def walk(col: str, digits: int, seq: list = seq) -> str:
-                return " → ".join(f"{num(r[col], digits)} ({u.epochs} ep.)" for u, r in seq)
-
-            paper = TABLE1.get((paper_ds, m))
-            walks.append(
-                f"{LABEL[m]}: Table 1 ratio {walk('mean_ratio_global_local', 2)}"
-                + (f", paper {paper.text}" if paper else "")
-                + f"; mean guarantee {walk('mean_guarantee_local', 3)}; upper bound "
-                f"{walk('mean_upper_bound', 3)}"
-            )
+        walks = [  # per regularizer in two units or more: its best model by epochs
+            (m, seq, TABLE1.get((paper_ds, m)))
+            for m in NET_ORDER
+            for seq in [[(u, best.loc[m]) for u, best in cols if m in best.index]]
+            if len(seq) > 1
+        ]
         out.append((paper_ds, pd.DataFrame(rows), walks))
     return out
 
@@ -465,7 +455,7 @@ def _environment() -> jinja2.Environment:
         grid=_grid_text,
     )
     helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
-    env.globals.update({f.__name__: f for f in [*helpers, study_tables]})
+    env.globals.update({f.__name__: f for f in [*helpers, num, study_tables]})
     env.globals.update(
         {
             "NOT_RUN": NOT_RUN,
