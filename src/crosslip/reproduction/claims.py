@@ -193,7 +193,8 @@ def _pool_signature(meta: dict[str, Any]) -> dict[str, Any]:
 
 def _pool(members: list[Run]) -> Run:
     """The runs of one pool as one :class:`Run` named ``a + b`` (:func:`pool_runs`)."""
-    label, first = members[0].meta["pool"], _pool_signature(members[0].meta)
+    label = members[0].meta["pool"]
+    first = _pool_signature(members[0].meta)
     for other in members[1:]:
         sig = _pool_signature(other.meta)
         diff = sorted(k for k in first if first[k] != sig[k])
@@ -509,7 +510,8 @@ def check_table1(run: Run, claim: Claim) -> list[Verdict]:
         paper_ds = PAPER_DATASET.get(ds)
         if (paper_ds, "none") not in TABLE1:
             continue
-        best, s = run.best(ds, "mlp"), run.models(ds, "mlp", "plain")
+        best = run.best(ds, "mlp")
+        s = run.models(ds, "mlp", "plain")
         v = Verdict(claim.key, run.name, f"{ds}, plain")
         rows = []
         for reg in NET_ORDER:

@@ -153,8 +153,8 @@ def measure(runs: list[Run]) -> Measured | None:
         for row in (bench or {}).get("sizes", []):
             per_iteration = row["seconds_per_lbfgs_iteration"] * row["lbfgs_iterations"]
             per_eval = per_iteration / row["lbfgs_evaluations"]
-            setup, per_point = row["setup_seconds"], row["certify_seconds_per_point"]
-            kernel[int(row["n_centers"])] = (per_eval, setup, per_point)
+            n = int(row["n_centers"])
+            kernel[n] = (per_eval, row["setup_seconds"], row["certify_seconds_per_point"])
             kernel_run = run.name
     if not step_s:
         return None

@@ -128,9 +128,11 @@ SETTINGS_COLUMNS = ["setting", "paper", "this run", "same", "source"]
 def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     """The run's settings beside the paper's (Section 5), one row per setting: ``setting``,
     ``paper``, ``this run``, ``same`` (yes/no/–) and ``source`` (tex line)."""
-    cfg, rows = meta["config"], []
-    train, kgrid = cfg["train"], cfg.get("kernel", {}).get("grid") or {}
+    cfg = meta["config"]
+    train = cfg["train"]
     grid = train.get("grid") or {}
+    kgrid = cfg.get("kernel", {}).get("grid") or {}
+    rows: list[dict[str, str]] = []
 
     def add(what: str, paper: str, ours: Any, same: bool | None, line: Any = None) -> None:
         """A row; ``line``: the paper setting that states it (none: the authors' code)."""
@@ -154,16 +156,17 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
             paper = f"{s.values[0]:g} (the test set)"
             add(f"{ds}: evaluated points per model", paper, ours, fits, s)
     if grid:
-        epochs, size, b = train["epochs"], train["batch_size"], SETTINGS[("all", "batch_size")]
+        epochs = train["epochs"]
         paper = f"not stated (the authors' code: {AUTHORS_EPOCHS})"
         add("epochs", paper, epochs, epochs == AUTHORS_EPOCHS)
+        size, b = train["batch_size"], SETTINGS[("all", "batch_size")]
         add("batch size", f"{b.values[0]:g}", size, size == b.values[0], b)
         if cfg.get("model", {}).get("arch", "mlp") == "mlp":
             hidden, h = cfg["model"]["hidden"], SETTINGS[("all", "hidden")]
             add("hidden units", f"{h.values[0]:g}", hidden, hidden == h.values[0], h)
         both = set(train["settings"]) == {"plain", "augment", "adversarial"}
-        ours, s = ", ".join(train["settings"]), SETTINGS[("all", "settings")]
-        add("settings", "plain, augment, adversarial", ours, both, s)
+        ours = ", ".join(train["settings"])
+        add("settings", "plain, augment, adversarial", ours, both, SETTINGS[("all", "settings")])
         decay = "none"
         if train.get("lr_decay_at"):
             at = ", ".join(f"{x:.0%}" for x in train["lr_decay_at"])
@@ -235,7 +238,8 @@ def _glance(claims: list[dict[str, Any]], units: list[Run]) -> pd.DataFrame:
     unit) and on every unit, with the checks that hold."""
     rows = []
     for c in claims:
-        row, best = {"claim": c["paper"].title}, c["headline"]
+        row = {"claim": c["paper"].title}
+        best = c["headline"]
         per = {u.name: _combined([v for v in c["verdicts"] if v.run == u.name]) for u in units}
         if best is not None:
             status, ok, n = per[best.run]

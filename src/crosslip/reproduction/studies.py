@@ -162,7 +162,8 @@ def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     kind = result.get("kind", "guarantee_gap")
     if kind == "bracket":
         return bracket_tables(result)
-    spec, out = TABLES[kind], []
+    spec = TABLES[kind]
+    out = []
     for t in spec["tables"]:
         cells = t.get("cells", spec["cells"])
         cells = {c: cells[c] for c in t.get("columns", cells)}
