@@ -134,9 +134,9 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     kgrid = cfg.get("kernel", {}).get("grid") or {}
     rows: list[dict[str, str]] = []
 
-    def add(what: str, paper: str, ours: Any, same: bool | None, line: Any = None) -> None:
-        """A row; ``line``: the paper setting that states it (none: the authors' code)."""
-        source = "authors' code" if line is None else f"tex line {line.line}"
+    def add(what: str, paper: str, ours: Any, same: bool | None, stated: Any = None) -> None:
+        """A row; ``stated``: the paper's setting that states it (none: the authors' code)."""
+        source = "authors' code" if stated is None else f"tex line {stated.line}"
         same_text = {True: "yes", False: "**no**", None: "–"}[same]
         row = [what, paper, str(ours), same_text, source]
         rows.append(dict(zip(SETTINGS_COLUMNS, row, strict=True)))
