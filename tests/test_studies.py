@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from crosslip.reproduction import render
-from crosslip.reproduction.studies import guarantee_gap_tables, load_studies, study_tables
+from crosslip.reproduction.studies import load_studies, study_tables
 
 from .helpers import ROOT, run_benchmark
 
@@ -102,7 +102,7 @@ def test_a_study_renders_its_notes_and_generated_tables(tmp_path: Path) -> None:
     part = md[md.index("## Studies") :]
     assert "### Why the gap" in part and "A hypothesis, and its verdict." in part
     assert "#### Result `run-a.json`" in part and "`python study.py`; today, commit `abc`" in part
-    end, versus, trend = guarantee_gap_tables(result())
+    end, versus, trend = study_tables(result())
     assert "epoch 2" in end[0] and list(end[1]["network"]) == ["none 0 lr 0.5", "cl"]
     assert list(end[1]["upper bound, paper's procedure"]) == ["1.50", "1.20"]
     assert list(end[1]["minimal-norm attack"]) == ["1.30", "1.04"]
@@ -178,7 +178,7 @@ def test_the_study_script_runs_and_ends_with_one_json_line(tmp_path: Path) -> No
         shares = [r[f"share_best_{k}"] for k in ("paper", "refined", "min_norm")]
         assert math.isclose(sum(shares), 1.0)
     assert json.loads((tmp_path / "r.json").read_text())["result"] == res
-    tables = guarantee_gap_tables(res)
+    tables = study_tables(res)
     assert len(tables) == 3
 
 

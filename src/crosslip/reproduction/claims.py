@@ -25,7 +25,8 @@ import copy
 import functools
 import math
 import re
-from collections.abc import Callable
+import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,49 @@ def duration(seconds: float | None) -> str:
 def times(x: float) -> str:
     """A ratio as a factor (``×1.05``; ``–`` if NaN)."""
     return "–" if math.isnan(x) else f"×{x:.2f}"
+
+
+#: The format specs of a table cell besides Python's (:func:`cells`).
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "num": num,
+    "num2": lambda x: num(x, 2),
+    "pct": pct,
+    "times": times,
+    "label": LABEL.__getitem__,
+}
+
+
+class _Cells(string.Formatter):
+    """A cell filled from a row: a field the row lacks (or ``None``) raises ``LookupError``;
+    the specs of :data:`FORMATS` format a field as their function does."""
+
+    def get_value(self, key: int | str, args: Any, kwargs: dict[str, Any]) -> Any:
+        if kwargs.get(str(key)) is None:
+            raise LookupError(key)
+        return kwargs[str(key)]
+
+    def format_field(self, value: Any, spec: str) -> str:
+        return FORMATS[spec](value) if spec in FORMATS else super().format_field(value, spec)
+
+
+def cells(
+    rows: Iterable[Mapping[str, Any]] | pd.DataFrame, columns: dict[str, str]
+) -> pd.DataFrame:
+    """A table of formatted cells: one per row (a frame's index a column too) and column,
+    ``columns`` mapping each header to its cell, a format string over the row
+    (``'{mean_upper_bound:num}'``; :class:`_Cells`); ``–`` for a cell with a missing field."""
+    if isinstance(rows, pd.DataFrame):
+        rows = rows.reset_index().to_dict("records")
+
+    def cell(fmt: str, row: Mapping[str, Any]) -> str:
+        try:
+            return _Cells().format(fmt, **row)
+        except LookupError:
+            return "–"
+
+    return pd.DataFrame(
+        [[cell(f, r) for f in columns.values()] for r in rows], columns=list(columns)
+    )
 
 
 @dataclass
@@ -289,22 +333,6 @@ def _cmp(a: Any, b: Any) -> Any:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
 
 
-def _bounds_table(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
-    """The best models in ``order``: test error, mean bounds and correct points."""
-    b = ordered(best, order)
-    return pd.DataFrame(
-        {
-            "method": b.index.map(LABEL),
-            "model": b["model_id"],
-            "test error": b["test_error"].map(pct),
-            "mean guarantee": b["mean_guarantee_local"].map(num),
-            "mean upper bound": b["mean_upper_bound"].map(num),
-            "refined upper bound": column(b, "mean_upper_bound_l2_refined").map(num),
-            "correct points": b["n_correct"].astype(int),
-        }
-    )
-
-
 #: The comparisons of :class:`Comparison`: op -> (whether ``a`` against ``b`` holds, given
 #: their ratio ``r`` and the threshold ``t``; what a part needs, as ``Comparison.needs``).
 OPS: dict[str, tuple[Callable[[float, float, float, float], bool], str]] = {
@@ -425,7 +453,8 @@ class Claim:
     smallest ratios), and either ``rows`` compared among the best models of ``scope``, or a
     ``check`` of its own reading ``test`` (and ``rows``, if any). ``none``: why a run has no
     verdict; ``absent``: the text of a part whose methods the run lacks (default: no part);
-    ``labelled``: the numbers name their methods."""
+    ``labelled``: the numbers name their methods; ``details``: the columns of the table under
+    a verdict (:func:`cells`; in ``claims.yaml``, ``bounds`` unless the claim has its own)."""
 
     key: str
     criterion: str
@@ -436,6 +465,7 @@ class Claim:
     test: Comparison | None = None
     absent: str = ""
     labelled: bool = False
+    details: dict[str, str] = field(default_factory=dict)
 
     @property
     def sentence(self) -> str:
@@ -458,7 +488,8 @@ class Claim:
                 if not len(best):
                     continue
                 scope = sc.label.format(ds=ds, setting=setting)
-                v = Verdict(self.key, run.name, scope, details=_bounds_table(best, order))
+                details = cells(ordered(best, order), self.details)
+                v = Verdict(self.key, run.name, scope, details=details)
                 for row in self.rows:
                     there = row.setting in (None, setting)
                     b = best if there else run.best(ds, sc.family, row.setting)
@@ -480,17 +511,6 @@ def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
         s = s[s["n_global_above_local"].notna()].sort_values(["setting", "method", "model_id"])
         if not len(s):
             continue
-        details = pd.DataFrame(
-            {
-                "setting": s["setting"],
-                "method": s["method"].map(LABEL),
-                "model": s["model_id"],
-                "correct points": s["n_correct"].astype(int),
-                "global > local": s["n_global_above_local"].astype(int),
-                "max ratio": s["max_ratio_global_local"].map(num),
-                "mean ratio": s["mean_ratio_global_local"].map(num),
-            }
-        )
         n_above = int(s["n_global_above_local"].sum())
         part = Part(
             "points where the global guarantee exceeds the local one",
@@ -498,7 +518,7 @@ def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
             f"ratio global/local {num(s['max_ratio_global_local'].max())}",
             n_above == 0,
         )
-        out.append(Verdict(claim.key, run.name, ds, [part], details))
+        out.append(Verdict(claim.key, run.name, ds, [part], cells(s, claim.details)))
     return out
 
 
@@ -520,20 +540,16 @@ def check_table1(run: Run, claim: Claim) -> list[Verdict]:
             ok = claim.test.judge(ours, paper.value)
             rows.append(
                 {
-                    "regularizer": paper.column,
-                    "paper": paper.text,
-                    "ours (best model)": num(ours, 2),
-                    "difference": "–" if ok is None else f"{ours - paper.value:+.2f}",
-                    "ours (mean over models)": num(
-                        s[s["method"] == reg]["mean_ratio_global_local"].mean(), 2
-                    ),
-                    "test error": pct(best["test_error"].get(reg)),
-                    "source": f"tex line {paper.line}",
+                    "paper": paper,
+                    "ours": ours,
+                    "difference": None if ok is None else ours - paper.value,
+                    "mean": s[s["method"] == reg]["mean_ratio_global_local"].mean(),
+                    "test_error": best["test_error"].get(reg),
                 }
             )
             numbers = f"{num(ours, 2)} vs paper {paper.text}, needs {claim.test.needs()}"
             v.parts.append(Part(paper.column, numbers, ok))
-        v.details = pd.DataFrame(rows)
+        v.details = cells(rows, claim.details)
         out.append(v)
     return out
 
@@ -577,21 +593,14 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
         for setting in run.settings(ds):
             b = ordered(run.best(ds, "mlp", setting), NET_ORDER)
             g, ub = b["mean_guarantee_local"], b["mean_upper_bound"]
-            refined = column(b, "mean_upper_bound_l2_refined")
-            best_ub = column(b, "mean_upper_bound_l2_best")
-            details = pd.DataFrame(
-                {
-                    "method": b.index.map(LABEL),
-                    "model": b["model_id"],
-                    "mean guarantee": g.map(num),
-                    "mean upper bound": ub.map(num),
-                    "upper / guarantee": _cmp(ub, g).map(times),
-                    "refined upper bound": refined.map(num),
-                    "refined / guarantee": _cmp(refined, g).map(times),
-                    "refinement": (100 * (_cmp(refined, ub) - 1)).map("{:+.0f}%".format),
-                    "best upper bound": best_ub.map(num),
-                    "best / guarantee": _cmp(best_ub, g).map(times),
-                }
+            refined, best_ub = (column(b, f"mean_upper_bound_l2_{k}") for k in ("refined", "best"))
+            rows = b.assign(
+                ratio=_cmp(ub, g),
+                refined=refined,
+                refined_ratio=_cmp(refined, g),
+                refinement=100 * (_cmp(refined, ub) - 1),
+                best=best_ub,
+                best_ratio=_cmp(best_ub, g),
             )
             parts = [
                 Part(
@@ -599,8 +608,9 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
                     f"{num(ub[m])} / {num(g[m])} = {times(k)}, needs {claim.test.needs()}",
                     None if math.isnan(k) else claim.test.judge(ub[m], g[m]),
                 )
-                for m, k in _cmp(ub, g).items()
+                for m, k in rows["ratio"].items()
             ]
+            details = cells(rows, claim.details)
             out.append(Verdict(claim.key, run.name, f"{ds}, {setting}", parts, details))
     return out
 
@@ -620,9 +630,8 @@ def check_kernel_vs_nets(run: Run, claim: Claim) -> list[Verdict]:
             f"{num(a)} ({LABEL[k]}) vs {num(b)} ({LABEL[n]})",
             bool(a < b),
         )
-        details = pd.concat(
-            [_bounds_table(kern, KERNEL_ORDER), _bounds_table(nets, NET_ORDER)], ignore_index=True
-        )
+        both = pd.concat([ordered(kern, KERNEL_ORDER), ordered(nets, NET_ORDER)])
+        details = cells(both, claim.details)
         out.append(Verdict(claim.key, run.name, f"{ds}, plain", [part], details))
     return out
 
@@ -640,16 +649,13 @@ def check_setting(run: Run, claim: Claim) -> list[Verdict]:
         rows = []
         for m in [m for m in NET_ORDER if m in plain.index and m in other.index]:
             p, o = plain.loc[m], other.loc[m]
-            row = {
-                "method": LABEL[m],
-                f"test error plain / {setting}": f"{pct(p['test_error'])} / {pct(o['test_error'])}",
-            }
+            row = {"method": m, "plain": p, "other": o}
             for col, what in [
                 ("mean_guarantee_local", "guarantee"),
                 ("mean_upper_bound", "upper bound"),
             ]:
                 r, pair = _cmp(o[col], p[col]), f"{num(p[col])} plain, {num(o[col])} {setting}"
-                row[f"{what} plain / {setting}"] = f"{num(p[col])} / {num(o[col])} ({times(r)})"
+                row[col] = r  # other / plain
                 numbers = f"{pair} = {times(r)}, needs {test.needs()}"
                 v.parts.append(Part(f"{what} {LABEL[m]}", numbers, test.judge(o[col], p[col])))
             if PAPER_DATASET.get(ds) == "cifar10":
@@ -662,7 +668,7 @@ def check_setting(run: Run, claim: Claim) -> list[Verdict]:
                     )
                 )
             rows.append(row)
-        v.details = pd.DataFrame(rows)
+        v.details = cells(rows, {h.format(setting=setting): c for h, c in claim.details.items()})
         out.append(v)
     return out
 
@@ -685,18 +691,12 @@ def check_illustration(run: Run, claim: Claim) -> list[Verdict]:
     for ds in sorted(set(run.datasets("mlp", "mnist") + run.datasets("kernel", "mnist"))):
         best = {fam: run.best(ds, fam) for fam in ("kernel", "mlp")}
         rows = [
-            {
-                "classifier": clf,
-                "paper: mean ||δ||₂ of its 9 images": num(paper[clf], 2),
-                "ours: mean upper bound (best model)": num(best[fam].loc[m, "mean_upper_bound"])
-                if m in best[fam].index
-                else "–",
-            }
+            {"classifier": clf, "paper": paper[clf], "ours": best[fam]["mean_upper_bound"].get(m)}
             for clf, (fam, m) in ILLUSTRATION_CLASSIFIERS.items()
         ]
         family = {m: fam for fam, m in ILLUSTRATION_CLASSIFIERS.values()}
         parts = [p for r in claim.rows for p in r.parts(best[family[r.a]], absent=claim.absent)]
-        out.append(Verdict(claim.key, run.name, f"{ds}, plain", parts, pd.DataFrame(rows)))
+        out.append(Verdict(claim.key, run.name, f"{ds}, plain", parts, cells(rows, claim.details)))
     return out
 
 
@@ -741,6 +741,7 @@ def _claims(table: dict[str, Any]) -> dict[str, Claim]:
             tests.get(c.get("test")),
             c.get("absent", ""),
             c.get("labelled", False),
+            c.get("details", table["bounds"]),
         )
         for key, c in table["claims"].items()
     }

@@ -19,7 +19,6 @@ certificate); :func:`study_tables` picks by kind.
 from __future__ import annotations
 
 import json
-import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from .claims import num
+from .claims import cells
 
 STUDIES_DIR = "studies"
 NOTES_FILE = "notes.md"
@@ -57,34 +56,6 @@ def load_studies(runs_dir: Path) -> list[Study]:
         results = {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
         studies.append(Study(folder.name, title, rest.strip("\n"), results))
     return studies
-
-
-class _Cells(string.Formatter):
-    """A cell of ``studies.yaml`` filled from a row: ``!n`` shows a field as
-    :func:`~crosslip.reproduction.claims.num`; a field the row lacks (or null) raises
-    ``LookupError``."""
-
-    def get_value(self, key: int | str, args: Any, kwargs: dict[str, Any]) -> Any:
-        if kwargs.get(str(key)) is None:
-            raise LookupError(key)
-        return kwargs[str(key)]
-
-    def convert_field(self, value: Any, conversion: str | None) -> Any:
-        return num(value) if conversion == "n" else super().convert_field(value, conversion)
-
-
-def _table(rows: list[dict[str, Any]], cells: dict[str, str]) -> pd.DataFrame:
-    """One table row per row, a column per cell (header: format string); ``–`` for a cell
-    with a missing field."""
-
-    def cell(fmt: str, row: dict[str, Any]) -> str:
-        try:
-            return _Cells().format(fmt, **row)
-        except LookupError:
-            return "–"
-
-    table = [[cell(fmt, r) for fmt in cells.values()] for r in rows]
-    return pd.DataFrame(table, columns=list(cells))
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -127,8 +98,8 @@ def bracket_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     means = {
         "network": "{network}",
         "test error": "{test_error:.2%}",
-        "best upper bound": "{mean_upper_bound_best!n}",
-        **{label[n]: f"{{mean_{n}!n}} (×{{bracket_{n}:.2f}})" for n in names},
+        "best upper bound": "{mean_upper_bound_best:num}",
+        **{label[n]: f"{{mean_{n}:num}} (×{{bracket_{n}:.2f}})" for n in names},
     }
     closed = {
         "network": "{network}",
@@ -139,22 +110,15 @@ def bracket_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
         (
             "Mean L2 guarantee per certificate over the correctly classified points, and "
             "the bracket it leaves (best upper bound over it)",
-            _table(rows, means),
+            cells(rows, means),
         ),
         (
             "Share of the paper's bracket each certificate closes "
             "(log(guarantee / paper's) / log(upper bound / paper's)), and how often each "
             "gives the best guarantee",
-            _table(rows, closed),
+            cells(rows, closed),
         ),
     ]
-
-
-def guarantee_gap_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
-    """The tables of one ``study_guarantee_gap.py`` result: the networks at the last
-    checkpoint, each network against no regularization at the same learning rate and epoch,
-    and every checkpoint."""
-    return study_tables(result)
 
 
 def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
@@ -165,8 +129,8 @@ def study_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     spec = TABLES[kind]
     out = []
     for t in spec["tables"]:
-        cells = t.get("cells", spec["cells"])
-        cells = {c: cells[c] for c in t.get("columns", cells)}
+        columns = t.get("cells", spec["cells"])
+        columns = {c: columns[c] for c in t.get("columns", columns)}
         caption = t["caption"].format(**result, last=_last(result))
-        out.append((caption, _table(_rows(result, t.get("rows", "all")), cells)))
+        out.append((caption, cells(_rows(result, t.get("rows", "all")), columns)))
     return out
