@@ -87,6 +87,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "num2": lambda x: num(x, 2),
     "pct": pct,
     "times": times,
+    "change": lambda x: "–" if math.isnan(x) else f"{100 * (x - 1):+.0f}%",
     "label": LABEL.__getitem__,
 }
 
@@ -326,7 +327,7 @@ def ordered(best: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     return best.loc[[m for m in order if m in best.index]]
 
 
-def _cmp(a: Any, b: Any) -> Any:
+def ratio_of(a: Any, b: Any) -> Any:
     """``a / b`` (numbers or columns), NaN where ``b`` is 0 or either is NaN."""
     if isinstance(b, pd.Series):
         return (a / b).where(b != 0)
@@ -358,7 +359,7 @@ class Comparison:
     def judge(self, a: float, b: float) -> bool | None:
         if any(x is None or math.isnan(x) for x in (a, b)):
             return None
-        return bool(OPS[self.op][0](a, b, _cmp(a, b), self.t))
+        return bool(OPS[self.op][0](a, b, ratio_of(a, b), self.t))
 
     @property
     def ratio(self) -> bool:
@@ -408,7 +409,7 @@ class Row:
         fmt = pct if self.col == "test_error" else num
         la, lb = (f" ({LABEL[self.a]})", f" ({LABEL[b]})") if labelled else ("", "")
         text = f"{fmt(x)}{la} vs {label}{fmt(y)}{lb}"
-        text += f" = {times(_cmp(x, y))}" if self.test.ratio else ""
+        text += f" = {times(ratio_of(x, y))}" if self.test.ratio else ""
         need = self.test.needs(label.strip())
         what = self.what.format(a=LABEL[self.a], b=LABEL[b] if one else "")
         return Part(what, text + (f", needs {need}" if need else ""), self.test.judge(x, y))
@@ -595,12 +596,12 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
             g, ub = b["mean_guarantee_local"], b["mean_upper_bound"]
             refined, best_ub = (column(b, f"mean_upper_bound_l2_{k}") for k in ("refined", "best"))
             rows = b.assign(
-                ratio=_cmp(ub, g),
+                ratio=ratio_of(ub, g),
                 refined=refined,
-                refined_ratio=_cmp(refined, g),
-                refinement=100 * (_cmp(refined, ub) - 1),
+                refined_ratio=ratio_of(refined, g),
+                refinement=ratio_of(refined, ub),
                 best=best_ub,
-                best_ratio=_cmp(best_ub, g),
+                best_ratio=ratio_of(best_ub, g),
             )
             parts = [
                 Part(
@@ -654,7 +655,7 @@ def check_setting(run: Run, claim: Claim) -> list[Verdict]:
                 ("mean_guarantee_local", "guarantee"),
                 ("mean_upper_bound", "upper bound"),
             ]:
-                r, pair = _cmp(o[col], p[col]), f"{num(p[col])} plain, {num(o[col])} {setting}"
+                r, pair = ratio_of(o[col], p[col]), f"{num(p[col])} plain, {num(o[col])} {setting}"
                 row[col] = r  # other / plain
                 numbers = f"{pair} = {times(r)}, needs {test.needs()}"
                 v.parts.append(Part(f"{what} {LABEL[m]}", numbers, test.judge(o[col], p[col])))

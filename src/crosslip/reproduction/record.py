@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 import pandas as pd
+import yaml
 
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
@@ -53,6 +54,8 @@ RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
 #: Optional notes written with a run (not generated), shown under "Where we differ".
 NOTES_FILE = "notes.md"
+#: The columns of the record's tables (``record.yaml`` beside this module).
+TABLES = yaml.safe_load(Path(__file__).with_name("record.yaml").read_text(encoding="utf-8"))
 
 
 def table(df: pd.DataFrame) -> str:
@@ -286,46 +289,30 @@ def _ratio_text(ratio: float, paper_ds: str | None, method: str, setting: str) -
 
 def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     """Every evaluated network of ``unit`` on ``ds`` in ``setting``, by regularizer then
-    model id: the columns of the record's per-run network tables."""
+    model id: the record's per-run network tables (``record.yaml``: ``networks``)."""
     s = unit.models(ds, "mlp", setting)
     order = {m: i for i, m in enumerate(NET_ORDER)}
     s = s.assign(_o=s["method"].map(order)).sort_values(["_o", "model_id"])
-    refined = column(s, "mean_upper_bound_l2_refined")
     shares = [column(s, f"share_best_l2_{m}") for m in L2_UPPER_METHODS]
-    all_points = s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"]
-    return pd.DataFrame(
-        {
-            "model": s["model_id"],
-            "method": s["method"].map(LABEL),
-            "test error": s["test_error"].map(pct),
-            "mean L2 guarantee": s["mean_guarantee_local"].map(num),
-            "all points, errors 0": all_points.map(num),
-            "mean global guarantee": s["mean_guarantee_global"].map(num),
-            "Table 1 ratio": [
-                _ratio_text(r, PAPER_DATASET.get(ds), m, setting)
-                for r, m in zip(s["mean_ratio_global_local"], s["method"], strict=True)
-            ],
-            "upper bound, paper's procedure": s["mean_upper_bound"].map(num),
-            "upper bound, refined": refined.map(num),
-            "refinement": [
-                "–" if pd.isna(a) or pd.isna(b) or not b else f"{100 * (a / b - 1):+.0f}%"
-                for a, b in zip(refined, s["mean_upper_bound"], strict=True)
-            ],
-            "upper bound, minimal-norm attack": column(s, "mean_upper_bound_l2_min_norm").map(num),
-            "best upper bound": column(s, "mean_upper_bound_l2_best").map(num),
-            "best by paper / refined / min-norm": [
-                "–" if any(pd.isna(v) for v in row) else " / ".join(f"{100 * v:.0f}%" for v in row)
-                for row in zip(*shares, strict=True)
-            ],
-            "correct points": s["n_correct"].astype(int).map(str),
-        }
+    rows = s.assign(
+        all_points=s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"],
+        ratio=[
+            _ratio_text(r, PAPER_DATASET.get(ds), m, setting)
+            for r, m in zip(s["mean_ratio_global_local"], s["method"], strict=True)
+        ],
+        refinement=C.ratio_of(column(s, "mean_upper_bound_l2_refined"), s["mean_upper_bound"]),
+        shares=[
+            "–" if any(pd.isna(v) for v in row) else " / ".join(f"{100 * v:.0f}%" for v in row)
+            for row in zip(*shares, strict=True)
+        ],
     )
+    return C.cells(rows.to_dict("records"), TABLES["networks"])
 
 
 def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
     """Per paper dataset with networks from two units or more: the best network per
-    regularizer of every unit (plain), by epochs, and per regularizer how its Table 1
-    ratio and guarantee move."""
+    regularizer of every unit (plain), by epochs (``record.yaml``: ``trends``), and per
+    regularizer how its Table 1 ratio and guarantee move."""
     out = []
     for paper_ds in ["mnist", "cifar10", "gtsrb"]:
         cols = [
@@ -339,17 +326,12 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
             continue
         rows = [
             {
+                **r,
+                "method": m,
                 "run": u.name,
                 "device": short_device(u.device),
-                "epochs": str(u.epochs),
-                "method": LABEL[m],
-                "model": r["model_id"],
-                "lr": f"{r['lr']:g}",
-                "test error": pct(r["test_error"]),
-                "mean guarantee": num(r["mean_guarantee_local"]),
-                "Table 1 ratio": _ratio_text(r["mean_ratio_global_local"], paper_ds, m, "plain"),
-                "upper bound": num(r["mean_upper_bound"]),
-                "refined": num(r.get("mean_upper_bound_l2_refined")),
+                "epochs": u.epochs,
+                "ratio": _ratio_text(r["mean_ratio_global_local"], paper_ds, m, "plain"),
             }
             for u, best in cols
             for m, r in C.ordered(best, NET_ORDER).iterrows()
@@ -360,7 +342,7 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
             for seq in [[(u, best.loc[m]) for u, best in cols if m in best.index]]
             if len(seq) > 1
         ]
-        out.append((paper_ds, pd.DataFrame(rows), walks))
+        out.append((paper_ds, C.cells(rows, TABLES["trends"]), walks))
     return out
 
 
