@@ -14,29 +14,39 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = argparse.ArgumentParser(prog="python -m crosslip.reproduction", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
+    # the export options' dests are export_run's parameters
     ex = sub.add_parser("export", help="copy a finished run into docs/reproduction/<name>/")
     ex.add_argument("--results", required=True, help="the run's results folder")
     ex.add_argument("--name", required=True, help="run name (folder under docs/reproduction/)")
     ex.add_argument(
-        "--config", required=True, nargs="+", help="the --configfile file(s) the run used, in order"
+        "--config",
+        dest="configs",
+        required=True,
+        nargs="+",
+        help="the --configfile file(s) the run used, in order",
     )
     ex.add_argument("--command", required=True, help="the exact command that ran it")
     ex.add_argument(
         "--machine",
+        type=machine_from_text,
         help="the machine that ran it, as text or a YAML mapping {cpu, logical_cpus, "
         "memory_gib, gpu, software} (default: this machine's CPU, memory and GPU)",
     )
-    ex.add_argument("--wall-time", type=float, help="elapsed seconds of the run, if known")
+    ex.add_argument(
+        "--wall-time", dest="wall_time_s", type=float, help="elapsed seconds of the run, if known"
+    )
     ex.add_argument(
         "--commit",
         help="a run made elsewhere: the commit it ran at, unchanged (default: this HEAD)",
     )
     ex.add_argument(
         "--ran-on",
+        dest="results_written",
         help="a run made elsewhere: when it ran (default: the time summary.csv was written)",
     )
     ex.add_argument(
         "--benchmark",
+        dest="benchmarks",
         nargs="+",
         default=[],
         help="outputs of benchmarks/*.py run on the same machine (kept in run.yaml)",
@@ -54,40 +64,27 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"only check that docs/{RECORD_NAME} is up to date (exit 1 if not)",
     )
-    args = parser.parse_args(argv)
-    if args.cmd == "export":
+    args = vars(parser.parse_args(argv))
+    if args.pop("cmd") == "export":
         try:
-            dest = export_run(
-                args.results,
-                args.name,
-                args.config,
-                args.command,
-                args.docs,
-                None if args.machine is None else machine_from_text(args.machine),
-                args.wall_time,
-                args.force,
-                commit=args.commit,
-                results_written=args.ran_on,
-                pool=args.pool,
-                benchmarks=args.benchmark,
-            )
+            dest = export_run(**args)
         except ExportError as err:
             print(f"crosslip.reproduction export: {err}", file=sys.stderr)
             return 2
         print(f"exported {dest}; now run: python -m crosslip.reproduction render")
         return 0
-    if args.check:
-        path = Path(args.docs) / RECORD_NAME
-        if not path.is_file() or path.read_text() != render(args.docs):
+    if args["check"]:
+        path = Path(args["docs"]) / RECORD_NAME
+        if not path.is_file() or path.read_text() != render(args["docs"]):
             print(
-                f"{path} is not what `make record` renders from {args.docs}/reproduction/: "
+                f"{path} is not what `make record` renders from {args['docs']}/reproduction/: "
                 "run `make record` and commit it",
                 file=sys.stderr,
             )
             return 1
         print(f"{path} is up to date")
         return 0
-    print(f"wrote {write_record(args.docs)}")
+    print(f"wrote {write_record(args['docs'])}")
     return 0
 
 
