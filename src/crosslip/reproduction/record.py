@@ -70,21 +70,6 @@ def load_runs(docs: Path) -> list[Run]:
     return [Run.load(f) for f in folders]
 
 
-#: The sizes a run.yaml's machine may state, with their units.
-SIZES = {"logical_cpus": "logical CPUs", "memory_gib": "GiB"}
-
-
-def machine_text(machine: Any) -> str:
-    """The ``machine`` of a run.yaml as one line."""
-    if not isinstance(machine, dict):
-        return str(machine)
-    text = f"{machine.get('cpu') or 'unknown CPU'}"
-    sizes = [f"{machine[k]} {unit}" for k, unit in SIZES.items() if machine.get(k)]
-    text += f" ({', '.join(sizes)})" if sizes else ""
-    text += f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
-    return text + (f"; {machine['software']}" if machine.get("software") else "")
-
-
 def short_device(device: str) -> str:
     """A device name for a table header (``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``)."""
     return device.removeprefix("NVIDIA ")
@@ -106,18 +91,6 @@ def run_links(unit: Run) -> str:
     [`b`](#run-b)``."""
     links = [f"[`{p}`](#run-{p.lower().replace('.', '')})" for p in unit.parts]
     return ("runs " if len(links) > 1 else "run ") + " + ".join(links)
-
-
-def job_time_text(meta: dict[str, Any]) -> str:
-    """Total and per-rule Snakemake job seconds of a run (summed over jobs)."""
-    jobs = meta.get("job_seconds") or {}
-    if not jobs:
-        return "–"
-    total = sum(v["seconds"] for v in jobs.values())
-    parts = ", ".join(
-        f"{rule} {duration(v['seconds'])} ({v['jobs']} jobs)" for rule, v in sorted(jobs.items())
-    )
-    return f"{duration(total)}: {parts}"
 
 
 def _grid_text(values: list[float] | tuple[float, ...]) -> str:
@@ -440,7 +413,7 @@ def _environment() -> jinja2.Environment:
         pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
         grid=_grid_text,
     )
-    helpers = [machine_text, job_time_text, short_device, unit_scale, unit_label, run_links]
+    helpers = [short_device, unit_scale, unit_label, run_links]
     env.globals.update({f.__name__: f for f in [*helpers, num, study_tables]})
     env.globals.update(
         {
