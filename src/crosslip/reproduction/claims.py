@@ -88,7 +88,9 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "pct": pct,
     "times": times,
     "change": lambda x: "–" if math.isnan(x) else f"{100 * (x - 1):+.0f}%",
+    "duration": duration,
     "label": LABEL.__getitem__,
+    "list": lambda xs: ", ".join(map(str, xs)),
 }
 
 

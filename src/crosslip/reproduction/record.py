@@ -230,28 +230,21 @@ def _glance(claims: list[dict[str, Any]], units: list[Run]) -> pd.DataFrame:
 
 
 def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
-    rows = []
-    for run in runs:
-        m, cfg = run.meta, run.meta["config"]
-        grid = cfg["train"].get("grid")
-        rows.append(
-            {
-                "run": run.name,
-                "device": run.device,
-                "datasets": ", ".join(m["datasets"]),
-                "models": ", ".join(sorted(set(run.summary["family"]))),
-                "settings": ", ".join(cfg["train"]["settings"]) if grid else "plain",
-                "trained / evaluated": f"{m['models_trained']} / {m['models_evaluated']}",
-                "points per model": ", ".join(map(str, m["evaluated_points_per_model"])),
-                "epochs": str(m["epochs"]) if grid else "–",
-                "job time": duration(
-                    sum(v["seconds"] for v in (m.get("job_seconds") or {}).values())
-                ),
-                "commit": ((m.get("git") or {}).get("commit") or "–")[:10],
-                "evaluated as": unit_of[run.name].name,
-            }
-        )
-    return pd.DataFrame(rows)
+    """The committed runs, one row each (``record.yaml``: ``runs``)."""
+    rows = [
+        {
+            **run.meta,
+            "run": run,
+            "families": sorted(set(run.summary["family"])),
+            "settings": run.meta["config"]["train"]["settings"] if run.epochs else ["plain"],
+            "epochs": run.epochs,
+            "job_s": sum(v["seconds"] for v in (run.meta.get("job_seconds") or {}).values()),
+            "commit": ((run.meta.get("git") or {}).get("commit") or "–")[:10],
+            "unit": unit_of[run.name],
+        }
+        for run in runs
+    ]
+    return C.cells(rows, TABLES["runs"])
 
 
 def _ratio_text(ratio: float, paper_ds: str | None, method: str, setting: str) -> str:
