@@ -108,11 +108,12 @@ class _Cells(string.Formatter):
 
 
 def cells(
-    rows: Iterable[Mapping[str, Any]] | pd.DataFrame, columns: dict[str, str]
+    rows: Iterable[Mapping[str, Any]] | pd.DataFrame, columns: dict[str, str], **headers: str
 ) -> pd.DataFrame:
     """A table of formatted cells: one per row (a frame's index a column too) and column,
-    ``columns`` mapping each header to its cell, a format string over the row
-    (``'{mean_upper_bound:num}'``; :class:`_Cells`); ``–`` for a cell with a missing field."""
+    ``columns`` mapping each header (a format string over ``headers``) to its cell, a format
+    string over the row (``'{mean_upper_bound:num}'``; :class:`_Cells`); ``–`` for a cell
+    with a missing field."""
     if isinstance(rows, pd.DataFrame):
         rows = rows.reset_index().to_dict("records")
 
@@ -122,9 +123,8 @@ def cells(
         except LookupError:
             return "–"
 
-    return pd.DataFrame(
-        [[cell(f, r) for f in columns.values()] for r in rows], columns=list(columns)
-    )
+    table = [[cell(f, r) for f in columns.values()] for r in rows]
+    return pd.DataFrame(table, columns=[h.format(**headers) for h in columns])
 
 
 @dataclass
@@ -671,7 +671,7 @@ def check_setting(run: Run, claim: Claim) -> list[Verdict]:
                     )
                 )
             rows.append(row)
-        v.details = cells(rows, {h.format(setting=setting): c for h, c in claim.details.items()})
+        v.details = cells(rows, claim.details, setting=setting)
         out.append(v)
     return out
 

@@ -31,7 +31,6 @@ from .claims import (
     column,
     duration,
     num,
-    pct,
 )
 from .estimates import estimates
 from .export import RUN_FILE
@@ -333,44 +332,27 @@ def _table1(units: list[Run]) -> pd.DataFrame:
 
 def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str, pd.DataFrame]]]:
     """The paper's kernel table (and the older one's columns) and, per run and dataset, the
-    best kernel model per method beside the paper's."""
-
-    def paper(m: str, col: str, old: bool = False) -> str:
-        return (KERNEL_COMMENTED_OUT if old else KERNEL)[(m, col)].text.replace("\\%", "%")
-
-    published = {
-        c: KERNEL_COLUMNS[c] for c in ["test_error", "mean_upper_bound", "mean_guarantee_local"]
-    }
-    rows = [
-        {
-            "method": LABEL[m],
-            **{head: paper(m, col) for col, head in published.items()},
-            "older: avg. L2 adv. samples": paper(m, "mean_upper_bound", True),
-            "older: avg. L∞ adv. samples": paper(m, "mean_upper_bound_linf", True),
+    best kernel model per method beside the paper's (``record.yaml``: ``kernel_paper``,
+    ``kernel_runs``; the headers of the paper's quantities from ``paper.yaml``)."""
+    printed = {  # method -> "paper" and "older": summary column -> the paper's cell as printed
+        m: {
+            key: {c: n.text.replace("\\%", "%") for (k, c), n in numbers.items() if k == m}
+            for key, numbers in [("paper", KERNEL), ("older", KERNEL_COMMENTED_OUT)]
         }
         for m in C.KERNEL_ORDER
-    ]
+    }
+    paper = [{"method": m, **printed[m]} for m in C.KERNEL_ORDER]
     ours = []
     for u in units:
         for ds in u.datasets("kernel"):
-            best = u.best(ds, "kernel")
-            frame = [
-                {
-                    "method": LABEL[m],
-                    "model": r["model_id"],
-                    **{
-                        head: f"{(pct if col == 'test_error' else num)(r[col])} "
-                        f"(paper {paper(m, col)})"
-                        for col, head in published.items()
-                    },
-                    "avg. L∞ adv. samples": f"{num(r.get('mean_upper_bound_linf'))}"
-                    f" (older table {paper(m, 'mean_upper_bound_linf', True)})",
-                    "correct points": str(int(r["n_correct"])),
-                }
-                for m, r in C.ordered(best, C.KERNEL_ORDER).iterrows()
+            best = C.ordered(u.best(ds, "kernel"), C.KERNEL_ORDER)
+            linf = column(best, "mean_upper_bound_linf")  # NaN in runs made before it existed
+            rows = [
+                {**r, "mean_upper_bound_linf": linf[m], "method": m, **printed[m]}
+                for m, r in best.iterrows()
             ]
-            ours.append((u.name, ds, pd.DataFrame(frame)))
-    return pd.DataFrame(rows), ours
+            ours.append((u.name, ds, C.cells(rows, TABLES["kernel_runs"], **KERNEL_COLUMNS)))
+    return C.cells(paper, TABLES["kernel_paper"], **KERNEL_COLUMNS), ours
 
 
 def _figures(runs: list[Run], ests: list) -> list[tuple[str, str, list, list]]:
