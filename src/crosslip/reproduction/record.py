@@ -388,17 +388,15 @@ def _environment() -> jinja2.Environment:
         pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
         grid=_grid_text,
     )
-    helpers = [short_device, unit_scale, unit_label, run_links]
-    env.globals.update({f.__name__: f for f in [*helpers, num, study_tables]})
+    helpers = [short_device, unit_scale, unit_label, run_links, num, study_tables]
     env.globals.update(
-        {
-            "NOT_RUN": NOT_RUN,
-            "REPRODUCED": C.REPRODUCED,
-            "NOT_REPRODUCED": NOT_REPRODUCED,
-            "tex": TEX_NAME,
-            "runs_dir": RUNS_DIR,
-            "run_file": RUN_FILE,
-        },
+        {f.__name__: f for f in helpers},
+        NOT_RUN=NOT_RUN,
+        REPRODUCED=C.REPRODUCED,
+        NOT_REPRODUCED=NOT_REPRODUCED,
+        tex=TEX_NAME,
+        runs_dir=RUNS_DIR,
+        run_file=RUN_FILE,
         notes_file=NOTES_FILE,
         studies_dir=STUDIES_DIR,
         titles={k: c.title for k, c in CLAIMS.items()},
