@@ -5,7 +5,8 @@
 ``docs/reproduction/<name>/``, :mod:`~crosslip.reproduction.claims` judges the claims
 (``claims.yaml``), :mod:`~crosslip.reproduction.estimates` projects the GPU time of the runs
 the record lacks, :mod:`~crosslip.reproduction.studies` renders the studies, and
-:mod:`~crosslip.reproduction.record` renders the record (``record.md.j2``).
+:mod:`~crosslip.reproduction.record` renders the record (``record.md.j2``, its tables'
+columns in ``record.yaml``).
 
 Command line (``python -m crosslip.reproduction --help``)::
 

@@ -6,8 +6,10 @@ each run's settings beside the paper's (:mod:`~crosslip.reproduction.paper`), ev
 evaluated network and how the best move with the epochs, the runs not yet made with their
 estimated GPU time (:mod:`~crosslip.reproduction.estimates`), and the studies made to
 explain a gap (:mod:`~crosslip.reproduction.studies`). Every table is generated
-(``DataFrame.to_markdown``); the output depends on the run folders and the configs they name
-for the runs not yet made (``config/``), so rendering twice gives the same bytes.
+(``DataFrame.to_markdown``; most from their columns in ``record.yaml``, cells as format
+strings over a row, :func:`~crosslip.reproduction.claims.cells`); the output depends on the
+run folders and the configs they name for the runs not yet made (``config/``), so rendering
+twice gives the same bytes.
 """
 
 from __future__ import annotations
