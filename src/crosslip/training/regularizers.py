@@ -91,6 +91,10 @@ class _ContrastGradientNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, s: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         *lead, n, h = s.shape
+        # a product takes the layout of its inputs: s from a batched forward is a transposed
+        # view (crosslip.models.stacked), whose (n, K-1, H) product would be copied whole
+        # by the reshape; s is (K-1) times smaller
+        s = s.contiguous()
         a = (s[..., :, None, :] * q[..., None, :, :]).reshape(*lead, n * q.shape[-2], h)
         y = a @ u  # (..., n (K-1), d): the centred input gradients
         ctx.save_for_backward(s, q, u, a, y)
