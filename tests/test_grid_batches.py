@@ -328,6 +328,14 @@ def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(t
     batched = [j for j in default if "_grid_" in j["rule"]]
     assert sorted({stage_of(j["rule"]) for j in batched}) == ["attack", "certify", "train"]
     assert all(j.get("threads") == "2" for j in batched)
+    # below 4 cores every job of the three stages gets one thread, so that two run at once
+    # (crosslip.jobs.resources.job_threads); --set-threads still decides
+    small = [j for j in plan(tmp_path, TINY_RUN, "--cores", "2") if j["rule"] != "all"]
+    staged = [j for j in small if stage_of(j["rule"]) in ("train", "certify", "attack")]
+    assert {stage_of(j["rule"]) for j in staged} == {"train", "certify", "attack"}
+    assert all(j.get("threads", "1") == "1" for j in staged)
+    given_two = plan(tmp_path, TINY_RUN, "--cores", "2", "--set-threads", "certify=2")
+    assert {j.get("threads", "1") for j in given_two if stage_of(j["rule"]) == "certify"} == {"2"}
     jobs = plan(
         tmp_path,
         TINY_RUN,

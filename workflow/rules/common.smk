@@ -16,7 +16,12 @@ from crosslip.config.grid import (
 from crosslip.config.validate import external_models, validate
 from crosslip.jobs import selection as crosslip_selection
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.jobs.resources import grid_batch_resources, job_resources, take_overrides
+from crosslip.jobs.resources import (
+    grid_batch_resources,
+    job_resources,
+    job_threads,
+    take_overrides,
+)
 from crosslip.jobs.tracking import code_digest
 from crosslip.jobs import batches as crosslip_batches
 from crosslip.jobs.batches import evaluation_batches, plan_batches
@@ -29,6 +34,8 @@ if not workflow.modifier.skip_validation:
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
+# threads of a training, certify or attack job: 1 below 4 cores (crosslip.jobs.resources)
+JOB_THREADS = job_threads(workflow.cores)
 DATASETS = dataset_names(config)
 GRID = training_grid(config)
 # models trained elsewhere: name -> config entry (crosslip.models.external)
@@ -84,6 +91,7 @@ def training_rules():
             "gpu": lambda wc: resources_of(wc, "train")["gpu"],
         },
         "tracked": lambda wc: TRACKED[wc.model],
+        "priority": 0,
     }
     rules = [per_model]
     for batch in TRAIN_BATCHES:
@@ -105,6 +113,9 @@ def training_rules():
                 ),
                 # the very dict of the per-model jobs: Snakemake compares the repr
                 "tracked": TRACKED[batch.models[0]],
+                # a batch gates the evaluation of all its networks: it starts before the
+                # jobs of single models that are ready at the same time
+                "priority": len(batch.models),
             }
         )
     return rules

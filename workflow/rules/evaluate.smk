@@ -11,7 +11,7 @@ rule certify:
         f"{RESULTS}/benchmarks/certify/{{dataset}}/{{model}}.tsv"
     conda:
         ENV
-    threads: 2
+    threads: JOB_THREADS
     resources:
         # crosslip.jobs.resources, as for training
         mem_mb=lambda wc: resources_of(wc, "certify")["mem_mb"],
@@ -37,7 +37,7 @@ rule attack:
         f"{RESULTS}/benchmarks/attack/{{dataset}}/{{model}}.tsv"
     conda:
         ENV
-    threads: 2
+    threads: JOB_THREADS
     resources:
         # crosslip.jobs.resources, as for training
         mem_mb=lambda wc: resources_of(wc, "attack")["mem_mb"],
@@ -76,7 +76,7 @@ for batch in CERTIFY_BATCHES:
             f"{RESULTS}/benchmarks/certify_grid/{batch.dataset}/{batch.family}-{batch.setting}.tsv"
         conda:
             ENV
-        threads: 2
+        threads: JOB_THREADS
         resources:
             **batch_resources(batch, "certify"),
         params:
@@ -114,7 +114,7 @@ for batch in ATTACK_BATCHES:
             f"{RESULTS}/benchmarks/attack_grid/{batch.dataset}/{batch.family}-{batch.setting}.tsv"
         conda:
             ENV
-        threads: 2
+        threads: JOB_THREADS
         resources:
             **batch_resources(batch, "attack"),
         params:

@@ -23,7 +23,8 @@ for job in training_rules():
             model=one_of(GRID),
         conda:
             ENV
-        threads: 2
+        threads: JOB_THREADS
+        priority: job["priority"]
         resources:
             **job["resources"],
         params:

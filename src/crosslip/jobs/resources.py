@@ -253,6 +253,18 @@ def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str)
     return {"mem_mb": mem_mb, "runtime": _minutes(seconds, 120), "gpu": on_gpu}
 
 
+def job_threads(cores: int | None) -> int:
+    """Threads of each training, certify and attack job in a run given ``cores`` (Snakemake's
+    ``--cores``; ``None`` where the executor does not bound them, as on a cluster): 2, or 1
+    below 4 cores, so that two jobs run side by side rather than one job at a time on all
+    cores. A job's products are too small for a second thread to halve them, and its
+    start-up and Python work use one thread anyway: on the 2-core machine of
+    docs/performance.md the default run's 14 certify and attack jobs took 222 s with one
+    thread each, two at a time, against 321 s with two threads each, one at a time.
+    ``--set-threads`` still decides per rule."""
+    return 2 if cores is None or cores >= 4 else 1
+
+
 def take_overrides(workflow: Any, rule: str, of: str) -> None:
     """Give the rule named ``rule`` what ``--set-threads`` and ``--set-resources`` (on the
     command line or in a profile: profiles/slurm's GPU partition) give the rule named ``of``,
