@@ -52,13 +52,22 @@ OWN_OPTIONS: dict[str, list[str]] = {
         *("--alpha", "5", "--seed", "1", "--rtol", "1e-2", "--ascent-steps", "3"),
         *("--out", "r.json", "--verbose"),
     ],
+    "make_run_times.py": [
+        *("--baseline", "HEAD~1", "--candidate", "HEAD", "--rounds", "1", "--cores", "2"),
+        *("--venv", ".venv"),
+    ],
     "suite_times.py": [
         *("--tiers", "fast", "--baseline", "HEAD", "--rounds", "1"),
         *("--select", "tests/test_rounding.py"),
     ],
 }
 #: The scripts whose parser has no ``--device`` or ``--threads`` (no torch code of their own).
-NO_TORCH_OPTIONS = {"suite_times.py", "study_bracket.py", "study_settings.py"}
+NO_TORCH_OPTIONS = {
+    "make_run_times.py",
+    "suite_times.py",
+    "study_bracket.py",
+    "study_settings.py",
+}
 
 
 def test_every_benchmark_has_its_options_listed_here():
