@@ -328,6 +328,12 @@ def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(t
     batched = [j for j in default if "_grid_" in j["rule"]]
     assert sorted({stage_of(j["rule"]) for j in batched}) == ["attack", "certify", "train"]
     assert all(j.get("threads") == "2" for j in batched)
+    # a batched training (4 networks here) starts before single-model jobs ready with it
+    trains = [j for j in default if stage_of(j["rule"]) == "train"]
+    assert {(j["rule"] == "train", j.get("priority", "0")) for j in trains} == {
+        (False, "4"),
+        (True, "0"),
+    }
     # below 4 cores every job of the three stages gets one thread, so that two run at once
     # (crosslip.jobs.resources.job_threads); --set-threads still decides
     small = [j for j in plan(tmp_path, TINY_RUN, "--cores", "2") if j["rule"] != "all"]
