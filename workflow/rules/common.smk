@@ -34,8 +34,10 @@ if not workflow.modifier.skip_validation:
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
-# threads of a training, certify or attack job: 1 below 4 cores (crosslip.jobs.resources)
-JOB_THREADS = job_threads(workflow.cores)
+# threads of a training, certify or attack job: 1 below 4 cores (crosslip.jobs.resources);
+# the settings' cores, not workflow.cores, which raises where none are given (a cluster
+# executor, --report, --summary)
+JOB_THREADS = job_threads(workflow.resource_settings.cores)
 DATASETS = dataset_names(config)
 GRID = training_grid(config)
 # models trained elsewhere: name -> config entry (crosslip.models.external)

@@ -21,10 +21,10 @@ for job in training_rules():
             job["benchmark"]
         wildcard_constraints:
             model=one_of(GRID),
+        priority: job["priority"]
         conda:
             ENV
         threads: JOB_THREADS
-        priority: job["priority"]
         resources:
             **job["resources"],
         params:

@@ -255,7 +255,8 @@ def grid_batch_resources(config: dict[str, Any], specs: list[Any], dataset: str)
 
 def job_threads(cores: int | None) -> int:
     """Threads of each training, certify and attack job in a run given ``cores`` (Snakemake's
-    ``--cores``; ``None`` where the executor does not bound them, as on a cluster): 2, or 1
+    resolved ``--cores``: ``None`` where nothing bounds them, as a cluster executor's run or
+    ``--report``; a dry run without ``--cores`` counts 1): 2, or 1
     below 4 cores, so that two jobs run side by side rather than one job at a time on all
     cores. A job's products are too small for a second thread to halve them, and its
     start-up and Python work use one thread anyway: on the 2-core machine of
