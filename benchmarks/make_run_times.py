@@ -28,20 +28,10 @@ from pathlib import Path
 
 from _harness import ROOT, finish, parser
 from crosslip.device import describe_machine
+from gpu_session import snakemake_seconds
 from suite_times import baseline_checkout, children_cpu_seconds
 
 TARGET_SECONDS = 240.0
-
-
-def stage_seconds(results: Path) -> dict[str, float]:
-    """Seconds Snakemake recorded (``benchmark:`` files, column ``s``), summed per stage
-    folder (``train``, ``train_grid``, ``certify``, ``attack``)."""
-    totals: dict[str, float] = {}
-    for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
-        stage = tsv.relative_to(results / "benchmarks").parts[0]
-        rows = tsv.read_text().splitlines()
-        totals[stage] = totals.get(stage, 0.0) + float(rows[1].split("\t")[0])
-    return totals
 
 
 def make_run(ref: str, venv: Path, cores: str) -> dict:
@@ -60,7 +50,7 @@ def make_run(ref: str, venv: Path, cores: str) -> dict:
         return {
             "seconds": seconds,
             "cpu_seconds": cpu,
-            "stages": stage_seconds(checkout / "results"),
+            "stages": snakemake_seconds(checkout / "results"),
         }
 
 

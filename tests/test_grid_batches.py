@@ -33,7 +33,7 @@ from crosslip.config.validate import validate
 from crosslip.errors import ConfigError
 from crosslip.jobs.batches import evaluation_params, needs_training, plan_batches
 from crosslip.jobs.files import as_list
-from crosslip.jobs.resources import take_overrides
+from crosslip.jobs.resources import job_threads, take_overrides
 
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
 from .workflow_helpers import TINY_RUN, snakemake
@@ -317,6 +317,11 @@ def test_a_new_grid_value_trains_alone_and_a_new_epoch_count_in_batches(run):
     assert batched == [f"train_grid_mnist5k_{s}_seed0" for s in ("adversarial", "augment", "plain")]
     assert not [j for j in jobs if j["rule"] == "train"]  # the kernel models stay
     assert {stage_of(j["rule"]) for j in jobs} >= {"certify", "attack", "instances"}
+
+
+def test_jobs_get_one_thread_below_four_cores_and_two_where_nothing_bounds_them():
+    """A cluster run, --report and --summary give Snakemake no core count (None)."""
+    assert [job_threads(c) for c in (None, 1, 2, 3, 4, 64)] == [2, 1, 1, 1, 2, 2]
 
 
 @pytest.mark.slow
