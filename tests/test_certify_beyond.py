@@ -206,6 +206,42 @@ def test_tangent_steps_never_lower_the_radius(p, box):
         assert torch.all(moved >= plain)
 
 
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
+@pytest.mark.parametrize("p,box", [(2.0, False), (1.0, True), (math.inf, False)])
+def test_losses_per_point_equal_the_row_by_row_relaxation_at_the_point(
+    d, k, h, seed, scale, p, box
+):
+    """At ``t = z(x)`` the relaxation takes every row's losses as products of its pair's
+    ``|delta|`` with its point's quantities (one matrix product, not (rows, H) work); the
+    radii equal the row-by-row evaluation of the same bound (``_radius``) to its rounding
+    slack, for every pair (c, j), so no pair or sign is mixed up."""
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(12, d, seed + 50)
+    rng, m, _, _ = pieces(net, x, p, box)
+    relax = relaxation.LinearRelaxation(rng, m, 0)
+    idx = torch.arange(len(x))
+    need = torch.ones_like(m, dtype=torch.bool)
+    for radius in (0.02, 0.4, 3.0):
+        r = torch.full((len(x),), radius, dtype=DT)
+        fast = relax(idx, r, need)
+        zh, pad, lo, hi = rng.intervals(idx, r)
+        a = rng.alpha
+        s_lo, s_hi = relaxation.softplus(lo, a), relaxation.softplus(hi, a)
+        chord = ((s_hi - s_lo) / (hi - lo)).nan_to_num(nan=0.0)
+        chord = chord.clamp(torch.sigmoid(a * lo), torch.sigmoid(a * hi))
+        point, cls = rng.not_pred[rng.pred].nonzero(as_tuple=True)
+        delta = rng.W[rng.pred[point]] - rng.W[cls]
+        per_point = (zh, pad, lo, hi, hi - lo, s_lo, s_hi, relaxation.softplus(zh, a), chord)
+        row = relaxation._Row(
+            delta, relaxation.tangent_units(delta), *(v[point] for v in per_point)
+        )
+        x_rows = rng.x[point] if box else None
+        slow, _ = relax._radius(row, row.zh, m[point, cls], x_rows, r[point])
+        # the row-by-row form carries a slack for the moved tangents' gap (0 here)
+        assert torch.allclose(fast[point, cls], slow, rtol=1e-9, atol=1e-9), radius
+        assert torch.all(torch.isinf(fast[idx, rng.pred]))
+
+
 def test_best_is_the_largest_and_never_below_the_papers():
     net = random_net(20, 10, 32, 3, 5.0)
     x = random_points(30, 20, 4)

@@ -59,8 +59,12 @@ computed, so each unit needs a real ``loss_l`` with
 * The relaxation about ``zh`` instead of the real ``z(x)`` costs ``sum (|delta| +
   |lambda|) pad`` (``sigma`` is 1-Lipschitz), the computed ``delta = fl(w_c - w_j)`` costs
   ``2 u sum |delta| (hi - lo)``; these and the losses are non-negative sums, inflated by
-  ``1 + gamma_{H+4}``. ``g(x)`` enters as the rigorous lower bound of
-  :func:`~.search.margins_lower` (for a PyTorch softplus net, minus its threshold gap).
+  ``1 + gamma_{H+4}``. At ``t = zh`` each unit's loss and spare are ``|delta_l|`` times a
+  quantity of its point (:meth:`LinearRelaxation._losses`), so the sums are one matrix
+  product of the pairs' ``|delta|`` with the points' quantities, inflated by ``1 +
+  gamma_{3H+8}``; only the slopes ``lambda`` and ``U^T lambda`` are formed per row.
+  ``g(x)`` enters as the rigorous lower bound of :func:`~.search.margins_lower` (for a
+  PyTorch softplus net, minus its threshold gap).
 * ``||U^T lambda - fl(U^T lambda)||_q <= gamma_{H+2} sum_l |lambda_l| ||u_l||_q`` plus the
   underflow floor ``tau`` of :class:`~.softplus_bounds.NetTerms`; :mod:`.linear_min` and
   :func:`.linear_min.quad_radius` take it from there.
@@ -108,6 +112,15 @@ class LinearRelaxation:
         self.tau = terms.underflow_floor
         self.g_h = gamma(h + 2)
         self.sum_up = 1 + gamma(h + 4)
+        # |delta| of every pair (c, j) on its tangent units, and on its chord units by the
+        # sign of delta: (K, K, 3H), so that a row's losses at t = z(x) are one product
+        diff = self.W[:, None, :] - self.W[None, :, :]  # fl(w_c - w_j), as each row has it
+        dabs, tangent = diff.abs(), tangent_units(diff)
+        chord = ~tangent
+        self.pairs = torch.cat(
+            [dabs * tangent, dabs * (chord & (diff < 0)), dabs * (chord & (diff > 0))], -1
+        )
+        self.pair_up = 1 + gamma(3 * h + 8)
 
     # ------------------------------------------------------------------ per point at R
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
@@ -119,43 +132,94 @@ class LinearRelaxation:
         width = hi - lo
         chord = ((s_hi - s_lo) / width).nan_to_num_(nan=0.0)
         chord = torch.minimum(torch.maximum(chord, d_lo), d_hi)  # between the end slopes
+        slope = torch.sigmoid(a * zh)  # the tangents' at t = zh
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)
         delta = self.W[c[point]] - self.W[cls]  # (nr, H)
         tangent = tangent_units(delta)
-        row = _Row(
-            delta,
-            tangent,
-            zh[point],
-            pad[point],
-            lo[point],
-            hi[point],
-            width[point],
-            s_lo[point],
-            s_hi[point],
-            s_z[point],
-            chord[point],
+        lam = delta * torch.where(tangent, slope[point], chord[point])
+        # t = zh: every unit's loss is |delta_l| times a quantity of its point
+        total, err = self._losses(
+            c, point, cls, zh, pad, lo, hi, width, s_lo, s_hi, s_z, chord, slope
         )
         m_rows = self.m[idx[point], cls]
         x_rows = rng.x[idx[point]] if rng.box else None
         r_rows = r[point]
-        t = row.zh
-        best = None
-        for step in range(self.steps + 1):
-            rho, a_hat = self._radius(row, t, step > 0, m_rows, x_rows, r_rows)
-            best = rho if best is None else torch.maximum(best, rho)
-            if step == self.steps:
-                break
-            t = self._next_tangents(row, a_hat, torch.minimum(rho, r_rows), x_rows)
+        rho, a_hat = self._bound(m_rows - total, lam, err, x_rows, r_rows)
+        if self.steps:
+            row = _Row(
+                delta,
+                tangent,
+                *(v[point] for v in (zh, pad, lo, hi, width, s_lo, s_hi, s_z, chord)),
+            )
+            best = rho
+            for _ in range(self.steps):
+                t = self._next_tangents(row, a_hat, torch.minimum(rho, r_rows), x_rows)
+                rho, a_hat = self._radius(row, t, m_rows, x_rows, r_rows)
+                best = torch.maximum(best, rho)
+            rho = best
         out = torch.full_like(self.m[idx], torch.inf)
-        out[point, cls] = best
+        out[point, cls] = rho
         return out
 
+    def _losses(self, c, point, cls, zh, pad, lo, hi, width, s_lo, s_hi, s_z, chord, slope):
+        """``sum_l loss_l + spare_l`` of the module docstring (rounded up) and the bound on
+        ``||U^T lambda - fl(U^T lambda)||_q`` of every row at ``t = zh`` (each (nr,)), from
+        the points' quantities (m, H).
+
+        With ``t = zh`` a unit's loss and spare are ``|delta_l|`` times a quantity of its
+        point: ``A_l`` for a tangent (the slope error, ``8 FN_REL sigma'(zh)`` with room for
+        the computed ``|lambda| <= |delta| sigma'(1 + u)``, times the width, ``2^-1000``
+        terms and ``(1 + sigma') pad + 2u width``), and ``B_l`` for a chord, where
+        ``lambda_l = fl(delta_l chord_l) = sign(delta_l) |delta_l| chord_l (1 + e)``, ``|e|
+        <= u``: ``max_{z in {lo, hi}} (sigma(z) - sigma(zh)) + sign(delta_l) chord_l (z -
+        zh)``, plus ``16 FN_REL`` times its magnitudes (which cover ``e``), ``8 2^-1000``,
+        clamped at 0, plus ``(1 + chord) pad + 2u width``. So each row's sums are the
+        products of its pair's ``|delta|`` on each kind of unit with its point's vectors
+        (:attr:`pairs`): sums of ``3H`` non-negative products, inflated by ``1 +
+        gamma_{3H+8}``; the computed slopes inside ``|lambda|`` and ``|lambda| ||u_l||_q`` by
+        ``1 + 4u``."""
+        spare_up = 1 + 4 * UNIT
+        mag = s_lo + s_hi + 2 * s_z + lo.abs() + hi.abs() + 2 * zh.abs()
+        reach = 2 * zh.abs() + lo.abs() + hi.abs()
+        chord_up = chord * spare_up
+        size = (mag + chord_up * reach).mul_(16 * FN_REL).add_(8 * UNDERFLOW)
+        spare_c = (1 + chord_up) * pad + (2 * UNIT) * width
+        ends = [(s_lo - s_z, lo - zh), (s_hi - s_z, hi - zh)]
+        down = torch.maximum(*(rise - chord * run for rise, run in ends))
+        up = torch.maximum(*(rise + chord * run for rise, run in ends))
+        chord_neg = (down + size).clamp_min_(0.0) + spare_c
+        chord_pos = (up + size).clamp_min_(0.0) + spare_c
+        slope_up = slope * spare_up
+        tangent = (slope_up * (8 * FN_REL)).add_(2 * UNDERFLOW).mul_(width).add_(8 * UNDERFLOW)
+        tangent += (1 + slope_up) * pad + (2 * UNIT) * width
+        unorm = self.unorm_q * spare_up
+        vec_loss = torch.cat([tangent, chord_neg, chord_pos], -1)  # (m, 3H)
+        vec_err = torch.cat([slope_up * unorm, chord_up * unorm, chord_up * unorm], -1)
+        per_pair = torch.empty(2, len(c), self.pairs.shape[0], dtype=zh.dtype, device=zh.device)
+        for k in c.unique():
+            on = c == k
+            per_pair[:, on] = torch.stack([vec_loss[on], vec_err[on]]) @ self.pairs[k].T
+        per_pair.mul_(self.pair_up)
+        total, lam_q = per_pair[:, point, cls]
+        return total, lam_q.mul_(self.g_h).add_(self.tau)
+
+    def _bound(self, beta, lam, err, x_rows, r_rows):
+        """Certified radii (nr,) of the rows whose relaxation is ``beta + lam^T (z -
+        zh)``, with ``||U^T lam - fl(U^T lam)||_q <= err`` (each (nr,)), and ``fl(U^T
+        lambda)`` (nr, d)."""
+        a_hat = lam @ self.U  # (nr, d)
+        lowers: list[QuadLower] = [dual_norm_lower(a_hat, err, self.rng.q)]
+        if x_rows is not None:
+            lowers.append(box_lower(a_hat, err, x_rows, r_rows, self.rng.p))
+        rho = torch.stack([quad_radius(beta, low) for low in lowers]).max(0).values
+        return rho, a_hat
+
     # --------------------------------------------------------------------- per row
-    def _radius(self, row: _Row, t, moved: bool, m_rows, x_rows, r_rows):
-        """Certified radii (nr,) of the rows with tangent points ``t`` (nr, H) (``moved``:
-        whether ``t`` may differ from ``zh``), and ``fl(U^T lambda)`` (nr, d)."""
+    def _radius(self, row: _Row, t, m_rows, x_rows, r_rows):
+        """Certified radii (nr,) of the rows with tangent points ``t`` (nr, H), evaluated
+        row by row, and ``fl(U^T lambda)`` (nr, d)."""
         a = self.alpha
         delta, dabs = row.delta, row.delta.abs()
         slope_t = torch.sigmoid(a * t)
@@ -169,27 +233,20 @@ class LinearRelaxation:
         size = dabs * (row.s_lo + row.s_hi + 2 * row.s_z + row.lo.abs() + row.hi.abs())
         size += (dabs + lam_abs) * 2 * row.zh.abs() + lam_abs * (row.lo.abs() + row.hi.abs())
         chord_loss += size.mul_(16 * FN_REL)
-        # tangent units: exact at t = zh, else delta * Bregman distance, plus the slope error
+        # tangent units: delta * Bregman distance, plus the slope error
         slope_err = (lam_abs * (8 * FN_REL)).add_(dabs, alpha=2 * UNDERFLOW)
         tangent_loss = slope_err * row.width
-        if moved:
-            s_t = softplus(t, a)
-            gap = delta * (row.s_z - s_t) - lam * (row.zh - t)
-            size = dabs * (row.s_z + s_t + row.zh.abs() + t.abs())
-            size += lam_abs * (row.zh.abs() + t.abs())
-            tangent_loss += gap + size.mul_(16 * FN_REL)
+        s_t = softplus(t, a)
+        gap = delta * (row.s_z - s_t) - lam * (row.zh - t)
+        size = dabs * (row.s_z + s_t + row.zh.abs() + t.abs())
+        size += lam_abs * (row.zh.abs() + t.abs())
+        tangent_loss += gap + size.mul_(16 * FN_REL)
         loss = torch.where(row.tangent, tangent_loss, chord_loss).add_(dabs, alpha=8 * UNDERFLOW)
         loss.clamp_min_(0.0)
         spare = (dabs + lam_abs) * row.pad + dabs * row.width * (2 * UNIT)
         total = (loss.sum(-1) + spare.sum(-1)).mul_(self.sum_up)
-        beta = m_rows - total
-        a_hat = lam @ self.U  # (nr, d)
         err = (lam_abs @ self.unorm_q).mul_(self.g_h).add_(self.tau)
-        lowers: list[QuadLower] = [dual_norm_lower(a_hat, err, self.rng.q)]
-        if x_rows is not None:
-            lowers.append(box_lower(a_hat, err, x_rows, r_rows, self.rng.p))
-        rho = torch.stack([quad_radius(beta, low) for low in lowers]).max(0).values
-        return rho, a_hat
+        return self._bound(m_rows - total, lam, err, x_rows, r_rows)
 
     def _next_tangents(
         self, row: _Row, a_hat: torch.Tensor, r: torch.Tensor, x_rows: torch.Tensor | None
