@@ -220,3 +220,39 @@ def test_refined_upper_bounds_are_valid_and_never_worse(p):
     col = {1.0: "guarantee_l1", 2.0: "guarantee_l2", math.inf: "guarantee_linf"}[p]
     lower = certify_softplus(net, x, kinds=("l2", "l1", "linf", "box"))
     assert torch.all(refined.norm >= lower[col + "_box"])  # the attack stays in the box
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
+def test_rows_that_cannot_win_stop_early_and_change_no_result(p, monkeypatch):
+    """The search drops a target whose norm at its unchanged ``t`` already exceeds another
+    target's norm at a changed ``t`` (and, refining, a row that can no longer beat the
+    bound it must beat): the per-point results are exactly those of searching every row to
+    the end, for fewer rows evaluated."""
+    from crosslip.attacks import upper_bounds
+
+    original = upper_bounds._search
+
+    def run(prune: bool):
+        rows_seen = []
+
+        def search(logits_of, *args, point=None, bound=None):
+            def counted(xr, rows):
+                rows_seen.append(len(rows))
+                return logits_of(xr, rows)
+
+            if not prune:
+                point = bound = None
+            return original(counted, *args, point=point, bound=bound)
+
+        monkeypatch.setattr(upper_bounds, "_search", search)
+        net = random_net(15, 6, 24, 3, 3.0)
+        x = random_points(40, 15, 4)
+        paper = upper_bound(net, x, p=p)
+        refined = refine_upper_bound(net, x, paper, p=p, steps=3)
+        return paper, refined, sum(rows_seen)
+
+    (paper, refined, pruned), (paper0, refined0, full) = run(True), run(False)
+    for got, want in ((paper, paper0), (refined, refined0)):
+        for field in ("norm", "target", "adv_class", "success", "pred", "delta"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), field
+    assert pruned < 0.8 * full, (pruned, full)

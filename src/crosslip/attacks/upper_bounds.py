@@ -82,12 +82,34 @@ def _changed(
     return best > fc, cls
 
 
-def _search(logits_of: Logits, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
+def _search(
+    logits_of: Logits,
+    xs,
+    c_row,
+    v,
+    t0,
+    p,
+    lo,
+    hi,
+    rtol,
+    max_steps,
+    point: torch.Tensor | None = None,
+    bound: torch.Tensor | None = None,
+):
     """The paper's search on ``t`` for rows (point ``xs``, class ``c_row``, direction ``v``;
     ``logits_of`` the rows' classifier).
 
     Returns verified ``(norm (m,), delta (m, d), adv_class (m,))``; ``inf`` / 0 / -1 where
     the row found no adversarial sample.
+
+    A row stops early once its result cannot matter to the caller: ``point`` (m,), the
+    point of each row, when only the smallest norm per point is used (the targets of
+    :func:`upper_bound`): a row whose norm at the unchanged ``t_lo`` already exceeds the
+    norm at a changed ``t`` of another row of its point cannot end below it (the norm of
+    the projection grows with t); ``bound`` (m,), when only norms below it are used
+    (:func:`refine_upper_bound`): a row whose norm at ``t_lo`` reaches it. The rows that
+    can still win are searched exactly as without these, so the per-point minimum and its
+    sample are the same; the other rows end with a verified, coarser norm (or ``inf``).
     """
     prob = BoxProblem.build(xs, v, p, lo, hi)
     cap = prob.capacity
@@ -112,17 +134,30 @@ def _search(logits_of: Logits, xs, c_row, v, t0, p, lo, hi, rtol, max_steps):
         t_lo[rows[~ch]], n_lo[rows[~ch]] = t[~ch], norm[~ch]
         return ch
 
+    points = int(point.max()) + 1 if point is not None and m else 0
+
+    def hopeful(rows: torch.Tensor) -> torch.Tensor:
+        """The rows whose result may still matter (docstring)."""
+        keep = torch.ones_like(rows, dtype=torch.bool)
+        if points:
+            best = torch.full((points,), torch.inf, dtype=dt, device=dev)
+            best = best.scatter_reduce(0, point, n_hi, "amin")
+            keep &= n_lo[rows] <= best[point[rows]]
+        if bound is not None:
+            keep &= n_lo[rows] < bound[rows]
+        return rows[keep]
+
     t = torch.minimum(t0.clamp_min(0), cap)
     pending = rows_all.clone()
     for _ in range(64):  # expansion: double t until the prediction changes or capacity
         if len(pending) == 0:
             break
         miss = pending[~step(t[pending], pending)]
-        pending = miss[t[miss] < cap[miss]]
+        pending = hopeful(miss[t[miss] < cap[miss]])
         t[pending] = torch.minimum(2 * t[pending].clamp_min(1e-12), cap[pending])
     active = rows_all[torch.isfinite(t_hi)]
     for _ in range(max_steps):  # bisection on t between unchanged t_lo and changed t_hi
-        active = active[(n_hi[active] - n_lo[active]) > rtol * n_hi[active]]
+        active = hopeful(active[(n_hi[active] - n_lo[active]) > rtol * n_hi[active]])
         if len(active) == 0:
             break
         step(0.5 * (t_lo[active] + t_hi[active]), active)
@@ -211,7 +246,7 @@ def _paper_batch(logits_of: Logits, grads_of: Any, x, p, lo, hi, rtol, max_steps
     t0 = logits[point, c_row] - logits[point, target]
     rows_logits = lambda xr, rows: logits_of(xr, point[rows])  # noqa: E731
     norm, delta_rows, adv_cls = _search(
-        rows_logits, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps
+        rows_logits, x[point], c_row, v, t0, p, lo, hi, rtol, max_steps, point=point
     )
     # minimum over targets per point
     per_point = torch.full((n, k), torch.inf, dtype=x.dtype, device=x.device)
@@ -272,10 +307,11 @@ def refine_upper_bound(
             v = grads[ar, c] - grads[ar, j]
             gk = logits[ar, c] - logits[ar, j]  # <= 0 at an adversarial point
             t0 = gk - (v * best.delta[idx]).sum(1)  # linear model at x_k, evaluated at x
+            enough = best.norm[idx] * (1 - 1e-12)  # what counts as better
             norm, delta, cls = _search(
-                lambda xr, rows: model(xr), xs, c, v, t0, p, lo, hi, rtol, max_steps
+                lambda xr, rows: model(xr), xs, c, v, t0, p, lo, hi, rtol, max_steps, bound=enough
             )
-        better = norm < best.norm[idx] * (1 - 1e-12)
+        better = norm < enough
         bar.update(1, points=len(idx), improved=int(better.sum()))
         if not better.any():
             break
