@@ -452,6 +452,30 @@ def test_an_origin_estimate_changes_the_path_never_what_is_reported():
             assert torch.all(cert.guarantee <= 0.5 * g0 * (1 + 1e-12))
 
 
+def test_a_search_with_a_start_skips_r_zero_and_still_reaches_the_optimum():
+    """Given a first R, the search evaluates nothing at ``R = 0``, reports only ``alpha``
+    at evaluated R, and ends within its tolerance of the search opened at ``g(0)``, from a
+    start just above the optimum, far below it or far above it."""
+    net = random_net(10, 4, 16, 11, 2.0)
+    x = random_points(30, 10, 13)
+    _, m, bound = prop23_setup(net, x)
+    idx = torch.arange(len(x))
+    tried = []
+
+    def rho(i, r, need):
+        tried.append(r)
+        return ratios(m[i], bound(i, r))
+
+    plain = radius_search(rho, m, 1e-4)
+    for factor in (1 + 1e-4 / 4, 0.01, 50.0):
+        tried.clear()
+        cert = radius_search(rho, m, 1e-4, start=plain.guarantee * factor)
+        assert all(bool((r > 0).all()) for r in tried), factor
+        g = min_ratio(m, bound(idx, cert.radius))[0]
+        assert torch.allclose(cert.guarantee, torch.minimum(g, cert.radius), rtol=1e-12)
+        assert torch.allclose(cert.guarantee, plain.guarantee, rtol=3e-4), factor
+
+
 def test_class_pruning_changes_nothing():
     net = random_net(20, 10, 32, 3, 5.0)
     x = random_points(60, 20, 4)

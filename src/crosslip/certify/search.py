@@ -118,6 +118,7 @@ def theorem21(
     max_iter: int = 100,
     r_max: float = float("inf"),
     vanishes: torch.Tensor | None = None,
+    start: torch.Tensor | None = None,
 ) -> Certificate:
     """Maximize ``alpha(R)`` of Theorem 2.1 over R for every point at once.
 
@@ -127,7 +128,8 @@ def theorem21(
     difference ``grad f_c - grad f_j`` is zero at *every* y, decided from the weights (for
     them ``f_c - f_j`` is constant, so a positive margin never shrinks). Then
     ``g(R) = min_j m_j / L_j(R)`` is non-increasing, ``alpha(R) = min(g(R), R)``, and the
-    optimum ``alpha* = sup{R : g(R) >= R}`` satisfies ``alpha* <= g(0)``.
+    optimum ``alpha* = sup{R : g(R) >= R}`` satisfies ``alpha* <= g(0)``. ``start`` (n,),
+    optional: the first R to try (:func:`radius_search`; it changes the path only).
 
     Theorem 2.1 says exactly that class j cannot overtake c inside the ball of radius
     ``min(m_j / L_j(R), R)``, so this is :func:`radius_search` with the per-class radii
@@ -148,7 +150,7 @@ def theorem21(
         return ratios(m[idx], lip, None if vanishes is None else vanishes[idx])
 
     unbounded = unbounded_points(m, vanishes)
-    return radius_search(radius, m, rtol, max_iter, r_max, unbounded, prune=prune)
+    return radius_search(radius, m, rtol, max_iter, r_max, unbounded, prune=prune, start=start)
 
 
 def unbounded_points(m: torch.Tensor, vanishes: torch.Tensor | None) -> torch.Tensor:
@@ -223,7 +225,11 @@ def radius_search(
 
     ``start`` (n,), optional: the first R to try where it is positive and below
     ``hi`` (for instance a little above another certificate's radius), instead of ``hi``;
-    it changes only the path of the search.
+    it changes only the path of the search. With a ``start`` (and no ``origin``) nothing is
+    evaluated at ``R = 0``: the bracket opens at ``[0, r_cap]`` and the first evaluation,
+    at ``start``, closes it to ``[min(g, R), max(g, R)]`` (the step after it bisects). An
+    evaluation at ``R = 0`` costs as much as any other with every class still needed, so a
+    good ``start`` saves it; a point whose ``start`` is not positive begins at ``r_cap``.
 
     ``origin``, optional: per-class radii at ``R = 0`` in place of ``radius``'s there, for a
     radius function that is costly to evaluate rigorously: they open the bracket (``hi``)
@@ -239,14 +245,18 @@ def radius_search(
 
     everything = torch.ones_like(m, dtype=torch.bool)
     zero = torch.zeros(n, device=dev, dtype=dt)
-    g0, _ = (origin or radius)(all_idx, zero, everything).min(dim=1)
+    opened = start is not None and origin is None  # the bracket opens at start, not at 0
+    if opened:
+        g0 = torch.full((n,), torch.nan, device=dev, dtype=dt)  # unknown: no secant from it
+    else:
+        g0, _ = (origin or radius)(all_idx, zero, everything).min(dim=1)
     best = torch.zeros(n, device=dev, dtype=dt)
     best_r = torch.zeros(n, device=dev, dtype=dt)
     best_j = torch.full((n,), -1, device=dev, dtype=torch.long)
-    evals = torch.ones(n, device=dev, dtype=torch.long)
+    evals = torch.full((n,), 0 if opened else 1, device=dev, dtype=torch.long)
     rho = torch.zeros_like(m)  # radii within which each class is known not to overtake
     lo = torch.zeros(n, device=dev, dtype=dt)
-    hi = torch.clamp(g0, max=r_cap)
+    hi = r_cap.clone() if opened else torch.clamp(g0, max=r_cap)
 
     def evaluate(idx: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """``g(r)`` at the points ``idx``; records the best ``alpha``."""
