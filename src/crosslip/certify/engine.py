@@ -201,9 +201,13 @@ def _certify_batch(
             if name not in kinds:
                 continue
             col = f"guarantee_{name}"
-            # the tightest L2 bound is at least Proposition 2.3's, a box one at least the
-            # ball's, and both mostly close to it: their searches start there
-            near = res.get(col) if box else res.get("guarantee_local") if p == 2 else None
+            # a box guarantee is at least the ball's, the tightest L2 one at least
+            # Proposition 2.3's, and each mostly close to it: its search starts there
+            near = None
+            if box:
+                near = res[col]
+            elif p == 2:
+                near = res["guarantee_local"]
             if p == 2:
                 bound = MinBound(rng(2, box), glob)
                 cert = search(bound, near)
