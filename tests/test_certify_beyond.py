@@ -19,10 +19,17 @@ import torch
 from crosslip.certify import relaxation
 from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
+from crosslip.certify.integrated import SPAN, integrated
 from crosslip.certify.linear_min import box_lower, dual_norm_lower, quad_radius
-from crosslip.certify.search import margins_lower, radius_search, unbounded_points
+from crosslip.certify.search import (
+    margins_lower,
+    radius_search,
+    ratios,
+    theorem21,
+    unbounded_points,
+)
 from crosslip.certify.secant import max_second_derivative
-from crosslip.certify.softplus_bounds import NetTerms, PreactivationRange
+from crosslip.certify.softplus_bounds import IntervalBound, NetTerms, PreactivationRange
 
 from .helpers import random_net, random_points
 from .test_certify import margin_attack, project
@@ -267,6 +274,59 @@ def test_one_node_is_theorem_21():
     more = certify_softplus(net, x, kinds=("l2", "integrated"), integration_nodes=16)
     assert torch.all(more["guarantee_l2_integrated"] >= one["guarantee_l2_integrated"])
     assert torch.any(more["guarantee_l2_integrated"] > one["guarantee_l2_integrated"])
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS[1:])
+def test_integrated_evaluates_few_classes_and_equals_every_class_evaluated(d, k, h, seed, scale):
+    """The integrated radius with its two rounds of classes at the inner nodes (the worst
+    class at the last node, then those that can still undercut it) equals the same Riemann
+    sum taken over every class that the last node leaves open, computed here point by point
+    and class by class; and the rounds evaluate fewer rows."""
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(40, d, seed + 1)
+    rng, m, _, pred = pieces(net, x, 2.0, False)
+    van = NetTerms(net).vanishing[pred]
+    bound = IntervalBound(rng)
+    paper = theorem21(m, bound, rtol=1e-4, vanishes=van)
+    rows: list[int] = []
+
+    def counted(idx, r, need):
+        rows.append(int(need.sum()))
+        return bound(idx, r, need)
+
+    counted.supports_mask = True
+    nodes = 6
+    got = integrated(m, counted, paper, nodes, van)
+    want = paper.guarantee.clone()
+    a = paper.guarantee
+    ok = torch.isfinite(a) & (a > 0) & (m > 0).all(1)
+    idx = torch.arange(len(x))[ok]
+    r1 = SPAN * a[idx]
+    s = [r1 / nodes * t for t in range(nodes + 1)]  # (n_ok,) each
+    lips = [bound(idx, r, torch.ones_like(m[idx], dtype=torch.bool)) for r in s[1:]]
+    rho = ratios(m[idx], lips[-1], van[idx]).minimum(r1[:, None])
+    every = 0
+    for i, point in enumerate(idx.tolist()):
+        radius = float(r1[i])
+        for j in range(m.shape[1]):
+            if not rho[i, j] < r1[i]:
+                continue
+            every += 1
+            best, total = 0.0, 0.0
+            for t in range(nodes):  # piece t: from s[t] to s[t + 1] with L(s[t + 1])
+                lj, lo, hi = float(lips[t][i, j]), float(s[t][i]), float(s[t + 1][i])
+                left = float(m[point, j]) - total
+                if left > 0:
+                    best = max(best, min(lo + left / lj if lj > 0 else math.inf, hi))
+                total += (hi - lo) * lj
+            radius = min(radius, best)
+        want[point] = max(float(a[point]), radius)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    assert torch.any(got > paper.guarantee)
+    # the last node takes every class; the inner ones only the rounds' few (with two
+    # classes besides the predicted one, both may be needed)
+    inner = sum(rows[1:])
+    assert inner < (nodes - 1) * every if k >= 4 else inner <= (nodes - 1) * every
 
 
 # ----------------------------------------------------------------------- the pieces

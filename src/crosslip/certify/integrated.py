@@ -24,9 +24,17 @@ the point's is the smallest over j. With one node (``N = 1``, ``s_1 = R``) this 
 (which the caller passes in): on the 200-epoch networks of the record the integrated
 radius is 1.1–1.25 times ``alpha``, and nodes spread wider (up to the first-order distance
 ``min_j m_j / L_j(0)``, which bounds every radius since ``int_0^r L >= r L(0)``) cost more
-resolution than they gain. A class with ``m_j / L_j(R_1) >= R_1`` cannot overtake within
-``R_1`` (Theorem 2.1 at ``R_1``), so it is evaluated at the last node only. The reported
-value is never below ``alpha`` (each is valid, so their maximum is).
+resolution than they gain. The reported value is never below ``alpha`` (each is valid, so
+their maximum is).
+
+*Classes.* Every class is evaluated at the last node ``R_1``, where Theorem 2.1 makes class j
+safe up to ``rho_j = min(R_1, m_j / L_j(R_1))``. The inner nodes are evaluated in two rounds,
+for the classes that can still set the point's radius: first only the class with the
+smallest ``rho_j``, whose integrated radius ``r*`` bounds the point's from above; then the
+classes with ``rho_j < r*``. Every other class is safe up to ``rho_j >= r*`` by the last node
+alone, so the point's radius is the smallest integrated radius of the evaluated classes
+(at most ``r*``). On a 3-epoch MNIST network (300 points, L2) the inner nodes evaluate 2.1
+classes per point instead of the 4.4 whose ``rho_j < R_1``, with the same radii.
 
 *Rounding.* The margins are lower bounds and each ``L(s_i)`` an upper bound with its
 rounding covered (:mod:`.softplus_bounds`); the steps ``s_i - s_{i-1}`` are rounded up by
@@ -75,24 +83,33 @@ def integrated(
     m_t = m[todo]
     r1 = (SPAN * result[todo]).clamp(max=torch.finfo(dt).max)  # the last node
     van_t = None if vanishes is None else vanishes[todo]
-    # the last node with every class: those safe up to it need no other node
-    last = bound(todo, r1, torch.ones_like(m_t, dtype=torch.bool))
-    need = ratios(m_t, last, van_t) < r1[:, None]
-    step = r1 / nodes
-    s = torch.stack([step * i for i in range(nodes + 1)])  # (N + 1, nt)
-    lips = [bound(todo, s[i], need) for i in range(1, nodes)]
-    lips.append(last.masked_fill(~need, 0.0))
-    lip = torch.stack(lips)  # (N, nt, K), node i + 1
-    widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)
-    sums = (widths[:, :, None] * lip).cumsum(0).mul_(1 + gamma(nodes + 2))
-    before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k
-    left = (m_t[None] - before).mul_(1 - 2 * UNIT)  # (N, nt, K)
-    inner = torch.where(lip > 0, left / lip.clamp_min(torch.finfo(dt).tiny), torch.inf)
-    inner = inner.mul_(1 - 2 * UNIT)
-    reach_k = (s[:-1, :, None] + inner).mul_(1 - 2 * UNIT)
-    piece = torch.minimum(reach_k, s[1:, :, None])
-    piece = torch.where(left > 0, piece, torch.zeros_like(piece))
-    per_class = piece.max(0).values.masked_fill_(~need, torch.inf)  # (nt, K)
-    radius = per_class.min(1).values.clamp(max=r1)
+    # the last node with every class that can overtake (not c: its margin is +inf; not a
+    # vanishing one): Theorem 2.1 there makes each safe up to rho
+    can = torch.isfinite(m_t) if van_t is None else torch.isfinite(m_t) & ~van_t
+    last = bound(todo, r1, can)
+    rho = ratios(m_t, last, van_t).minimum(r1[:, None])  # (nt, K)
+    s = torch.stack([r1 / nodes * i for i in range(nodes + 1)])  # (N + 1, nt)
+
+    def radii(need: torch.Tensor) -> torch.Tensor:
+        """Integrated radii (nt, K) of the ``need`` classes, ``inf`` elsewhere."""
+        lips = [bound(todo, s[i], need) for i in range(1, nodes)]
+        lip = torch.stack([*lips, last.masked_fill(~need, 0.0)])  # (N, nt, K), node i + 1
+        widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)
+        sums = (widths[:, :, None] * lip).cumsum(0).mul_(1 + gamma(nodes + 2))
+        before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k
+        left = (m_t[None] - before).mul_(1 - 2 * UNIT)  # (N, nt, K)
+        inner = torch.where(lip > 0, left / lip.clamp_min(torch.finfo(dt).tiny), torch.inf)
+        inner = inner.mul_(1 - 2 * UNIT)
+        reach_k = (s[:-1, :, None] + inner).mul_(1 - 2 * UNIT)
+        piece = torch.minimum(reach_k, s[1:, :, None])
+        piece = torch.where(left > 0, piece, torch.zeros_like(piece))
+        return piece.max(0).values.masked_fill_(~need, torch.inf)
+
+    open_ = rho < r1[:, None]  # classes not already safe up to the last node
+    worst = torch.zeros_like(open_).scatter_(1, rho.argmin(1, keepdim=True), True) & open_
+    radius = radii(worst).min(1).values.minimum(r1)
+    rest = open_ & ~worst & (rho < radius[:, None])
+    if rest.any():
+        radius = radius.minimum(radii(rest).min(1).values)
     result[todo] = torch.maximum(result[todo], radius)
     return result
