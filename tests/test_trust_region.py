@@ -6,13 +6,17 @@ verified ``mu`` that is never below the real ``lambda_max``."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
 from crosslip.certify import trust_region
+from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
+from crosslip.certify.linear_min import quad_radius
 from crosslip.certify.search import radius_search
+from crosslip.certify.secant import secant_curvature
 
 from .helpers import random_net, random_points
 from .test_certify import margin_attack
@@ -78,7 +82,7 @@ def test_the_exact_minimum_is_never_below_the_lambda_max_form_and_often_above():
 
 
 def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
-    """Straight through :func:`radius_search` (no maximum with the other form): attacked."""
+    """Straight through :func:`radius_search` (no maximum with the column): attacked."""
     net = random_net(8, 5, 24, 12, 4.0)
     x = random_points(16, 8, 13)
     rng, m, unbounded, pred = pieces(net, x, 2.0, False)
@@ -89,6 +93,56 @@ def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
         assert torch.all(radius > 0)
         adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), 2.0, False, seed=5)
         assert torch.all(adv == same)
+
+
+def every_row_minimised(bound, idx, r, need, verify: bool = True) -> torch.Tensor:
+    """The reference for :meth:`TrustRegionBound.radii`: every needed row minimised over
+    the ball, and the larger of that and the ``lambda_max`` form's radius per row."""
+    rho_c = CurvatureBound.__call__(bound, idx, r, need)
+    zh, pad, lo, hi = bound.rng.intervals(idx, r)
+    s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, bound.alpha)
+    c = bound.rng.pred[idx]
+    point, cls = (bound.rng.not_pred[c] & need).nonzero(as_tuple=True)
+    grad, err, convex, kappa, margin = bound.rows(
+        idx[point], c[point], cls, s2_hi[point], s2_lo[point]
+    )
+    found = quad_radius(margin, bound.lower(grad, err, convex, kappa, margin, verify))
+    out = torch.full_like(rho_c, math.inf)
+    out[point, cls] = torch.maximum(found, rho_c[point, cls])
+    return out
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", [(10, 6, 32, 3, 2.0), (8, 10, 48, 5, 4.0)])
+def test_few_rows_are_minimised_and_the_radii_are_those_of_every_row(d, k, h, seed, scale):
+    """Rows that the ``lambda_max`` form certifies to R, and rows that cannot undercut the
+    first round's radius, are not minimised over the ball: the search gives the radii of
+    every needed row minimised (to the verification's rounding), for fewer rows."""
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(30, d, seed + 1)
+    rng, m, unbounded, _ = pieces(net, x, 2.0, False)
+    bound = trust_region.TrustRegionBound(rng, m, 6)
+    rows = [0]
+    real = bound.lower
+
+    def counted(grad, *args):
+        rows[0] += len(grad)
+        return real(grad, *args)
+
+    bound.lower = counted
+    near = radius_search(CurvatureBound(rng, m), m, 1e-4, unbounded=unbounded).guarantee
+
+    def search(fn, origin):
+        rows[0] = 0
+        cert = radius_search(fn, m, 1e-4, unbounded=unbounded, start=1.5 * near, origin=origin)
+        return cert.guarantee, rows[0]
+
+    got, few = search(bound, bound.origin)
+    want, every = search(
+        partial(every_row_minimised, bound), partial(every_row_minimised, bound, verify=False)
+    )
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=0)
+    assert torch.any(got > near * 1.01)  # minimised over the ball somewhere
+    assert few < 0.7 * every
 
 
 def concave_rows(rows: int, every: int, seed: int):

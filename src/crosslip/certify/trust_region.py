@@ -82,12 +82,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
 from .curvature import CurvatureBound
-from .linear_min import QuadLower, quad_radius
+from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
 from .softplus_bounds import PreactivationRange
@@ -259,23 +258,34 @@ class TrustRegionBound(CurvatureBound):
         self.abs_u = terms.abs_u
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
-        return self.radii(idx, r, need, self.lower)
+        return self.radii(idx, r, need, verify=True)
 
     def origin(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         """An estimate of the per-class radii (the search's ``origin``): the dual point of
         :func:`krylov_dual` with its ``mu`` not verified, so not a certificate; it opens the
         search's bracket without a factorisation per row."""
-        return self.radii(idx, r, need, partial(self.lower, verify=False))
+        return self.radii(idx, r, need, verify=False)
 
     def radii(
         self,
         idx: torch.Tensor,
         r: torch.Tensor,
         need: torch.Tensor,
-        lower: Callable[..., QuadLower],
+        verify: bool,
     ) -> torch.Tensor:
-        """Per-class radii (m, K) from ``lower(grad, err, convex, kappa, margin)`` on the
-        rows (point, class) needed, in chunks of :data:`CHUNK_ROWS`."""
+        """Per-class radii (m, K) from :meth:`lower` (``verify``: its ``mu`` verified) on
+        the rows (point, class) needed, in chunks of :data:`CHUNK_ROWS`.
+
+        Each row first gets the radius ``rho_c`` of the ``lambda_max`` form
+        (:class:`.CurvatureBound`, the same ``kappa``; one (H, H) product per row). It is
+        itself a certified per-class radius, so where it reaches R the row is done (in an
+        estimate, ``verify=False``, every row stays open). The open rows are minimised over
+        the ball in two rounds: first each point's row with the smallest ``rho_c``, whose
+        result ``t`` bounds the point's radius from above; then only the rows with ``rho_c <
+        t`` (a row with ``rho_c >= t`` cannot set the point's radius below ``t``, so it keeps
+        ``rho_c``). Every row reports the larger of its two radii. The point's radius is the
+        one of every needed row minimised; only the pruning of :func:`~.search.radius_search`
+        may see smaller radii for the classes that cannot set it."""
         rng = self.rng
         zh, pad, lo, hi = rng.intervals(idx, r)
         s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, self.alpha)
@@ -283,20 +293,60 @@ class TrustRegionBound(CurvatureBound):
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)
         out = torch.full_like(self.m[idx], math.inf)
+        if not len(point):
+            return out
+
+        rho = torch.empty(len(point), dtype=out.dtype, device=out.device)
         for start in range(0, len(point), CHUNK_ROWS):
-            p, j = point[start : start + CHUNK_ROWS], cls[start : start + CHUNK_ROWS]
-            delta = self.W[c[p]] - self.W[j]
-            dabs = delta.abs()
-            kappa = torch.where(delta < 0, dabs * s2_hi[p], 0.0).mul_(1 + 4 * UNIT)
-            convex = torch.where(delta > 0, dabs * s2_lo[p], 0.0).mul_(1 - 4 * UNIT)
-            rows = idx[p]
-            slope = self.slope[rows]
-            grad = (delta * slope) @ self.U
-            gap = (self.slope_err[rows] + slope * self.g_h) * dabs
-            err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
-            margin = self.m[rows, j]
-            out[p, j] = quad_radius(margin, lower(grad, err, convex, kappa, margin))
+            part = slice(start, start + CHUNK_ROWS)
+            p = point[part]
+            grad, err, _, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p], s2_lo[p])
+            quad = self.curvature(kappa).mul_(0.5)
+            rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), quad)
+        out[point, cls] = rho
+
+        def minimised(rows: torch.Tensor) -> None:
+            for start in range(0, len(rows), CHUNK_ROWS):
+                chunk = rows[start : start + CHUNK_ROWS]
+                p, j = point[chunk], cls[chunk]
+                grad, err, convex, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p], s2_lo[p])
+                found = quad_radius(margin, self.lower(grad, err, convex, kappa, margin, verify))
+                out[p, j] = torch.maximum(found, rho[chunk])
+
+        open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
+        # round 1: per point, the open rows with the smallest lambda_max-form radius
+        key = torch.where(open_, rho, torch.inf)
+        least = torch.full((len(idx),), math.inf, dtype=rho.dtype, device=rho.device)
+        least = least.scatter_reduce(0, point, key, "amin")
+        first = open_ & (key == least[point])
+        minimised(first.nonzero()[:, 0])
+        # round 2: the rows that can still undercut their point's radius after round 1
+        found = torch.where(first, out[point, cls], torch.inf)
+        bound = torch.full_like(least, math.inf).scatter_reduce(0, point, found, "amin")
+        minimised((open_ & ~first & (rho < bound[point])).nonzero()[:, 0])
         return out
+
+    def rows(
+        self,
+        x_idx: torch.Tensor,
+        c: torch.Tensor,
+        j: torch.Tensor,
+        s2_hi: torch.Tensor,
+        s2_lo: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """The rows (point ``x_idx``, predicted class ``c``, class ``j``; each (m,)) with
+        their secant curvature bounds ``s2_hi``, ``s2_lo`` (m, H): the computed gradient of
+        ``g`` at x (m, d), its error bound (m,), the convex units' ``delta inf Q`` and the
+        concave units' ``kappa`` (m, H), and the margins' lower bounds (m,)."""
+        delta = self.W[c] - self.W[j]
+        dabs = delta.abs()
+        kappa = torch.where(delta < 0, dabs * s2_hi, 0.0).mul_(1 + 4 * UNIT)
+        convex = torch.where(delta > 0, dabs * s2_lo, 0.0).mul_(1 - 4 * UNIT)
+        slope = self.slope[x_idx]
+        grad = (delta * slope) @ self.U
+        gap = (self.slope_err[x_idx] + slope * self.g_h) * dabs
+        err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
+        return grad, err, convex, kappa, self.m[x_idx, j]
 
     def lower(
         self,
