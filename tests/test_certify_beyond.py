@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from crosslip.certify import relaxation
+from crosslip.certify import curvature, relaxation, secant, trust_region
 from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.integrated import SPAN, integrated
@@ -394,6 +394,34 @@ def test_second_derivative_bound_covers_the_interval():
         z = torch.linspace(float(lo[i]), float(hi[i]), 2001, dtype=DT)
         s = torch.sigmoid(10 * z)
         assert float((10 * s * (1 - s)).max()) <= float(bound[i])
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", [(10, 6, 32, 3, 2.0), (8, 10, 48, 5, 4.0)])
+def test_the_secant_on_the_units_of_the_needed_rows_only_changes_no_radius(
+    monkeypatch, d, k, h, seed, scale
+):
+    """The curvature certificates ask :func:`.secant.secant_curvature` only for the units
+    that enter a needed row of the point (``delta < 0``; ``delta > 0`` too for the convex
+    part of the trust region): their radii equal those with every unit's secant computed."""
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(30, d, seed + 1)
+    cols = ("guarantee_l2_curvature", "guarantee_l2_curvature_box", "guarantee_linf_curvature")
+
+    def columns() -> dict:
+        kinds = ("l2", "linf", "box", "curvature")
+        return certify_softplus(net, x, rtol=1e-4, kinds=kinds, trust_region_steps=6)
+
+    got = columns()
+    real = secant.secant_curvature
+
+    def every_unit(*args, up_units=None, down_units=None, **kw):
+        return real(*args, **kw)
+
+    monkeypatch.setattr(curvature, "secant_curvature", every_unit)
+    monkeypatch.setattr(trust_region, "secant_curvature", every_unit)
+    want = columns()
+    for col in cols:
+        torch.testing.assert_close(got[col], want[col], rtol=1e-12, atol=0, msg=col)
 
 
 def test_curvature_needs_the_curvature_of_the_concave_units_only():

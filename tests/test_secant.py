@@ -102,3 +102,23 @@ def test_an_unbounded_range_gets_the_bounds_of_the_whole_interval():
     assert torch.equal(up, max_second_derivative(lo, hi, alpha))  # alpha / 4: they cross 0
     # inf Q over a range unbounded on a side is 0 (sigma'' vanishes there): exactly that
     assert torch.equal(down, torch.zeros_like(down))
+
+
+@pytest.mark.parametrize("alpha,centre,width", CASES)
+def test_units_left_out_get_the_whole_interval_and_the_others_are_unchanged(alpha, centre, width):
+    """``up_units`` / ``down_units``: the units kept get the full computation's bounds (to
+    the last bits: vectorised ``exp`` and ``log`` may round a lane differently from the
+    scalar tail, both within ``FN_REL``); the others the largest and smallest ``sigma''`` on
+    their interval."""
+    z, lo, hi = units(80, int(alpha * 5 + centre), centre, width)
+    z, lo, hi = z.view(2, 40), lo.view(2, 40), hi.view(2, 40)
+    pad = torch.full_like(z, 1e-9)
+    gen = torch.Generator().manual_seed(int(width))
+    keep_up = torch.rand(2, 40, generator=gen) < 0.5
+    keep_down = torch.rand(2, 40, generator=gen) < 0.5
+    up, down = secant_curvature(z, pad, lo, hi, alpha)
+    up_k, down_k = secant_curvature(z, pad, lo, hi, alpha, up_units=keep_up, down_units=keep_down)
+    torch.testing.assert_close(up_k[keep_up], up[keep_up], rtol=1e-13, atol=0)
+    torch.testing.assert_close(down_k[keep_down], down[keep_down], rtol=1e-13, atol=0)
+    assert torch.equal(up_k[~keep_up], max_second_derivative(lo, hi, alpha)[~keep_up])
+    assert torch.equal(down_k[~keep_down], min_second_derivative(lo, hi, alpha)[~keep_down])

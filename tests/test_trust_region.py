@@ -58,8 +58,8 @@ def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch):
     distance somewhere on the plane: the check above is not vacuous."""
     real = trust_region.secant_curvature
 
-    def no_concave_curvature(z, pad, lo, hi, alpha):
-        return torch.zeros_like(lo), real(z, pad, lo, hi, alpha)[1]
+    def no_concave_curvature(z, pad, lo, hi, alpha, **kw):
+        return torch.zeros_like(lo), real(z, pad, lo, hi, alpha, **kw)[1]
 
     monkeypatch.setattr(trust_region, "secant_curvature", no_concave_curvature)
     caught = False

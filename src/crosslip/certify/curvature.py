@@ -95,12 +95,13 @@ class CurvatureBound:
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
-        zh, pad, lo, hi = rng.intervals(idx, r)
-        s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False)[0]
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)
         delta = self.W[c[point]] - self.W[cls]  # (nr, H)
+        zh, pad, lo, hi = rng.intervals(idx, r)
+        concave = signed_units(len(idx), point, delta < 0)
+        s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
         dabs = delta.abs()
         kappa = torch.where(delta < 0, dabs * s2[point], 0.0).mul_(1 + 4 * UNIT)
         rows = idx[point]  # the point of each row
@@ -119,3 +120,12 @@ class CurvatureBound:
         out = torch.full_like(self.m[idx], math.inf)
         out[point, cls] = rho
         return out
+
+
+def signed_units(n: int, point: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """(n, H) bool: the units that ``sign`` (rows (nr, H) bool, of the points ``point``
+    (nr,) in ``range(n)``) marks in at least one row of the point: the only units whose
+    curvature bound enters that point's rows (:func:`.secant.secant_curvature`'s
+    ``up_units`` and ``down_units``)."""
+    hits = torch.zeros(n, sign.shape[1], dtype=torch.int32, device=sign.device)
+    return hits.index_add_(0, point, sign.to(torch.int32)) > 0

@@ -85,7 +85,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .curvature import CurvatureBound
+from .curvature import CurvatureBound, signed_units
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -287,14 +287,24 @@ class TrustRegionBound(CurvatureBound):
         one of every needed row minimised; only the pruning of :func:`~.search.radius_search`
         may see smaller radii for the classes that cannot set it."""
         rng = self.rng
-        zh, pad, lo, hi = rng.intervals(idx, r)
-        s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, self.alpha)
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)
         out = torch.full_like(self.m[idx], math.inf)
         if not len(point):
             return out
+        delta = self.W[c[point]] - self.W[cls]
+        zh, pad, lo, hi = rng.intervals(idx, r)
+        s2_hi, s2_lo = secant_curvature(
+            zh,
+            pad,
+            lo,
+            hi,
+            self.alpha,
+            up_units=signed_units(len(idx), point, delta < 0),
+            down_units=signed_units(len(idx), point, delta > 0),
+        )
+        del delta
 
         rho = torch.empty(len(point), dtype=out.dtype, device=out.device)
         for start in range(0, len(point), CHUNK_ROWS):
