@@ -116,7 +116,7 @@ def every_row_minimised(bound, idx, r, need, verify: bool = True) -> torch.Tenso
 def test_few_rows_are_minimised_and_the_radii_are_those_of_every_row(d, k, h, seed, scale):
     """Rows that the ``lambda_max`` form certifies to R, and rows that cannot undercut the
     first round's radius, are not minimised over the ball: the search gives the radii of
-    every needed row minimised (to the verification's rounding), for fewer rows."""
+    every needed row minimised (to the dual's float32 rounding), for fewer rows."""
     net = random_net(d, k, h, seed, scale)
     x = random_points(30, d, seed + 1)
     rng, m, unbounded, _ = pieces(net, x, 2.0, False)
@@ -140,7 +140,9 @@ def test_few_rows_are_minimised_and_the_radii_are_those_of_every_row(d, k, h, se
     want, every = search(
         partial(every_row_minimised, bound), partial(every_row_minimised, bound, verify=False)
     )
-    torch.testing.assert_close(got, want, rtol=1e-9, atol=0)
+    # the dual point is searched in float32 (trust_region.DUAL_DTYPE), whose products round
+    # differently in chunks of other sizes: radii agree to about 1e-6
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
     assert torch.any(got > near * 1.01)  # minimised over the ball somewhere
     assert few < 0.7 * every
 

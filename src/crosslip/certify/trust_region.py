@@ -34,7 +34,10 @@ on ``M_0`` from ``a`` (fully re-orthogonalised) span a Krylov space in which ``M
 inverted exactly through its tridiagonal matrix's eigenvectors (Gould, Lucidi, Roma and
 Toint, SIAM J. Optim. 1999, "Solving the trust-region subproblem using the Lanczos
 method"), ``w = M^{-1} a`` there, and ``mu`` is the one whose bound has the largest root,
-not the best bound at R: the search needs radii that do not collapse at ``R = 0``.
+not the best bound at R: the search needs radii that do not collapse at ``R = 0``. That
+search runs in float32 (:data:`DUAL_DTYPE`; half the time of float64's products), and the
+radii move by about 1e-6 relative: ``w`` and ``mu`` are then taken as float64 numbers and
+everything the bound reports is computed from them in float64, as below.
 
 *Positive semi-definiteness, verified.* The units with ``delta_l > 0`` add a positive
 semi-definite part, so ``M >= mu I - U^T diag(kappa) U`` and it suffices that ``mu`` is at
@@ -102,6 +105,9 @@ TOP_UNITS = 4096
 TAIL_SHARE = 3e-2
 #: Factors by which ``mu`` grows after a failed verification (then the row gets radius 0).
 RETRY_GROWTH = (1 + 1e-4, 1 + 1e-3, 1.01, 1.1, 1.5)
+#: The precision of the dual point's search (Lanczos, ``mu``, ``w``): any dual point is sound,
+#: since :meth:`TrustRegionBound.evaluate` bounds its own ``C`` and ``B`` in float64.
+DUAL_DTYPE = torch.float32
 #: Rows (point, class) per chunk of the dual (Lanczos on ``(rows, H)`` products).
 CHUNK_ROWS = 256
 #: Rows per factorisation batch: each holds a (k, k) matrix of its concave units (k <= H),
@@ -256,6 +262,7 @@ class TrustRegionBound(CurvatureBound):
         self.norm_sq_up = self.norm_up.square().mul_(1 + 2 * UNIT)
         self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
         self.abs_u = terms.abs_u
+        self.u_dual = self.U.to(DUAL_DTYPE)
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         return self.radii(idx, r, need, verify=True)
@@ -307,12 +314,13 @@ class TrustRegionBound(CurvatureBound):
         del delta
 
         rho = torch.empty(len(point), dtype=out.dtype, device=out.device)
+        lam = torch.empty_like(rho)  # the cheap bounds on lambda_max, for the verification
         for start in range(0, len(point), CHUNK_ROWS):
             part = slice(start, start + CHUNK_ROWS)
             p = point[part]
             grad, err, _, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p], s2_lo[p])
-            quad = self.curvature(kappa).mul_(0.5)
-            rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), quad)
+            lam[part] = self.curvature(kappa)
+            rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * lam[part])
         out[point, cls] = rho
 
         def minimised(rows: torch.Tensor) -> None:
@@ -320,7 +328,8 @@ class TrustRegionBound(CurvatureBound):
                 chunk = rows[start : start + CHUNK_ROWS]
                 p, j = point[chunk], cls[chunk]
                 grad, err, convex, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p], s2_lo[p])
-                found = quad_radius(margin, self.lower(grad, err, convex, kappa, margin, verify))
+                dual = self.lower(grad, err, convex, kappa, margin, verify, lam[chunk])
+                found = quad_radius(margin, dual)
                 out[p, j] = torch.maximum(found, rho[chunk])
 
         open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
@@ -366,31 +375,46 @@ class TrustRegionBound(CurvatureBound):
         kappa: torch.Tensor,
         margin: torch.Tensor,
         verify: bool = True,
+        cheap: torch.Tensor | None = None,
     ) -> QuadLower:
         """``QuadLower`` of ``a^T v + 1/2 sum q_l (u_l^T v)^2`` over ``||v|| <= r``
         (module docstring): a dual point from :func:`krylov_dual`, its ``mu`` verified
         (``verify=False``: taken as it is, positive definite in the Krylov span only; an
-        estimate, not a bound)."""
+        estimate, not a bound). ``cheap`` (m,), optional: the rows' cheap bounds on
+        ``lambda_max`` (:meth:`.CurvatureBound.curvature` of ``kappa``) where known."""
         q = convex - kappa
-        mu, span = krylov_dual(grad, q, self.U, margin.clamp_min(0.0), self.steps)
+        dt = DUAL_DTYPE
+        low = krylov_dual(
+            grad.to(dt), q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
+        )
+        mu, span = low[0].to(grad.dtype), low[1]
+
+        def solve(mu: torch.Tensor) -> torch.Tensor:
+            return span.solve(mu.to(dt)).to(grad.dtype)
+
         if not verify:
-            return self.evaluate(grad, err, q, convex, kappa, span.solve(mu), mu)
+            return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu)
         mu_ok = torch.cat(
             [
-                self.verified(kappa[i : i + FACTOR_ROWS], mu[i : i + FACTOR_ROWS])
+                self.verified(kappa[i : i + FACTOR_ROWS], mu[i : i + FACTOR_ROWS], cheap_i)
                 for i in range(0, len(mu), FACTOR_ROWS)
+                for cheap_i in [None if cheap is None else cheap[i : i + FACTOR_ROWS]]
             ]
         )
-        return self.evaluate(grad, err, q, convex, kappa, span.solve(mu_ok), mu_ok)
+        return self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
 
-    def verified(self, kappa: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    def verified(
+        self, kappa: torch.Tensor, mu: torch.Tensor, cheap: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``mu'`` (m,) at least ``mu`` with ``mu' I - U^T diag(kappa) U`` (``kappa`` (m, H))
         positive semi-definite: ``mu`` itself where it is at least the cheap bound on
         ``lambda_max`` of :meth:`.CurvatureBound.curvature`, otherwise verified by
         :meth:`ConcavePart.verify` (from ``mu``, then from an estimate of ``lambda_max``,
-        then after at most ``len(RETRY_GROWTH)`` growths); ``inf`` where every try fails."""
+        then after at most ``len(RETRY_GROWTH)`` growths); ``inf`` where every try fails.
+        ``cheap`` (m,), optional: that bound where the caller has it already."""
         mu = mu.clone()
-        hard = (mu < self.curvature(kappa)).nonzero()[:, 0]
+        cheap = self.curvature(kappa) if cheap is None else cheap
+        hard = (mu < cheap).nonzero()[:, 0]
         if len(hard):
             mu[hard] = self.factorised(kappa[hard], mu[hard])
         return mu
