@@ -316,7 +316,8 @@ def test_resnet_config_runs_end_to_end(tmp_path):
 def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
     """Every ResNet regularizer in the plain and augment settings (colour augmentation) on
     CIFAR-10 data read from an archive in the official format (tiny: 15 train / 3 test
-    images; the real one needs a download), through the real workflow."""
+    images; the real one needs a download), through the real workflow, each setting's models
+    certified and attacked in one job."""
     from crosslip.data import save_prepared
     from crosslip.data.cifar10 import read_cifar10_archive
 
@@ -337,11 +338,13 @@ def test_resnet_grid_on_cifar10_format_runs_end_to_end(tmp_path):
         "datasets": ["cifar10"],
         "model": {"arch": "resnet", "resnet_blocks": 1},
         "train": {"epochs": 1, "batch_size": 8, "settings": ["plain", "augment"], "grid": regs},
-        "certify": {"n_points": 3, "kinds": ["local"]},
+        # each setting's ResNets certified (attacked) in one job: the batched evaluation of
+        # ResNets (test_resnet_config_runs_end_to_end has one job per model), 4 jobs, not 16
+        "certify": {"n_points": 3, "kinds": ["local"], "batch_models": True},
         # a short minimal-norm attack: its default 200 steps x 18 walks of a ResNet on the
         # CPU took 5 minutes of this test
         "attack": {
-            **{"n_points": 3, "norms": ["l2"], "refine_steps": 1},
+            **{"n_points": 3, "norms": ["l2"], "refine_steps": 1, "batch_models": True},
             **{"min_norm_steps": 10, "min_norm_targets": 2, "min_norm_restarts": 1},
         },
     }
