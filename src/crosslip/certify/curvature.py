@@ -100,7 +100,7 @@ class CurvatureBound:
         point, cls = sel.nonzero(as_tuple=True)
         delta = self.W[c[point]] - self.W[cls]  # (nr, H)
         zh, pad, lo, hi = rng.intervals(idx, r)
-        concave = signed_units(len(idx), point, delta < 0)
+        concave = signed_units(self.W, c[point], cls, point, len(idx), negative=True)
         s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
         dabs = delta.abs()
         kappa = torch.where(delta < 0, dabs * s2[point], 0.0).mul_(1 + 4 * UNIT)
@@ -122,10 +122,23 @@ class CurvatureBound:
         return out
 
 
-def signed_units(n: int, point: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
-    """(n, H) bool: the units that ``sign`` (rows (nr, H) bool, of the points ``point``
-    (nr,) in ``range(n)``) marks in at least one row of the point: the only units whose
-    curvature bound enters that point's rows (:func:`.secant.secant_curvature`'s
-    ``up_units`` and ``down_units``)."""
-    hits = torch.zeros(n, sign.shape[1], dtype=torch.int32, device=sign.device)
-    return hits.index_add_(0, point, sign.to(torch.int32)) > 0
+def signed_units(
+    W: torch.Tensor,
+    c: torch.Tensor,
+    j: torch.Tensor,
+    point: torch.Tensor,
+    n: int,
+    negative: bool,
+    chunk: int = 4096,
+) -> torch.Tensor:
+    """(n, H) bool: the units where ``w_c - w_j`` is negative (``negative``; else positive)
+    in at least one row (``c``, ``j``, of the point ``point``; each (nr,), points in
+    ``range(n)``), from the output weights ``W`` (K, H), ``chunk`` rows at a time: the
+    only units whose curvature bound from above (below) enters that point's rows
+    (:func:`.secant.secant_curvature`'s ``up_units`` and ``down_units``)."""
+    hits = torch.zeros(n, W.shape[1], dtype=torch.int32, device=W.device)
+    for start in range(0, len(point), chunk):
+        part = slice(start, start + chunk)
+        d = W[c[part]] - W[j[part]]
+        hits.index_add_(0, point[part], ((d < 0) if negative else (d > 0)).to(torch.int32))
+    return hits > 0

@@ -300,25 +300,15 @@ class TrustRegionBound(CurvatureBound):
         out = torch.full_like(self.m[idx], math.inf)
         if not len(point):
             return out
-        delta = self.W[c[point]] - self.W[cls]
         zh, pad, lo, hi = rng.intervals(idx, r)
-        s2_hi, s2_lo = secant_curvature(
-            zh,
-            pad,
-            lo,
-            hi,
-            self.alpha,
-            up_units=signed_units(len(idx), point, delta < 0),
-            down_units=signed_units(len(idx), point, delta > 0),
-        )
-        del delta
-
+        concave = signed_units(self.W, c[point], cls, point, len(idx), negative=True)
+        s2_hi = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
         rho = torch.empty(len(point), dtype=out.dtype, device=out.device)
         lam = torch.empty_like(rho)  # the cheap bounds on lambda_max, for the verification
         for start in range(0, len(point), CHUNK_ROWS):
             part = slice(start, start + CHUNK_ROWS)
             p = point[part]
-            grad, err, _, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p], s2_lo[p])
+            grad, err, _, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p], None)
             lam[part] = self.curvature(kappa)
             rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * lam[part])
         out[point, cls] = rho
@@ -333,6 +323,21 @@ class TrustRegionBound(CurvatureBound):
                 out[p, j] = torch.maximum(found, rho[chunk])
 
         open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
+        # inf Q from below, only for the convex units of the open rows (0 elsewhere: Q > 0)
+        s2_lo = torch.zeros_like(s2_hi)
+        opened = open_.nonzero()[:, 0]
+        if len(opened):
+            pts, at = point[opened].unique(), point[opened]
+            convex = signed_units(self.W, c[at], cls[opened], at, len(idx), negative=False)
+            s2_lo[pts] = secant_curvature(
+                zh[pts],
+                pad[pts],
+                lo[pts],
+                hi[pts],
+                self.alpha,
+                up_units=torch.zeros_like(convex[pts]),
+                down_units=convex[pts],
+            )[1]
         # round 1: per point, the open rows with the smallest lambda_max-form radius
         key = torch.where(open_, rho, torch.inf)
         least = torch.full((len(idx),), math.inf, dtype=rho.dtype, device=rho.device)
@@ -351,16 +356,20 @@ class TrustRegionBound(CurvatureBound):
         c: torch.Tensor,
         j: torch.Tensor,
         s2_hi: torch.Tensor,
-        s2_lo: torch.Tensor,
+        s2_lo: torch.Tensor | None,
     ) -> tuple[torch.Tensor, ...]:
         """The rows (point ``x_idx``, predicted class ``c``, class ``j``; each (m,)) with
-        their secant curvature bounds ``s2_hi``, ``s2_lo`` (m, H): the computed gradient of
-        ``g`` at x (m, d), its error bound (m,), the convex units' ``delta inf Q`` and the
-        concave units' ``kappa`` (m, H), and the margins' lower bounds (m,)."""
+        their secant curvature bounds ``s2_hi``, ``s2_lo`` (m, H; ``s2_lo`` None: no convex
+        part, zeros): the computed gradient of ``g`` at x (m, d), its error bound (m,), the
+        convex units' ``delta inf Q`` and the concave units' ``kappa`` (m, H), and the
+        margins' lower bounds (m,)."""
         delta = self.W[c] - self.W[j]
         dabs = delta.abs()
         kappa = torch.where(delta < 0, dabs * s2_hi, 0.0).mul_(1 + 4 * UNIT)
-        convex = torch.where(delta > 0, dabs * s2_lo, 0.0).mul_(1 - 4 * UNIT)
+        if s2_lo is None:  # not needed: no convex part
+            convex = torch.zeros_like(dabs)
+        else:
+            convex = torch.where(delta > 0, dabs * s2_lo, 0.0).mul_(1 - 4 * UNIT)
         slope = self.slope[x_idx]
         grad = (delta * slope) @ self.U
         gap = (self.slope_err[x_idx] + slope * self.g_h) * dabs
