@@ -403,13 +403,7 @@ class TrustRegionBound(CurvatureBound):
 
         if not verify:
             return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu)
-        mu_ok = torch.cat(
-            [
-                self.verified(kappa[i : i + FACTOR_ROWS], mu[i : i + FACTOR_ROWS], cheap_i)
-                for i in range(0, len(mu), FACTOR_ROWS)
-                for cheap_i in [None if cheap is None else cheap[i : i + FACTOR_ROWS]]
-            ]
-        )
+        mu_ok = self.verified(kappa, mu, cheap)
         return self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
 
     def verified(
@@ -420,12 +414,16 @@ class TrustRegionBound(CurvatureBound):
         ``lambda_max`` of :meth:`.CurvatureBound.curvature`, otherwise verified by
         :meth:`ConcavePart.verify` (from ``mu``, then from an estimate of ``lambda_max``,
         then after at most ``len(RETRY_GROWTH)`` growths); ``inf`` where every try fails.
-        ``cheap`` (m,), optional: that bound where the caller has it already."""
+        ``cheap`` (m,), optional: that bound where the caller has it already. The rows to
+        factorise go in batches of :data:`FACTOR_ROWS` with similar numbers of top units,
+        since a batch's matrices take the size of its largest."""
         mu = mu.clone()
         cheap = self.curvature(kappa) if cheap is None else cheap
         hard = (mu < cheap).nonzero()[:, 0]
-        if len(hard):
-            mu[hard] = self.factorised(kappa[hard], mu[hard])
+        hard = hard[self.ranking(kappa[hard], mu[hard])[2].argsort()]
+        for start in range(0, len(hard), FACTOR_ROWS):
+            rows = hard[start : start + FACTOR_ROWS]
+            mu[rows] = self.factorised(kappa[rows], mu[rows])
         return mu
 
     def factorised(self, kappa: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
@@ -451,14 +449,7 @@ class TrustRegionBound(CurvatureBound):
         of at most :data:`TAIL_SHARE` times ``scale`` (m,) (the ``mu`` sought; without it,
         every unit with ``kappa > 0``)."""
         h = kappa.shape[1]
-        weight = kappa * self.norm_sq_up  # kappa_l ||u_l||^2
-        order = weight.argsort(dim=1, descending=True)
-        ranked = weight.gather(1, order)
-        if scale is None:
-            keep = (ranked > 0).sum(1)
-        else:  # suffix sums: what is left after the first i units
-            left = ranked.flip(1).cumsum(1).flip(1)
-            keep = (left > TAIL_SHARE * scale[:, None]).sum(1)
+        order, ranked, keep = self.ranking(kappa, scale)
         k = min(TOP_UNITS, int(keep.max()) if kappa.numel() else 0)
         top = order[:, :k]
         tail = ranked[:, k:].sum(1).mul_(1 + gamma(h + 3))
@@ -467,6 +458,21 @@ class TrustRegionBound(CurvatureBound):
         G = torch.take(self.gram_signed, top[:, :, None] * h + top[:, None, :])  # (m, k, k)
         sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
         return ConcavePart(sgs, tail, t2, self.U.shape[1])
+
+    def ranking(
+        self, kappa: torch.Tensor, scale: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The units of each row (``kappa`` (m, H)) by ``kappa_l ||u_l||^2``, largest first:
+        their order and weights (m, H), and how many to keep (m,) so that the rest's trace
+        is at most :data:`TAIL_SHARE` times ``scale`` (m,) (without it: every unit with
+        ``kappa > 0``)."""
+        weight = kappa * self.norm_sq_up  # kappa_l ||u_l||^2
+        order = weight.argsort(dim=1, descending=True)
+        ranked = weight.gather(1, order)
+        if scale is None:
+            return order, ranked, (ranked > 0).sum(1)
+        left = ranked.flip(1).cumsum(1).flip(1)  # suffix sums: what is left after i units
+        return order, ranked, (left > TAIL_SHARE * scale[:, None]).sum(1)
 
     def verified_mu(self, kappa: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
         """``mu'`` >= ``mu`` (rounded up) with ``mu' I - U^T diag(kappa) U`` positive
