@@ -97,6 +97,39 @@ def exact_interval(net, x, c, j, R, p, box=False):
     return mp.fsum(B) if q == 1.0 else max(B)
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e8])
+@pytest.mark.parametrize("R", [0.0, 1e-3, 0.3, 1e300])
+def test_box_shifts_are_above_and_close_to_the_exact_ones(scale, R):
+    """The box's ``D-, D+`` (two products, ``(S +- T) / 2``) against their definition
+    ``sum_i max(u_i a_i, -u_i b_i)`` in 250-bit arithmetic: never below, and within 1e-9
+    relative (plus 2^-990). Rows of large entries of both signs and points near the
+    middle of the box make ``T = (a - b)^T U`` cancel."""
+    gen = torch.Generator().manual_seed(3 if scale > 1 else 4)
+    d, h = 7, 5
+    U = torch.randn(h, d, generator=gen, dtype=DT) * scale
+    U[0] = torch.tensor([scale, -scale, scale, -scale, 1.0, -1.0, 0.5], dtype=DT)
+    net = net_with(U, torch.zeros(h, dtype=DT), torch.randn(2, h, generator=gen, dtype=DT), [0, 0])
+    x = torch.cat([torch.full((1, d), 0.5, dtype=DT), torch.rand(3, d, generator=gen, dtype=DT)])
+    x[0, 1] = 0.5 + 2.0**-40  # a step up and down that differ in their last bits
+    rng = PreactivationRange(net, x, torch.zeros(len(x), dtype=torch.long), p=2, box=True)
+    down, up = rng.shifts(torch.arange(len(x)), torch.full((len(x),), R, dtype=DT))
+    Ue = [mpv(row) for row in U]
+    for i in range(len(x)):
+        a = [min(mp.mpf(R), 1 - xi) for xi in mpv(x[i])]
+        b = [min(mp.mpf(R), xi) for xi in mpv(x[i])]
+        for r, row in enumerate(Ue):
+            norm = mp.mpf(R) * mp.sqrt(mp.fsum(u * u for u in row))
+            for got, sign in ((up[i, r], 1), (down[i, r], -1)):
+                want = min(
+                    norm,
+                    mp.fsum(
+                        max(sign * u * s, -sign * u * t) for u, s, t in zip(row, a, b, strict=True)
+                    ),
+                )
+                assert mp.mpf(float(got)) >= want, (i, r, sign)
+                assert mp.mpf(float(got)) <= want * (1 + mp.mpf(1e-9)) + mp.mpf(2) ** -990
+
+
 def cancelling_net(B: float, eps: float, d: int = 3, seed: int = 0):
     """Units 0 and 1 identical (same row of U, same bias), output weights ``B`` and
     ``-B + eps`` for class 1, 0 for class 0: the real gradient difference is

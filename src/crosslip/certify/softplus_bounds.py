@@ -40,8 +40,8 @@ although it is computed in float64:
   from ``z - pad`` and ``z + pad``, ``pad = 2 ez + 8 u |z| + 2^-1000``
   (:meth:`NetTerms.pad`), which also absorbs the three roundings on the way to the
   argument ``alpha (z +- D)``; the shifts ``D`` are inflated by ``1 + 2 gamma_{d+4}`` (row
-  norms, or the box products of non-negative terms). ``sigmoid`` is then multiplied by
-  ``1 +- 2 FN_REL``, values below ``2^-990`` are raised to it (upper ends) or set to 0
+  norms; the box's products as :meth:`PreactivationRange.shifts` says). ``sigmoid`` is then
+  multiplied by ``1 +- 2 FN_REL``, values below ``2^-990`` are raised to it (upper ends) or set to 0
   (lower ends), and upper ends are capped at 1 (``sigma' < 1``). So ``[s-, s+]`` contains
   every real ``sigma'(z_r(y))``, and each formula below, evaluated *exactly* on these
   inputs, is a valid bound.
@@ -191,9 +191,9 @@ class NetTerms:
         return self.W.abs()
 
     @cached_property
-    def signed_parts_t(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(U+)^T, (U-)^T`` (d, H), contiguous for the box ranges' products."""
-        return self.U.clamp_min(0).T.contiguous(), (-self.U).clamp_min(0).T.contiguous()
+    def box_parts_t(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``|U|^T, U^T`` (d, H), contiguous for the box ranges' products."""
+        return self.abs_u.T.contiguous(), self.U.T.contiguous()
 
     @cached_property
     def gram(self) -> torch.Tensor:
@@ -315,21 +315,33 @@ class PreactivationRange:
         if box:
             if torch.any(self.x < 0) or torch.any(self.x > 1):
                 raise ValueError("box-constrained bounds need points inside [0, 1]^d")
-            self.Up, self.Un = terms.signed_parts_t
-            self.box_up = 1 + 2 * gamma(terms.dims[1] + 4)
+            self.abs_t, self.u_t = terms.box_parts_t
+            self.box_up = 1 + 4 * gamma(terms.dims[1] + 2)
 
     def shifts(self, idx: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``D-, D+`` (m, H): how far each pre-activation can fall / rise over the set
-        (rounded up)."""
+        (rounded up).
+
+        In the box, with the largest steps up ``a = min(R, 1 - x)`` and down ``b = min(R,
+        x)`` of each coordinate (both >= 0), ``D+ = a^T U+ + b^T U-`` and ``D- = a^T U- +
+        b^T U+`` (``U+``, ``U-`` the positive and negative parts), which are ``(S +- T) /
+        2`` with ``S = (a + b)^T |U|`` and ``T = (a - b)^T U``: two products instead of four.
+        *Rounding*: ``fl(1 - x)`` is within ``u`` relative of ``1 - x``; ``S`` (non-negative
+        terms) is within ``gamma_{d+2}`` relative, and ``T`` within ``gamma_{d+2} S`` of its
+        real value (``|a - b| <= a + b``), so ``2 D+- <= T' + (1 + 3 gamma_{d+2}) S'`` for
+        the computed ``S'``, ``T'``. ``S'`` is multiplied by ``1 + 4 gamma_{d+2}``; the sum,
+        non-negative in real arithmetic, by ``1 + 4u`` for its own rounding and the
+        product's; 2^-1000 is added for underflow."""
         ball = r[:, None] * self.unorm[None, :]
         if not self.box:
             return ball, ball
         x = self.x[idx]
-        hi = torch.minimum(r[:, None], 1 - x)  # (m, d) largest coordinate step up
-        lo = torch.maximum(-r[:, None], -x)  # most negative step
-        # products and sums of non-negative terms: relative error below gamma_{d+3}
-        up = (hi @ self.Up - lo @ self.Un).mul_(self.box_up)
-        down = (hi @ self.Un - lo @ self.Up).mul_(self.box_up)
+        a = torch.minimum(r[:, None], 1 - x)  # (m, d) largest coordinate step up
+        b = torch.minimum(r[:, None], x)  # largest step down
+        spread = ((a + b) @ self.abs_t).mul_(self.box_up)
+        tilt = (a - b) @ self.u_t
+        up = (spread + tilt).mul_(0.5 * (1 + 4 * UNIT)).add_(UNDERFLOW)
+        down = (spread - tilt).mul_(0.5 * (1 + 4 * UNIT)).add_(UNDERFLOW)
         return torch.minimum(ball, down), torch.minimum(ball, up)
 
     def intervals(
