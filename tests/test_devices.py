@@ -118,6 +118,16 @@ def test_certify_makes_no_tensor_on_an_implicit_device(kind):
     assert_same(got.columns, want.columns)
 
 
+def test_the_trust_region_makes_no_tensor_on_an_implicit_device():
+    """``certify.trust_region_steps`` (its row masks, rounds, float32 dual point and batched
+    factorisations) inside the block, value for value."""
+    model, x = random_net(D, K, H, seed=3, scale=2.0), random_points(6, D, seed=4)
+    want = certify(model, x, rtol=1e-4, trust_region_steps=6)
+    with implicit_tensors_on_meta():
+        got = certify(model, x, rtol=1e-4, trust_region_steps=6)
+    assert_same(got.columns, want.columns)
+
+
 @pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
 @pytest.mark.parametrize("kind", ["softplus_net", "kernel"])
 def test_attacks_make_no_tensor_on_an_implicit_device(kind, p):
