@@ -103,9 +103,8 @@ def every_row_minimised(bound, idx, r, need, verify: bool = True) -> torch.Tenso
     s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, bound.alpha)
     c = bound.rng.pred[idx]
     point, cls = (bound.rng.not_pred[c] & need).nonzero(as_tuple=True)
-    grad, err, convex, kappa, margin = bound.rows(
-        idx[point], c[point], cls, s2_hi[point], s2_lo[point]
-    )
+    delta, grad, err, kappa, margin = bound.rows(idx[point], c[point], cls, s2_hi[point])
+    convex = bound.convex(delta, s2_lo[point])
     found = quad_radius(margin, bound.lower(grad, err, convex, kappa, margin, verify))
     out = torch.full_like(rho_c, math.inf)
     out[point, cls] = torch.maximum(found, rho_c[point, cls])

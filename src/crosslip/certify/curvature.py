@@ -93,25 +93,35 @@ class CurvatureBound:
         schur = (schur + slack).mul_(self.sum_up)
         return torch.minimum(spectral, schur).mul_(1 + 2 * UNIT)
 
+    def rows(
+        self, x_idx: torch.Tensor, c: torch.Tensor, j: torch.Tensor, s2_hi: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows (point ``x_idx``, predicted class ``c``, class ``j``; each (nr,)) with
+        the secant bounds on ``sup Q`` of their points' units ``s2_hi`` (nr, H): ``delta =
+        w_c - w_j`` (nr, H), the computed gradient of ``g`` at x (nr, d), its error bound in
+        the q-norm (nr,), ``kappa`` (nr, H) and the margins' lower bounds (nr,) (module
+        docstring)."""
+        delta = self.W[c] - self.W[j]
+        dabs = delta.abs()
+        kappa = torch.where(delta < 0, dabs * s2_hi, 0.0).mul_(1 + 4 * UNIT)
+        slope = self.slope[x_idx]
+        grad = (delta * slope) @ self.U
+        gap = (self.slope_err[x_idx] + slope * self.g_h) * dabs
+        err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
+        return delta, grad, err, kappa, self.m[x_idx, j]
+
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rng = self.rng
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
         point, cls = sel.nonzero(as_tuple=True)
-        delta = self.W[c[point]] - self.W[cls]  # (nr, H)
         zh, pad, lo, hi = rng.intervals(idx, r)
         concave = signed_units(self.W, c[point], cls, point, len(idx), negative=True)
         s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
-        dabs = delta.abs()
-        kappa = torch.where(delta < 0, dabs * s2[point], 0.0).mul_(1 + 4 * UNIT)
         rows = idx[point]  # the point of each row
-        slope = self.slope[rows]
-        grad = (delta * slope) @ self.U  # (nr, d)
-        gap = (self.slope_err[rows] + slope * self.g_h) * dabs
-        err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
+        _, grad, err, kappa, m_rows = self.rows(rows, c[point], cls, s2[point])
         lower: QuadLower = dual_norm_lower(grad, err, rng.q)
         quad = self.curvature(kappa).mul_(0.5)
-        m_rows = self.m[rows, cls]
         rho = quad_radius(m_rows, lower, quad)
         if rng.box:
             x_rows = rng.x[rows]

@@ -28,13 +28,14 @@ resolution than they gain. The reported value is never below ``alpha`` (each is 
 their maximum is).
 
 *Classes.* Every class is evaluated at the last node ``R_1``, where Theorem 2.1 makes class j
-safe up to ``rho_j = min(R_1, m_j / L_j(R_1))``. The inner nodes are evaluated in two rounds,
-for the classes that can still set the point's radius: first only the class with the
-smallest ``rho_j``, whose integrated radius ``r*`` bounds the point's from above; then the
-classes with ``rho_j < r*``. Every other class is safe up to ``rho_j >= r*`` by the last node
-alone, so the point's radius is the smallest integrated radius of the evaluated classes
-(at most ``r*``). On a 3-epoch MNIST network (300 points, L2) the inner nodes evaluate 2.1
-classes per point instead of the 4.4 whose ``rho_j < R_1``, with the same radii.
+safe up to ``rho_j = min(R_1, m_j / L_j(R_1))``. The inner nodes are evaluated in two rounds
+(:func:`~.search.undercutting_rounds`), for the classes that can still set the point's
+radius: first only the class with the smallest ``rho_j``, whose integrated radius ``r*``
+bounds the point's from above; then the classes with ``rho_j < r*``. Every other class is
+safe up to ``rho_j >= r*`` by the last node alone, so the point's radius is the smallest
+integrated radius of the evaluated classes (at most ``r*``). On a 3-epoch MNIST network
+(300 points, L2) the inner nodes evaluate 2.1 classes per point instead of the 4.4 whose
+``rho_j < R_1``, with the same radii.
 
 *Rounding.* The margins are lower bounds and each ``L(s_i)`` an upper bound with its
 rounding covered (:mod:`.softplus_bounds`); the steps ``s_i - s_{i-1}`` are rounded up by
@@ -47,7 +48,7 @@ from __future__ import annotations
 import torch
 
 from .rounding import UNIT, gamma
-from .search import Certificate, LipschitzFn, ratios
+from .search import Certificate, LipschitzFn, ratios, undercutting_rounds
 
 #: The nodes span this multiple of Theorem 2.1's guarantee (module docstring).
 SPAN = 1.5
@@ -106,10 +107,6 @@ def integrated(
         return piece.max(0).values.masked_fill_(~need, torch.inf)
 
     open_ = rho < r1[:, None]  # classes not already safe up to the last node
-    worst = torch.zeros_like(open_).scatter_(1, rho.argmin(1, keepdim=True), True) & open_
-    radius = radii(worst).min(1).values.minimum(r1)
-    rest = open_ & ~worst & (rho < radius[:, None])
-    if rest.any():
-        radius = radius.minimum(radii(rest).min(1).values)
+    radius = undercutting_rounds(rho, open_, radii).min(1).values.minimum(r1)
     result[todo] = torch.maximum(result[todo], radius)
     return result

@@ -318,3 +318,27 @@ def radius_search(
         r_prev[active], h_prev[active] = r_last[active], h_last[active]
         r_last[active], h_last[active] = r, h
     return Certificate(best, best_r, best_j, evals)
+
+
+def undercutting_rounds(
+    key: torch.Tensor, open_: torch.Tensor, evaluate: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """Per-class radii (n, K) where a costly certificate is evaluated only for the classes
+    that can set a point's radius. ``key`` (n, K): a radius each class already has (a
+    cheaper certificate's; ``inf`` where none is needed); ``open_`` (n, K) bool: the
+    classes it does not settle; ``evaluate(mask)`` (n, K): the costly radii of the classes
+    in ``mask`` (any value elsewhere), each at least as good as its ``key`` where the
+    caller wants the better of the two. Two rounds: first each point's open class with the
+    smallest ``key``, whose result ``t`` bounds the point's radius (the minimum over its
+    classes) from above; then the open classes with ``key < t``. The others keep their
+    ``key``: it is at least ``t``, so the point's radius is that of every open class
+    evaluated, for fewer evaluations (:mod:`.integrated`, :mod:`.trust_region`)."""
+    masked = torch.where(open_, key, torch.inf)
+    first = torch.zeros_like(open_).scatter_(1, masked.argmin(1, keepdim=True), True) & open_
+    got = evaluate(first)
+    t = torch.where(first, got, torch.inf).min(1, keepdim=True).values
+    out = torch.where(first, got, key)
+    rest = open_ & ~first & (key < t)
+    if rest.any():
+        out = torch.where(rest, evaluate(rest), out)
+    return out

@@ -41,8 +41,8 @@ although it is computed in float64:
   (:meth:`NetTerms.pad`), which also absorbs the three roundings on the way to the
   argument ``alpha (z +- D)``; the shifts ``D`` are inflated by ``1 + 2 gamma_{d+4}`` (row
   norms; the box's products as :meth:`PreactivationRange.shifts` says). ``sigmoid`` is then
-  multiplied by ``1 +- 2 FN_REL``, values below ``2^-990`` are raised to it (upper ends) or set to 0
-  (lower ends), and upper ends are capped at 1 (``sigma' < 1``). So ``[s-, s+]`` contains
+  multiplied by ``1 +- 2 FN_REL``, values below ``2^-990`` are raised to it (upper ends) or
+  set to 0 (lower ends), and upper ends are capped at 1 (``sigma' < 1``). So ``[s-, s+]`` contains
   every real ``sigma'(z_r(y))``, and each formula below, evaluated *exactly* on these
   inputs, is a valid bound.
 * *The formulas' own rounding* is bounded by a multiple of

@@ -91,6 +91,7 @@ import torch
 from .curvature import CurvatureBound, signed_units
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
+from .search import undercutting_rounds
 from .secant import secant_curvature
 from .softplus_bounds import PreactivationRange
 
@@ -287,12 +288,13 @@ class TrustRegionBound(CurvatureBound):
         (:class:`.CurvatureBound`, the same ``kappa``; one (H, H) product per row). It is
         itself a certified per-class radius, so where it reaches R the row is done (in an
         estimate, ``verify=False``, every row stays open). The open rows are minimised over
-        the ball in two rounds: first each point's row with the smallest ``rho_c``, whose
-        result ``t`` bounds the point's radius from above; then only the rows with ``rho_c <
-        t`` (a row with ``rho_c >= t`` cannot set the point's radius below ``t``, so it keeps
-        ``rho_c``). Every row reports the larger of its two radii. The point's radius is the
-        one of every needed row minimised; only the pruning of :func:`~.search.radius_search`
-        may see smaller radii for the classes that cannot set it."""
+        the ball in the two rounds of :func:`~.search.undercutting_rounds` with ``rho_c`` as
+        the key: first each point's row with the smallest ``rho_c``, whose result ``t``
+        bounds the point's radius from above; then only the rows with ``rho_c < t`` (the
+        others keep ``rho_c``). Every row minimised reports the larger of its two radii. The
+        point's radius is the one of every needed row minimised; only the pruning of
+        :func:`~.search.radius_search` may see smaller radii for the classes that cannot set
+        it."""
         rng = self.rng
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
@@ -308,20 +310,10 @@ class TrustRegionBound(CurvatureBound):
         for start in range(0, len(point), CHUNK_ROWS):
             part = slice(start, start + CHUNK_ROWS)
             p = point[part]
-            grad, err, _, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p], None)
+            _, grad, err, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p])
             lam[part] = self.curvature(kappa)
             rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * lam[part])
         out[point, cls] = rho
-
-        def minimised(rows: torch.Tensor) -> None:
-            for start in range(0, len(rows), CHUNK_ROWS):
-                chunk = rows[start : start + CHUNK_ROWS]
-                p, j = point[chunk], cls[chunk]
-                grad, err, convex, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p], s2_lo[p])
-                dual = self.lower(grad, err, convex, kappa, margin, verify, lam[chunk])
-                found = quad_radius(margin, dual)
-                out[p, j] = torch.maximum(found, rho[chunk])
-
         open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
         # inf Q from below, only for the convex units of the open rows (0 elsewhere: Q > 0)
         s2_lo = torch.zeros_like(s2_hi)
@@ -338,43 +330,29 @@ class TrustRegionBound(CurvatureBound):
                 up_units=torch.zeros_like(convex[pts]),
                 down_units=convex[pts],
             )[1]
-        # round 1: per point, the open rows with the smallest lambda_max-form radius
-        key = torch.where(open_, rho, torch.inf)
-        least = torch.full((len(idx),), math.inf, dtype=rho.dtype, device=rho.device)
-        least = least.scatter_reduce(0, point, key, "amin")
-        first = open_ & (key == least[point])
-        minimised(first.nonzero()[:, 0])
-        # round 2: the rows that can still undercut their point's radius after round 1
-        found = torch.where(first, out[point, cls], torch.inf)
-        bound = torch.full_like(least, math.inf).scatter_reduce(0, point, found, "amin")
-        minimised((open_ & ~first & (rho < bound[point])).nonzero()[:, 0])
-        return out
 
-    def rows(
-        self,
-        x_idx: torch.Tensor,
-        c: torch.Tensor,
-        j: torch.Tensor,
-        s2_hi: torch.Tensor,
-        s2_lo: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, ...]:
-        """The rows (point ``x_idx``, predicted class ``c``, class ``j``; each (m,)) with
-        their secant curvature bounds ``s2_hi``, ``s2_lo`` (m, H; ``s2_lo`` None: no convex
-        part, zeros): the computed gradient of ``g`` at x (m, d), its error bound (m,), the
-        convex units' ``delta inf Q`` and the concave units' ``kappa`` (m, H), and the
-        margins' lower bounds (m,)."""
-        delta = self.W[c] - self.W[j]
-        dabs = delta.abs()
-        kappa = torch.where(delta < 0, dabs * s2_hi, 0.0).mul_(1 + 4 * UNIT)
-        if s2_lo is None:  # not needed: no convex part
-            convex = torch.zeros_like(dabs)
-        else:
-            convex = torch.where(delta > 0, dabs * s2_lo, 0.0).mul_(1 - 4 * UNIT)
-        slope = self.slope[x_idx]
-        grad = (delta * slope) @ self.U
-        gap = (self.slope_err[x_idx] + slope * self.g_h) * dabs
-        err = (gap @ self.unorm_q).mul_(self.sum_up).add_(self.tau)
-        return grad, err, convex, kappa, self.m[x_idx, j]
+        def minimised(mask: torch.Tensor) -> torch.Tensor:
+            """The larger of the minimum over the ball and ``rho_c`` for the rows in
+            ``mask`` (m, K)."""
+            rows = mask[point, cls].nonzero()[:, 0]
+            got = torch.full_like(out, math.inf)
+            for start in range(0, len(rows), CHUNK_ROWS):
+                chunk = rows[start : start + CHUNK_ROWS]
+                p, j = point[chunk], cls[chunk]
+                delta, grad, err, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p])
+                convex = self.convex(delta, s2_lo[p])
+                dual = self.lower(grad, err, convex, kappa, margin, verify, lam[chunk])
+                got[p, j] = torch.maximum(quad_radius(margin, dual), rho[chunk])
+            return got
+
+        rows_open = torch.zeros_like(out, dtype=torch.bool)
+        rows_open[point, cls] = open_
+        return undercutting_rounds(out, rows_open, minimised)
+
+    def convex(self, delta: torch.Tensor, s2_lo: torch.Tensor) -> torch.Tensor:
+        """The convex units' ``delta_l inf Q_l`` (m, H) of rows with ``delta`` (m, H) and the
+        secant bounds on ``inf Q`` of their points' units ``s2_lo`` (m, H), rounded down."""
+        return torch.where(delta > 0, delta.abs() * s2_lo, 0.0).mul_(1 - 4 * UNIT)
 
     def lower(
         self,
