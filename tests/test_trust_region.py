@@ -218,3 +218,23 @@ def test_the_setting_reaches_the_certificate_through_the_dispatch():
     assert torch.any(on["guarantee_l2_curvature"] > off["guarantee_l2_curvature"])
     assert torch.all(on["guarantee_l2_curvature_box"] >= on["guarantee_l2_curvature"])
     assert torch.equal(on["guarantee_linf_curvature"], off["guarantee_linf_curvature"])
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", [(10, 6, 32, 3, 2.0), (8, 10, 48, 5, 4.0)])
+def test_the_search_finds_the_same_radius_from_below_and_from_above(d, k, h, seed, scale):
+    """A row that the ``lambda_max`` form certifies to R says only that (``+inf``): were it
+    to report its own radius, a search started below the optimum would take it for the
+    certificate's end and stop there."""
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(30, d, seed + 1)
+    rng, m, unbounded, _ = pieces(net, x, 2.0, False)
+    bound = trust_region.TrustRegionBound(rng, m, 6)
+    near = radius_search(CurvatureBound(rng, m), m, 1e-4, unbounded=unbounded).guarantee
+    got = {
+        f: radius_search(
+            bound, m, 1e-4, unbounded=unbounded, start=f * near, origin=bound.origin
+        ).guarantee
+        for f in (0.5, 1.0, 2.0)
+    }
+    torch.testing.assert_close(got[0.5], got[2.0], rtol=3e-4, atol=0)
+    torch.testing.assert_close(got[1.0], got[2.0], rtol=3e-4, atol=0)

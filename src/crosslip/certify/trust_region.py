@@ -286,8 +286,12 @@ class TrustRegionBound(CurvatureBound):
 
         Each row first gets the radius ``rho_c`` of the ``lambda_max`` form
         (:class:`.CurvatureBound`, the same ``kappa``; one (H, H) product per row). It is
-        itself a certified per-class radius, so where it reaches R the row is done (in an
-        estimate, ``verify=False``, every row stays open). The open rows are minimised over
+        itself a certified per-class radius, so where it reaches R the row is done and
+        reports ``+inf``: certified to R, all the search needs of it. Reporting ``rho_c``
+        there would make the radii rise with R where a row passes from done to minimised,
+        and a search started below the optimum would stop at a done row's ``rho_c`` (its
+        ``hi``; a mean 5% lower on MNIST from 1.3 times the paper's radius). In an
+        estimate, ``verify=False``, every row stays open. The open rows are minimised over
         the ball in the two rounds of :func:`~.search.undercutting_rounds` with ``rho_c`` as
         the key: first each point's row with the smallest ``rho_c``, whose result ``t``
         bounds the point's radius from above; then only the rows with ``rho_c < t`` (the
@@ -347,7 +351,12 @@ class TrustRegionBound(CurvatureBound):
 
         rows_open = torch.zeros_like(out, dtype=torch.bool)
         rows_open[point, cls] = open_
-        return undercutting_rounds(out, rows_open, minimised)
+        got = undercutting_rounds(out, rows_open, minimised)
+        if not verify:
+            return got
+        settled = torch.zeros_like(rows_open)
+        settled[point, cls] = ~open_
+        return got.masked_fill(settled, math.inf)
 
     def convex(self, delta: torch.Tensor, s2_lo: torch.Tensor) -> torch.Tensor:
         """The convex units' ``delta_l inf Q_l`` (m, H) of rows with ``delta`` (m, H) and the
