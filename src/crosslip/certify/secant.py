@@ -15,24 +15,31 @@ falls like ``1 / |h|`` where ``sigma''`` is small: on the 200-epoch Cross-Lipsch
 of the record the ranges are many times ``1 / alpha`` wide, and the largest ``sigma''``
 over the interval is mostly ``alpha / 4`` while ``sup Q`` is far below.
 
-*Bounds on sup Q and inf Q.* The side ``h > 0`` is split at ``e_0 < e_1 < ... < e_N`` (a
-near piece ``(0, e_0]`` and geometric pieces up to the range's end ``E``); the side ``h <
-0`` is the same problem for ``-z`` (``sigma(-y) = sigma(y) - y`` gives ``D_z(-e) =
-D_{-z}(e)``). On the near piece ``Q`` lies between the smallest and the largest ``sigma''``
-on ``[z - e_0, z + e_0]``. On a piece ``[e_1, e_2]``, ``D`` is convex with ``D'(e) =
-sigma'(z + e) - sigma'(z)`` increasing, so with ``s_i = sigma'(z + e_i) - sigma'(z)``
+*Bound on sup Q.* The side ``h > 0`` is split at ``e_0 < e_1 < ... < e_N`` (a near piece
+``(0, e_0]`` and geometric pieces up to the range's end ``E``); the side ``h < 0`` is the
+same problem for ``-z`` (``sigma(-y) = sigma(y) - y`` gives ``D_z(-e) = D_{-z}(e)``). On the
+near piece ``Q`` is at most the largest ``sigma''`` on ``[z - e_0, z + e_0]``. On a piece
+``[e_1, e_2]``, ``D`` is convex with ``D'(e) = sigma'(z + e) - sigma'(z)`` increasing, so
+with ``s_2 = sigma'(z + e_2) - sigma'(z)``, ``D(e) <= D(e_1) + (e - e_1) s_2``. That over
+``e^2 / 2`` is ``2 (c + s_2 e) / e^2`` with ``c = D(e_1) - e_1 s_2 <= 0``: it rises up to
+``e* = -2c / s_2`` and falls after, so its largest value on the piece is at ``e_1`` (``e*
+<= e_1``), at ``e_2`` (``e* >= e_2``), or ``s_2^2 / (-2c)`` (its largest value anywhere).
+It is also capped by the largest ``sigma''`` on the interval, so it is never looser than
+that. Only the side heading towards 0 is split: on the other, ``sigma''`` only falls, so
+``Q <= sigma''(z)``, which the near piece already covers (and a unit within ``e_0`` of 0 is
+charged ``alpha / 4`` by it). The computation is that side's, on the units whose range
+reaches past the near piece.
 
-    D(e_1) + (e - e_1) s_1  <=  D(e)  <=  D(e_1) + (e - e_1) s_2.
-
-The upper one over ``e^2 / 2`` is ``2 (c + s_2 e) / e^2`` with ``c = D(e_1) - e_1 s_2 <=
-0``: it rises up to ``e* = -2c / s_2`` and falls after, so its largest value on the piece is
-at ``e_1`` (``e* <= e_1``), at ``e_2`` (``e* >= e_2``), or ``s_2^2 / (-2c)`` (its largest
-value anywhere). The lower one has ``c <= 0`` too and is smallest at an end of the piece.
-Each bound is also capped (or floored) by the largest (smallest) ``sigma''`` on the
-interval, so it is never looser than that. For ``sup Q`` only the side heading towards 0
-is split: on the other, ``sigma''`` only falls, so ``Q <= sigma''(z)``, which the near
-piece already covers (and a unit within ``e_0`` of 0 is charged ``alpha / 4`` by it).
-The computation is that side's, on the units whose range reaches past the near piece.
+*Bound on inf Q: Q rises, then falls.* On a side ``h > 0`` (any real z), ``Q'(h) = 2
+phi(h) / h^3`` with ``phi = h D' - 2 D``, ``phi(0) = 0`` and ``phi'(h) = h sigma''(z + h) -
+int_0^h sigma''(z + s) ds = h k(h)``, ``k`` the excess of ``sigma''(z + h)`` over its mean
+on ``[z, z + h]``. While ``z + h <= 0``, ``sigma''`` rises towards 0, so ``k > 0``; past 0
+``sigma''`` falls, and ``k' = sigma'''(z + h) - k / h < 0`` wherever ``k = 0``, so ``k``
+changes sign at most once, from + to -. So ``phi`` rises, then falls (it crosses 0 at most
+once), and ``Q`` rises, then falls: its smallest value over ``(0, E]`` is at an end,
+``min(sigma''(z), Q(E))``. The near piece's smallest ``sigma''`` covers the first; ``Q(E) =
+2 D(E) / E^2`` is bounded from below from the computed ``D(E)``: one evaluation per side,
+the value at the end itself (pieces, as for ``sup Q``, gave chords below it).
 
 *Rounding.* ``sigma''(y) = alpha sigmoid(alpha y) sigmoid(-alpha y)`` (no cancellation) is
 taken where it is largest on an interval (``clamp(0, lo, hi)``: it falls with ``|y|``) and
@@ -88,27 +95,65 @@ def _softplus(y: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.logaddexp(alpha * y, torch.zeros_like(y)) / alpha
 
 
+def _remainder(
+    sp_e: torch.Tensor,
+    sp_z: torch.Tensor,
+    sl_z: torch.Tensor,
+    e: torch.Tensor,
+    w: torch.Tensor,
+    az: torch.Tensor,
+    base_d: torch.Tensor,
+    d_pad: torch.Tensor,
+    alpha: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``D(e)`` computed as ``sigma(z + e) - sigma(z) - sigma'(z) e`` (``sp_e``, ``sp_z``,
+    ``sl_z``: the computed ``sigma(w)``, ``sigma(z)``, ``sigma'(z)``, ``w = fl(z + e)``,
+    ``az = |z|``) and a bound on its distance to the real ``D(e)`` at the real z (module
+    docstring, *Rounding*; ``base_d``: ``sigma(z)``'s part, ``d_pad``: ``alpha pad / 2``)."""
+    d = sp_e - sp_z - sl_z * e
+    err = (sp_e.abs() + sl_z * e).mul_(4 * FN_REL).add_(base_d)
+    err += (w.abs() + az).mul_(4 * UNIT * (1 + alpha * e)) + d_pad * e
+    return d, err
+
+
+def _bases(z: torch.Tensor, pad: torch.Tensor, alpha: float):
+    """``sigma(z)``, ``sigma'(z)``, ``|z|``, ``alpha pad / 2`` and ``sigma(z)``'s part of
+    :func:`_remainder`'s error, for the units at ``z`` (computed, within ``pad``)."""
+    az = z.abs()
+    sp_z = _softplus(z, alpha)
+    sl_z = torch.sigmoid(alpha * z)
+    d_pad = alpha * pad / 2  # |dD/dz| <= alpha e / 2 and |d sigma'/dz| <= alpha / 4
+    base_d = sp_z.abs().mul_(4 * FN_REL).add_(UNDERFLOW)
+    return sp_z, sl_z, az, d_pad, base_d
+
+
+def _at_end(z: torch.Tensor, pad: torch.Tensor, end: torch.Tensor, alpha: float) -> torch.Tensor:
+    """A lower bound on ``Q(end) = 2 D(end) / end^2`` (same shape as ``z``) for the units at
+    ``z`` (computed, within ``pad``): with ``sigma''(z)``, the smallest ``Q`` over ``h`` in
+    ``(0, end]`` (module docstring, *Bound on inf Q*). 0 where ``D`` overflows far out."""
+    sp_z, sl_z, az, d_pad, base_d = _bases(z, pad, alpha)
+    w = z + end
+    d, err = _remainder(_softplus(w, alpha), sp_z, sl_z, end, w, az, base_d, d_pad, alpha)
+    q = (2 * (d - err).clamp_min_(0.0) / end.square()).mul_(1 - ROUND)
+    return q.nan_to_num_(nan=0.0)  # inf - inf: 0 is a bound
+
+
 def _side(
     z: torch.Tensor,
     pad: torch.Tensor,
     end: torch.Tensor,
     alpha: float,
     pieces: int,
-    lower: bool,
 ) -> torch.Tensor:
-    """A bound on ``sup Q`` (``lower``: on ``inf Q``) over ``h`` in ``[NEAR / alpha, end]``
-    (same shape as ``z``) for the units at ``z`` (computed, within ``pad``); ``-inf``
-    (``inf``) where that part of the range is empty.
+    """A bound on ``sup Q`` over ``h`` in ``[NEAR / alpha, end]`` (same shape as ``z``) for
+    the units at ``z`` (computed, within ``pad``); ``-inf`` where that part of the range is
+    empty.
     ``sigma`` and ``sigma'`` at a piece's far end are carried to the next piece."""
     e0 = NEAR / alpha
     far = end > e0
     ratio = (end.clamp_min(e0) / e0).pow(1.0 / pieces)
-    bound = torch.full_like(z, torch.inf if lower else -torch.inf)
-    az = z.abs()
-    sp_z = _softplus(z, alpha)
-    sl_z = torch.sigmoid(alpha * z)
-    d_pad = alpha * pad / 2  # |dD/dz| <= alpha e / 2 and |d sigma'/dz| <= alpha / 4
-    base_d = sp_z.abs().mul_(4 * FN_REL).add_(UNDERFLOW)  # sp_z's part of d_err
+    bound = torch.full_like(z, -torch.inf)
+    sp_z, sl_z, az, d_pad, base_d = _bases(z, pad, alpha)
     base_s = (2 * FN_REL) * 2 * sl_z + d_pad + UNDERFLOW + alpha * UNIT * az
     e1 = torch.full_like(z, e0)
     w1 = z + e1
@@ -119,34 +164,25 @@ def _side(
         live = far & (e1 < end)
         w2 = z + e2
         sp2, sl2 = _softplus(w2, alpha), torch.sigmoid(alpha * w2)
-        d1 = sp1 - sp_z - sl_z * e1
-        d_err = (sp1.abs() + sl_z * e1).mul_(4 * FN_REL).add_(base_d)
-        d_err += (w1.abs() + az).mul_(4 * UNIT * (1 + alpha * e1)) + d_pad * e1
+        d1, d_err = _remainder(sp1, sp_z, sl_z, e1, w1, az, base_d, d_pad, alpha)
         s_err = (sl1 + sl2).mul_(2 * FN_REL).add_(base_s)
         s_err += (w1.abs() + w2.abs()).mul_(alpha / 2 * UNIT)
-        if lower:  # 2 (d1 + (e - e1) s1) / e^2, smallest at an end of the piece
-            d1_lo = (d1 - d_err).clamp_min_(0.0)
-            s1_lo = (sl1 - sl_z - s_err).clamp_min_(0.0)
-            lo_e1 = 2 * d1_lo / e1.square()
-            lo_e2 = 2 * (d1_lo + (e2 - e1) * s1_lo) / e2.square()
-            piece = torch.minimum(lo_e1, lo_e2).mul_(1 - ROUND)
-            bound = torch.where(live, torch.minimum(bound, piece), bound)
-        else:  # 2 (d1 + (e - e1) s2) / e^2 on [e1, e2], largest at e* = -2c / s2
-            d1_up = d1 + d_err
-            s2_up = (sl2 - sl_z + s_err).clamp_min_(0.0)
-            at_e1 = 2 * d1_up / e1.square()
-            at_e2 = 2 * (d1_up + (e2 - e1) * s2_up) / e2.square()
-            neg_c = e1 * s2_up - d1_up  # -c, computed
-            c_err = (e1 * s2_up + d1_up).mul_(4 * UNIT)
-            neg_lo, neg_hi = neg_c - c_err, neg_c + c_err
-            s2_safe = s2_up.clamp_min(UNDERFLOW)
-            falls = (neg_hi <= 0) | (2 * neg_hi / s2_safe * (1 + 4 * UNIT) < e1)
-            rises = 2 * neg_lo / s2_safe * (1 - 4 * UNIT) > e2
-            peak = torch.where(
-                neg_lo > 0, s2_up.square_() / (2 * neg_lo.clamp_min(UNDERFLOW)), torch.inf
-            )
-            piece = torch.where(falls, at_e1, torch.where(rises, at_e2, peak)).mul_(1 + ROUND)
-            bound = torch.where(live, torch.maximum(bound, piece), bound)
+        # 2 (d1 + (e - e1) s2) / e^2 on [e1, e2], largest at e* = -2c / s2
+        d1_up = d1 + d_err
+        s2_up = (sl2 - sl_z + s_err).clamp_min_(0.0)
+        at_e1 = 2 * d1_up / e1.square()
+        at_e2 = 2 * (d1_up + (e2 - e1) * s2_up) / e2.square()
+        neg_c = e1 * s2_up - d1_up  # -c, computed
+        c_err = (e1 * s2_up + d1_up).mul_(4 * UNIT)
+        neg_lo, neg_hi = neg_c - c_err, neg_c + c_err
+        s2_safe = s2_up.clamp_min(UNDERFLOW)
+        falls = (neg_hi <= 0) | (2 * neg_hi / s2_safe * (1 + 4 * UNIT) < e1)
+        rises = 2 * neg_lo / s2_safe * (1 - 4 * UNIT) > e2
+        peak = torch.where(
+            neg_lo > 0, s2_up.square_() / (2 * neg_lo.clamp_min(UNDERFLOW)), torch.inf
+        )
+        piece = torch.where(falls, at_e1, torch.where(rises, at_e2, peak)).mul_(1 + ROUND)
+        bound = torch.where(live, torch.maximum(bound, piece), bound)
         e1, w1, sp1, sl1 = e2, w2, sp2, sl2
     return bound
 
@@ -182,7 +218,7 @@ def secant_curvature(
         toward = torch.where(up_units, toward, torch.inf)
     need = ((toward > e0) & (z.abs() > pad + e0) & torch.isfinite(toward)).nonzero(as_tuple=True)
     if len(need[0]):
-        s_up = _side(-z[need].abs(), pad[need], toward[need], alpha, pieces, False)
+        s_up = _side(-z[need].abs(), pad[need], toward[need], alpha, pieces)
         up[need] = torch.maximum(up[need], s_up)
     # an unbounded side towards 0 gets the whole interval's largest sigma''
     up = torch.where(torch.isfinite(toward), up, torch.inf)
@@ -199,7 +235,6 @@ def secant_curvature(
         # piece has none to add (and at R = 0 no unit's range leaves it)
         down = torch.where(torch.isfinite(end), down, 0.0)
         far = (torch.isfinite(end) & (end > e0)).nonzero(as_tuple=True)
-        if len(far[0]):
-            side = _side(zz[far], pad[far], end[far], alpha, pieces, True)
-            down[far] = torch.minimum(down[far], side)
+        if len(far[0]):  # Q rises, then falls: inf Q over the side at one of its ends
+            down[far] = torch.minimum(down[far], _at_end(zz[far], pad[far], end[far], alpha))
     return up, torch.maximum(down.clamp_min(0.0), min_second_derivative(lo, hi, alpha))
