@@ -238,3 +238,47 @@ def test_the_search_finds_the_same_radius_from_below_and_from_above(d, k, h, see
     }
     torch.testing.assert_close(got[0.5], got[2.0], rtol=3e-4, atol=0)
     torch.testing.assert_close(got[1.0], got[2.0], rtol=3e-4, atol=0)
+
+
+def test_a_row_whose_cheaply_verified_bound_suffices_is_not_factorised():
+    """``lower(..., enough)``: a row whose dual ``mu`` is below the cheap eigenvalue bound
+    keeps the bound with ``mu`` raised to it where that reaches ``enough`` (no
+    factorisation), a sound radius below the factorised one; other rows are factorised."""
+    net = random_net(10, 6, 32, 3, 2.0)
+    x = random_points(30, 10, 4)
+    rng, m, _, _ = pieces(net, x, 2.0, False)
+    bound = trust_region.TrustRegionBound(rng, m, 6)
+    idx = torch.arange(len(x))
+    r = torch.full((len(x),), 0.5, dtype=torch.float64)
+    zh, pad, lo, hi = rng.intervals(idx, r)
+    s2_hi, s2_lo = secant_curvature(zh, pad, lo, hi, bound.alpha)
+    c = rng.pred
+    point, cls = rng.not_pred[c].nonzero(as_tuple=True)
+    delta, grad, err, kappa, margin = bound.rows(point, c[point], cls, s2_hi[point])
+    convex = bound.convex(delta, s2_lo[point])
+    factorised = [0]
+    real = bound.factorised
+
+    def counted(kappa, mu):
+        factorised[0] += len(mu)
+        return real(kappa, mu)
+
+    bound.factorised = counted
+
+    def radius(enough):
+        factorised[0] = 0
+        low = bound.lower(grad, err, convex, kappa, margin, enough=enough)
+        return quad_radius(margin, low), factorised[0]
+
+    full, every = radius(None)
+    assert every > 0
+    loose, none = radius(torch.zeros_like(margin))
+    assert none == 0 and torch.all(loose <= full)
+    assert torch.any(loose < full * 0.999)  # looser where it was factorised
+    half = torch.where(
+        torch.rand(len(margin), generator=torch.Generator().manual_seed(0)) < 0.5, 0.0, torch.inf
+    )
+    mixed, some = radius(half.to(margin))
+    assert 0 < some < every
+    # the factorised rows as before (a batch's top units follow its largest row: 1e-2)
+    torch.testing.assert_close(mixed[half > 0], full[half > 0], rtol=1e-2, atol=0)

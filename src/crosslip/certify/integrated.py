@@ -91,8 +91,9 @@ def integrated(
     rho = ratios(m_t, last, van_t).minimum(r1[:, None])  # (nt, K)
     s = torch.stack([r1 / nodes * i for i in range(nodes + 1)])  # (N + 1, nt)
 
-    def radii(need: torch.Tensor) -> torch.Tensor:
-        """Integrated radii (nt, K) of the ``need`` classes, ``inf`` elsewhere."""
+    def radii(need: torch.Tensor, enough: torch.Tensor) -> torch.Tensor:
+        """Integrated radii (nt, K) of the ``need`` classes, ``inf`` elsewhere (``enough``:
+        unused, every radius is computed in full)."""
         lips = [bound(todo, s[i], need) for i in range(1, nodes)]
         lip = torch.stack([*lips, last.masked_fill(~need, 0.0)])  # (N, nt, K), node i + 1
         widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)

@@ -332,13 +332,16 @@ def undercutting_rounds(
     smallest ``key``, whose result ``t`` bounds the point's radius (the minimum over its
     classes) from above; then the open classes with ``key < t``. The others keep their
     ``key``: it is at least ``t``, so the point's radius is that of every open class
-    evaluated, for fewer evaluations (:mod:`.integrated`, :mod:`.trust_region`)."""
+    evaluated, for fewer evaluations (:mod:`.integrated`, :mod:`.trust_region`).
+    ``evaluate(mask, enough)`` also gets ``enough`` (n, 1): ``+inf`` in the first round,
+    ``t`` in the second, where any sound radius at least ``t`` serves as well as the class's
+    best (it cannot set the point's radius), so a certificate may stop refining there."""
     masked = torch.where(open_, key, torch.inf)
     first = torch.zeros_like(open_).scatter_(1, masked.argmin(1, keepdim=True), True) & open_
-    got = evaluate(first)
+    got = evaluate(first, torch.full_like(key[:, :1], torch.inf))
     t = torch.where(first, got, torch.inf).min(1, keepdim=True).values
     out = torch.where(first, got, key)
     rest = open_ & ~first & (key < t)
     if rest.any():
-        out = torch.where(rest, evaluate(rest), out)
+        out = torch.where(rest, evaluate(rest, t), out)
     return out
