@@ -28,7 +28,11 @@ It is also capped by the largest ``sigma''`` on the interval, so it is never loo
 that. Only the side heading towards 0 is split: on the other, ``sigma''`` only falls, so
 ``Q <= sigma''(z)``, which the near piece already covers (and a unit within ``e_0`` of 0 is
 charged ``alpha / 4`` by it). The computation is that side's, on the units whose range
-reaches past the near piece.
+reaches past the near piece. On it, ``Q`` rises while ``z + h <= 0`` (next paragraph), so
+up to ``h = |z|`` its largest value is at the end: ``Q(|z|)`` (less the pad) from above
+covers that part, and the pieces cover only the rest (a unit whose range stops short of 0
+needs no pieces; on MNIST the largest-eigenvalue certificate 30% faster and its mean 0.09%
+higher than with pieces from ``e_0``).
 
 *Bound on inf Q: Q rises, then falls.* On a side ``h > 0`` (any real z), ``Q'(h) = 2
 phi(h) / h^3`` with ``phi = h D' - 2 D``, ``phi(0) = 0`` and ``phi'(h) = h sigma''(z + h) -
@@ -146,22 +150,34 @@ def _side(
     pieces: int,
 ) -> torch.Tensor:
     """A bound on ``sup Q`` over ``h`` in ``[NEAR / alpha, end]`` (same shape as ``z``) for
-    the units at ``z`` (computed, within ``pad``); ``-inf`` where that part of the range is
-    empty.
-    ``sigma`` and ``sigma'`` at a piece's far end are carried to the next piece."""
+    the units at ``z < -pad`` (computed, within ``pad``: the side heading towards 0);
+    ``-inf`` where that part of the range is empty. While ``z + h <= 0``, ``Q`` rises
+    (module docstring, *Bound on inf Q*), so up to ``start = |z| - pad`` (rounded down) its
+    largest value is ``Q(start)``; the pieces cover ``[start, end]`` (``[NEAR / alpha,
+    end]`` where ``start`` is below it). ``sigma`` and ``sigma'`` at a piece's far end are
+    carried to the next piece."""
     e0 = NEAR / alpha
-    far = end > e0
-    ratio = (end.clamp_min(e0) / e0).pow(1.0 / pieces)
-    bound = torch.full_like(z, -torch.inf)
+    rise = (z.abs() - pad).mul_(1 - 4 * UNIT)
+    start = torch.minimum(rise.clamp_min(e0), end)
     sp_z, sl_z, az, d_pad, base_d = _bases(z, pad, alpha)
+    w = z + start
+    d, err = _remainder(_softplus(w, alpha), sp_z, sl_z, start, w, az, base_d, d_pad, alpha)
+    at_start = (2 * (d + err) / start.square()).mul_(1 + ROUND)
+    bound = torch.where((start > e0) & (end > e0), at_start, -torch.inf)
+    far = (end > start).nonzero(as_tuple=True)  # the pieces, past where Q surely rises
+    if not len(far[0]):
+        return bound
+    z, pad, end, e1 = z[far], pad[far], end[far], start[far]
+    sp_z, sl_z, az, d_pad, base_d = sp_z[far], sl_z[far], az[far], d_pad[far], base_d[far]
+    ratio = (end / e1).pow(1.0 / pieces)
+    piece_max = torch.full_like(z, -torch.inf)
     base_s = (2 * FN_REL) * 2 * sl_z + d_pad + UNDERFLOW + alpha * UNIT * az
-    e1 = torch.full_like(z, e0)
     w1 = z + e1
     sp1, sl1 = _softplus(w1, alpha), torch.sigmoid(alpha * w1)
     for i in range(pieces):
         # the last piece ends at the range's end, whatever the rounding of the ratio
         e2 = end if i == pieces - 1 else torch.minimum(e1 * ratio, end)
-        live = far & (e1 < end)
+        live = e1 < end
         w2 = z + e2
         sp2, sl2 = _softplus(w2, alpha), torch.sigmoid(alpha * w2)
         d1, d_err = _remainder(sp1, sp_z, sl_z, e1, w1, az, base_d, d_pad, alpha)
@@ -182,8 +198,9 @@ def _side(
             neg_lo > 0, s2_up.square_() / (2 * neg_lo.clamp_min(UNDERFLOW)), torch.inf
         )
         piece = torch.where(falls, at_e1, torch.where(rises, at_e2, peak)).mul_(1 + ROUND)
-        bound = torch.where(live, torch.maximum(bound, piece), bound)
+        piece_max = torch.where(live, torch.maximum(piece_max, piece), piece_max)
         e1, w1, sp1, sl1 = e2, w2, sp2, sl2
+    bound[far] = torch.maximum(bound[far], piece_max)
     return bound
 
 
