@@ -327,6 +327,12 @@ def test_integrated_evaluates_few_classes_and_equals_every_class_evaluated(d, k,
     # classes besides the predicted one, both may be needed)
     inner = sum(rows[1:])
     assert inner < (nodes - 1) * every if k >= 4 else inner <= (nodes - 1) * every
+    # within a round, a class whose upper sum has reached its margin takes no further node
+    # (with 6 nodes that is mostly past the last inner one: 12 here; on a net of tiny
+    # weights L hardly grows and the sum reaches the margin only at Theorem 2.1's radius)
+    rows.clear()
+    integrated(m, counted, paper, 12, van)
+    assert min(rows[2:12]) < rows[1] or scale < 0.1
 
 
 # ----------------------------------------------------------------------- the pieces

@@ -93,11 +93,20 @@ def integrated(
 
     def radii(need: torch.Tensor, enough: torch.Tensor) -> torch.Tensor:
         """Integrated radii (nt, K) of the ``need`` classes, ``inf`` elsewhere (``enough``:
-        unused, every radius is computed in full)."""
-        lips = [bound(todo, s[i], need) for i in range(1, nodes)]
-        lip = torch.stack([*lips, last.masked_fill(~need, 0.0)])  # (N, nt, K), node i + 1
+        unused, every radius is computed in full). The nodes go in order, each for the
+        classes whose upper sum has not reached their margin: past that, every piece has
+        ``m - S_k <= 0`` and adds nothing (their later ``L`` are left at 0, which keeps
+        ``S_k`` there)."""
         widths = (s[1:] - s[:-1]).mul_(1 + 2 * UNIT)
-        sums = (widths[:, :, None] * lip).cumsum(0).mul_(1 + gamma(nodes + 2))
+        grow = 1 + gamma(nodes + 2)
+        going, acc, lips = need.clone(), torch.zeros_like(m_t), []
+        for i in range(1, nodes):
+            lip_i = bound(todo, s[i], going) if going.any() else torch.zeros_like(m_t)
+            lips.append(lip_i)
+            acc = acc + widths[i - 1][:, None] * lip_i
+            going &= ~(acc * grow > m_t * (1 + 1e-9))  # surely reached, whatever the order
+        lip = torch.stack([*lips, last.masked_fill(~going, 0.0)])  # (N, nt, K), node i + 1
+        sums = (widths[:, :, None] * lip).cumsum(0).mul_(grow)
         before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k
         left = (m_t[None] - before).mul_(1 - 2 * UNIT)  # (N, nt, K)
         inner = torch.where(lip > 0, left / lip.clamp_min(torch.finfo(dt).tiny), torch.inf)
