@@ -234,7 +234,7 @@ def _certify_batch(
                 # each row of the trust region is at least the lambda_max form's at the same
                 # R, so it needs no search of that form first; it starts above the best
                 # certificate so far
-                done = [res[f"{col}_{k}"] for k in ("integrated", "linear") if k in kinds]
+                done = [res[f"{col}_{k}"] for k in METHOD_KINDS if f"{col}_{k}" in res]
                 near = torch.stack([res[col], *done])
                 exact = TrustRegionBound(rng(2), m, opt.trust_region_steps)
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)

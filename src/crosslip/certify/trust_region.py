@@ -405,16 +405,18 @@ class TrustRegionBound(CurvatureBound):
         if not verify:
             return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu)
         cheap = self.curvature(kappa) if cheap is None else cheap
-        hard = torch.zeros_like(mu, dtype=torch.bool) if enough is None else torch.isfinite(enough)
-        hard = (hard & (mu < cheap)).nonzero()[:, 0]  # rows that would need a factorisation
-        if len(hard):
-            mu_c = cheap[hard]
-            w = solve(torch.maximum(mu, cheap))[hard]
-            args = (grad[hard], err[hard], q[hard], convex[hard], kappa[hard], w, mu_c)
-            reach = quad_radius(margin[hard], self.evaluate(*args)) >= enough[hard]
-            mu[hard[reach]] = mu_c[reach]  # at the cheap bound: no factorisation
-        mu_ok = self.verified(kappa, mu, cheap)
-        return self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
+        # rows that would need a factorisation and may not: first at the cheap bound
+        easy = torch.zeros_like(mu, dtype=torch.bool) if enough is None else torch.isfinite(enough)
+        easy &= mu < cheap
+        mu_ok = self.verified(kappa, torch.where(easy, cheap, mu), cheap)
+        low = self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
+        short = (easy & (quad_radius(margin, low) < enough)).nonzero()[:, 0] if easy.any() else []
+        if len(short):  # that fell short: factorised after all
+            mu_ok[short] = self.verified(kappa[short], mu[short], cheap[short])
+            args = (grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
+            redo = self.evaluate(*(a[short] for a in args))
+            low.const[short], low.lin[short], low.quad[short] = redo.const, redo.lin, redo.quad
+        return low
 
     def verified(
         self, kappa: torch.Tensor, mu: torch.Tensor, cheap: torch.Tensor | None = None
