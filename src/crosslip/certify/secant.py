@@ -131,13 +131,20 @@ def _bases(z: torch.Tensor, pad: torch.Tensor, alpha: float):
     return sp_z, sl_z, az, d_pad, base_d
 
 
+def _remainder_at(
+    z: torch.Tensor, e: torch.Tensor, alpha: float, bases: tuple[torch.Tensor, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_remainder` at ``e`` for the units at ``z`` with their :func:`_bases`."""
+    sp_z, sl_z, az, d_pad, base_d = bases
+    w = z + e
+    return _remainder(_softplus(w, alpha), sp_z, sl_z, e, w, az, base_d, d_pad, alpha)
+
+
 def _at_end(z: torch.Tensor, pad: torch.Tensor, end: torch.Tensor, alpha: float) -> torch.Tensor:
     """A lower bound on ``Q(end) = 2 D(end) / end^2`` (same shape as ``z``) for the units at
     ``z`` (computed, within ``pad``): with ``sigma''(z)``, the smallest ``Q`` over ``h`` in
     ``(0, end]`` (module docstring, *Bound on inf Q*). 0 where ``D`` overflows far out."""
-    sp_z, sl_z, az, d_pad, base_d = _bases(z, pad, alpha)
-    w = z + end
-    d, err = _remainder(_softplus(w, alpha), sp_z, sl_z, end, w, az, base_d, d_pad, alpha)
+    d, err = _remainder_at(z, end, alpha, _bases(z, pad, alpha))
     q = (2 * (d - err).clamp_min_(0.0) / end.square()).mul_(1 - ROUND)
     return q.nan_to_num_(nan=0.0)  # inf - inf: 0 is a bound
 
@@ -159,16 +166,15 @@ def _side(
     e0 = NEAR / alpha
     rise = (z.abs() - pad).mul_(1 - 4 * UNIT)
     start = torch.minimum(rise.clamp_min(e0), end)
-    sp_z, sl_z, az, d_pad, base_d = _bases(z, pad, alpha)
-    w = z + start
-    d, err = _remainder(_softplus(w, alpha), sp_z, sl_z, start, w, az, base_d, d_pad, alpha)
+    bases = _bases(z, pad, alpha)
+    d, err = _remainder_at(z, start, alpha, bases)
     at_start = (2 * (d + err) / start.square()).mul_(1 + ROUND)
     bound = torch.where((start > e0) & (end > e0), at_start, -torch.inf)
     far = (end > start).nonzero(as_tuple=True)  # the pieces, past where Q surely rises
     if not len(far[0]):
         return bound
     z, pad, end, e1 = z[far], pad[far], end[far], start[far]
-    sp_z, sl_z, az, d_pad, base_d = sp_z[far], sl_z[far], az[far], d_pad[far], base_d[far]
+    sp_z, sl_z, az, d_pad, base_d = (b[far] for b in bases)
     ratio = (end / e1).pow(1.0 / pieces)
     piece_max = torch.full_like(z, -torch.inf)
     base_s = (2 * FN_REL) * 2 * sl_z + d_pad + UNDERFLOW + alpha * UNIT * az
