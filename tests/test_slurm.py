@@ -1,9 +1,10 @@
 """The workflow on a real single-node SLURM cluster (tests/cluster/slurm.sh) through
 ``--profile profiles/slurm``: every rule runs as a SLURM job (the aggregate ones too, with
-``local_aggregation: false``), the results equal a
-local run's, a second run does nothing, and a job that fails is reported with its SLURM
-job id while the results already made stay. Skipped, with the reason, where the SLURM and
-munge packages are missing and cannot be installed (not root, no apt-get)."""
+``local_aggregation: false``), the results equal a local run's, a second run does nothing,
+and a job that fails is reported with its SLURM job id and, on the terminal, its reason
+(though its stderr went to the SLURM log), while the results already made stay. Skipped,
+with the reason, where the SLURM and munge packages are missing and cannot be installed
+(not root, no apt-get)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
+from crosslip.io import failure_reason
 
 from .helpers import ROOT, snakemake_cmd
 from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID, THREADS, offline_env
@@ -140,5 +143,16 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(slurm_cluster, one_model
     assert f"{model.relative_to(work)}: refused to load" in "".join(
         p.read_text() for p in (res / "logs").rglob("*.log")
     )
+    # the reason reaches the terminal although each job's stderr went to its SLURM log:
+    # crosslip's summary names each failed job, its one-line reason and its own log
+    lines = failed.stderr.splitlines()
+    summary = [ln for ln in lines if re.fullmatch(r"crosslip: \d+ job\(s\) failed:", ln)]
+    assert len(summary) == 1, failed.stderr[-3000:]
+    listed = lines[lines.index(summary[0]) + 1 :][: int(summary[0].split()[1])]
+    assert listed and all(re.match(r"  (certify|attack) \(", ln) for ln in listed), listed
+    for line in listed:
+        log = re.search(r"\[log: (\S+)\]$", line).group(1)
+        assert f": {failure_reason(work / log)}  [log: {log}]" in line
+        assert "refused to load" in line
     assert {p: p.read_bytes() for p in (res / "tables").iterdir()} == kept
     assert not list((res / "certify").rglob("*.parquet.tmp*"))
