@@ -282,7 +282,9 @@ def test_a_batched_run_writes_the_files_of_one_job_per_model(tiny_run, tmp_path)
     ]
     for m in nets:
         metrics = json.loads((res / "models" / "mnist5k" / m / "metrics.json").read_text())
-        assert metrics["model_id"] == m and metrics["grid_networks"] == 4
+        assert metrics["model_id"] == m and len(metrics["grid_models"]) == 4
+        # on the CPU one after another in the job (crosslip.stages.training.batched_on)
+        assert metrics["grid_batched"] is False and metrics["grid_networks"] == 1
         assert m in metrics["grid_models"] and metrics["config"] == spec_params(grid[m])
         log = (res / "logs" / "train" / "mnist5k" / f"{m}.log").read_text()
         assert "train: 1/1 epochs" in log and "status=ok" in log

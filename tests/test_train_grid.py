@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import crosslip.models.softplus_net as softplus_net
+from crosslip.config.specs import spec_params
 from crosslip.data import load_dataset
 from crosslip.models import SoftplusNet, StackedSoftplusNet, class_gradients
 from crosslip.training.core import TrainConfig
@@ -532,3 +533,69 @@ def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
     other = train_grid([TrainConfig(epochs=1, hidden=8, tf32=not enabled)], *data)
     torch.testing.assert_close(other[0].model.U, batched[0].model.U, rtol=0, atol=0)
     assert batched[0].metrics["config"]["tf32"] is enabled and alone.metrics["status"] == "ok"
+
+
+def test_a_grid_job_trains_batched_on_cuda_and_one_by_one_on_the_cpu(tmp_path, monkeypatch):
+    """crosslip.stages.training.train_grid_stage: on the CPU by default one network after
+    another with the single-model trainer (the batched model is slower there: bench_grid),
+    each exactly as a job of its own trains it; ``batched=True`` gives the batched model,
+    the same networks to float32 rounding; on CUDA batched by default."""
+    from crosslip.data import Dataset, save_prepared
+    from crosslip.models.checkpoints import load_model
+    from crosslip.stages import training as stage
+
+    ds = load_dataset("mnist5k")
+    save_prepared(
+        Dataset(
+            "mnist5k",
+            ds.x_train[:96],
+            ds.y_train[:96],
+            ds.x_test[:32],
+            ds.y_test[:32],
+            ds.shape,
+            ds.num_classes,
+        ),
+        tmp_path / "data.npz",
+    )
+    common = {"epochs": 2, "hidden": 12, "batch_size": 32, "seed": 3}
+    specs = {
+        "none": TrainConfig(regularizer="none", lr=0.2, **common),
+        "cl": TrainConfig(regularizer="cross_lipschitz", lr=0.1, lam=1e-3, **common),
+    }
+
+    def outputs(way):
+        return {
+            m: (tmp_path / way / m / "model.pt", tmp_path / way / m / "metrics.json") for m in specs
+        }
+
+    def weights(path):
+        return torch.cat([p.detach().flatten() for p in load_model(path).parameters()])
+
+    batched_calls = []
+    real_train_grid = stage.train_grid
+    monkeypatch.setattr(
+        stage, "train_grid", lambda *a, **k: batched_calls.append(1) or real_train_grid(*a, **k)
+    )
+    default = stage.train_grid_stage(tmp_path / "data.npz", specs, outputs("default"), "cpu")
+    assert batched_calls == []  # one by one on the CPU
+    for m, met in default.items():
+        assert met["grid_batched"] is False and met["grid_networks"] == 1
+        assert met["grid_models"] == list(specs)
+        alone = stage.train_stage(
+            tmp_path / "data.npz", spec_params(specs[m]), m, *outputs("alone")[m], "cpu"
+        )
+        assert alone["test_error"] == met["test_error"]
+        assert torch.equal(weights(outputs("alone")[m][0]), weights(outputs("default")[m][0]))
+    batched = stage.train_grid_stage(
+        tmp_path / "data.npz", specs, outputs("batched"), "cpu", batched=True
+    )
+    assert batched_calls == [1]
+    for m, met in batched.items():
+        assert met["grid_batched"] is True and met["grid_networks"] == 2
+        torch.testing.assert_close(
+            weights(outputs("batched")[m][0]),
+            weights(outputs("default")[m][0]),
+            rtol=1e-4,
+            atol=1e-5,
+        )
+    assert stage.batched_on(torch.device("cuda")) and not stage.batched_on(torch.device("cpu"))

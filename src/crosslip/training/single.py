@@ -12,9 +12,11 @@ learning rate is multiplied by ``lr_decay`` after each fraction ``lr_decay_at`` 
 machine.
 
 In production this trainer runs the ResNets and, with ``train.batch_grid: false``, every
-network one job each; with ``batch_grid`` on (the default), the one-hidden-layer networks
-train together in :mod:`crosslip.training.grid`, which is tested against this trainer: each
-grid point comes out as :func:`train` trains it alone (tests/test_train_grid.py, float64).
+network one job each; with ``batch_grid`` on (the default), the one-hidden-layer networks of
+a grid job train one after another here on the CPU and together on CUDA in
+:mod:`crosslip.training.grid` (:func:`crosslip.stages.training.batched_on`), which is tested
+against this trainer: each grid point comes out as :func:`train` trains it alone
+(tests/test_train_grid.py, float64).
 What both do alike (seeds, data and crops, schedule, curves, metrics) is
 :mod:`crosslip.training.core`; the adversarial samples are :mod:`crosslip.training.adversarial`.
 """
