@@ -24,8 +24,11 @@ batched time to it says how far from the arithmetic the training runs (launches,
 traffic, Python). Also the operations of one step (each a kernel launch on a GPU; views and
 allocations not counted), batched against G separate steps. The last line is one JSON
 object; ``speedup_batched_vs_separate`` and ``ratio_to_arithmetic_bound`` are those of the
-largest G. ``--tf32``: the networks train with ``train.tf32`` (on CUDA, TF32 products) and
-the rate is measured with TF32 too, so the bound is TF32's.
+largest G; ``grid_job_trains`` says which way a grid job of the workflow trains on the
+device (``batched`` on CUDA, ``separate`` elsewhere: ``crosslip.stages.training.batched_on``,
+since the batched model is the slower way on the CPU). ``--tf32``: the networks train with
+``train.tf32`` (on CUDA, TF32 products) and the rate is measured with TF32 too, so the bound
+is TF32's.
 Run: ``.venv/bin/python benchmarks/bench_grid.py [--device auto] [--tf32]``
 """
 
@@ -43,6 +46,7 @@ from _harness import ROOT, finish, parser, start, timed
 from crosslip.data import load_dataset
 from crosslip.device import tf32
 from crosslip.models import SoftplusNet, StackedSoftplusNet
+from crosslip.stages.training import batched_on
 from crosslip.training.core import TrainConfig
 from crosslip.training.grid import REGULARIZER_ORDER, GridStep, train_grid
 from crosslip.training.regularizers import cross_lipschitz_flops
@@ -174,6 +178,8 @@ def main() -> None:
     largest = res["sizes"][str(max(args.sizes))]
     res["speedup_batched_vs_separate"] = largest["speedup_batched_vs_separate"]
     res["ratio_to_arithmetic_bound"] = largest["ratio_to_arithmetic_bound"]
+    # the way a grid job of the workflow takes on this device
+    res["grid_job_trains"] = "batched" if batched_on(dev) else "separate"
 
     print(bench.machine_line())
     print(
@@ -191,6 +197,8 @@ def main() -> None:
             f" of it (separate x{r['ratio_to_arithmetic_bound_separate']:.2f}); operations per "
             f"step {r['ops_per_step_batched']} batched, {r['ops_per_step_separate']} separate"
         )
+    way = "as one batched model" if batched_on(dev) else "one network after another"
+    print(f"a grid job trains {way} on {dev.type} (crosslip.stages.training.batched_on)")
     finish(res)
 
 

@@ -236,6 +236,7 @@ def test_bench_grid_runs_on_the_cpu_and_ends_with_one_json_line():
     res = json.loads(out[-1])
     assert res["device"] == "cpu" and res["points"] == 96 and res["grid"] == 26
     assert set(res["sizes"]) == {"1", "3"}
+    assert res["grid_job_trains"] == "separate"  # on the CPU (stages.training.batched_on)
     for size, r in res["sizes"].items():
         assert r["batched_seconds"] > 0 and r["separate_seconds"] > 0
         assert math.isclose(
