@@ -253,8 +253,10 @@ def start(work: Path) -> subprocess.Popen:
 
 
 def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process]:
-    """Wait until a ``rule`` job computes: its script has opened its log file (right before
-    its main function); returns the job's model and its process."""
+    """Wait until a ``rule`` job has started: its script has opened its log file (right
+    before its main function); stop it there (SIGSTOP) and return its model and process.
+    Held, it cannot finish before the test interrupts it, however fast or loaded the machine
+    (a SIGKILL ends it as it is; send it any other signal, then ``resume()`` it)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"finished before a {rule} job ran:\n{proc.stdout.read()}"
@@ -266,7 +268,7 @@ def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process
             except psutil.NoSuchProcess:
                 continue
             if logs:
-                time.sleep(0.1)  # into the computation
+                child.suspend()
                 return logs[0].stem, child
         time.sleep(0.01)
     raise AssertionError(f"no {rule} job started")
@@ -351,8 +353,9 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     # (c) Ctrl-C in the terminal (SIGINT to Snakemake and its jobs) during a certification:
     # Snakemake stops the jobs and releases its lock.
     proc = start(work)
-    model, _ = wait_for_job(proc, "certify")
+    model, job = wait_for_job(proc, "certify")
     os.killpg(proc.pid, signal.SIGINT)
+    job.resume()  # the SIGINT reaches it once it runs again
     out = proc.communicate(timeout=600)[0]
     interruptions += 1
     assert proc.returncode == 1, out
@@ -364,8 +367,9 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     # (d) A batch system ends the allocation (scancel, time limit: SIGTERM to Snakemake and
     # its jobs, SIGKILL after a grace period) during a certification.
     proc = start(work)
-    model, _ = wait_for_job(proc, "certify")
+    model, job = wait_for_job(proc, "certify")
     os.killpg(proc.pid, signal.SIGTERM)
+    job.resume()
     out = proc.communicate(timeout=600)[0]
     interruptions += 1
     # The jobs die of the signal; Snakemake reports them failed, exits 1 and releases its
