@@ -179,7 +179,8 @@ def main() -> None:
     res["speedup_batched_vs_separate"] = largest["speedup_batched_vs_separate"]
     res["ratio_to_arithmetic_bound"] = largest["ratio_to_arithmetic_bound"]
     # the way a grid job of the workflow takes on this device
-    res["grid_job_trains"] = "batched" if batched_on(dev) else "separate"
+    batched = batched_on(dev)
+    res["grid_job_trains"] = "batched" if batched else "separate"
 
     print(bench.machine_line())
     print(
@@ -197,7 +198,7 @@ def main() -> None:
             f" of it (separate x{r['ratio_to_arithmetic_bound_separate']:.2f}); operations per "
             f"step {r['ops_per_step_batched']} batched, {r['ops_per_step_separate']} separate"
         )
-    way = "as one batched model" if batched_on(dev) else "one network after another"
+    way = "as one batched model" if batched else "one network after another"
     print(f"a grid job trains {way} on {dev.type} (crosslip.stages.training.batched_on)")
     finish(res)
 

@@ -23,7 +23,7 @@ from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, trai
 from crosslip.training.single import train
 
 from .device_checks import implicit_tensors_on_meta
-from .helpers import random_net, random_points
+from .helpers import learnable_digits, random_net, random_points
 
 
 @pytest.fixture(scope="module")
@@ -540,23 +540,10 @@ def test_a_grid_job_trains_batched_on_cuda_and_one_by_one_on_the_cpu(tmp_path, m
     another with the single-model trainer (the batched model is slower there: bench_grid),
     each exactly as a job of its own trains it; ``batched=True`` gives the batched model,
     the same networks to float32 rounding; on CUDA batched by default."""
-    from crosslip.data import Dataset, save_prepared
     from crosslip.models.checkpoints import load_model
     from crosslip.stages import training as stage
 
-    ds = load_dataset("mnist5k")
-    save_prepared(
-        Dataset(
-            "mnist5k",
-            ds.x_train[:96],
-            ds.y_train[:96],
-            ds.x_test[:32],
-            ds.y_test[:32],
-            ds.shape,
-            ds.num_classes,
-        ),
-        tmp_path / "data.npz",
-    )
+    data = learnable_digits(tmp_path / "data.npz", n_train=96, n_test=32)
     common = {"epochs": 2, "hidden": 12, "batch_size": 32, "seed": 3}
     specs = {
         "none": TrainConfig(regularizer="none", lr=0.2, **common),
@@ -576,19 +563,15 @@ def test_a_grid_job_trains_batched_on_cuda_and_one_by_one_on_the_cpu(tmp_path, m
     monkeypatch.setattr(
         stage, "train_grid", lambda *a, **k: batched_calls.append(1) or real_train_grid(*a, **k)
     )
-    default = stage.train_grid_stage(tmp_path / "data.npz", specs, outputs("default"), "cpu")
+    default = stage.train_grid_stage(data, specs, outputs("default"), "cpu")
     assert batched_calls == []  # one by one on the CPU
     for m, met in default.items():
         assert met["grid_batched"] is False and met["grid_networks"] == 1
         assert met["grid_models"] == list(specs)
-        alone = stage.train_stage(
-            tmp_path / "data.npz", spec_params(specs[m]), m, *outputs("alone")[m], "cpu"
-        )
+        alone = stage.train_stage(data, spec_params(specs[m]), m, *outputs("alone")[m], "cpu")
         assert alone["test_error"] == met["test_error"]
         assert torch.equal(weights(outputs("alone")[m][0]), weights(outputs("default")[m][0]))
-    batched = stage.train_grid_stage(
-        tmp_path / "data.npz", specs, outputs("batched"), "cpu", batched=True
-    )
+    batched = stage.train_grid_stage(data, specs, outputs("batched"), "cpu", batched=True)
     assert batched_calls == [1]
     for m, met in batched.items():
         assert met["grid_batched"] is True and met["grid_networks"] == 2

@@ -125,5 +125,5 @@ def batched_on(device: torch.device) -> bool:
     ``device``: on CUDA, where one batched step keeps the GPU busy (``bench_grid``: x1.9 at
     G = 1, x6.0 at G = 8, x6.9 at G = 26 on an H100), not on the CPU, where the batched
     products run at a lower rate than the plain ones (x0.81-0.87 on a 2-core AMD EPYC:
-    docs/scaling.md)."""
+    docs/architecture.md, "Batched on CUDA only")."""
     return device.type == "cuda"
