@@ -10,7 +10,9 @@ and temporary folders, so the grouping saves time and changes no result."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from . import helpers
+from . import helpers, slurm_cluster
 
 #: Session fixtures that run a workflow: a test that uses one is marked ``slow`` here.
 WORKFLOW_FIXTURES = frozenset({"load_run", "tiny_run", "one_model_run"})
@@ -29,9 +31,38 @@ WORKFLOW_FIXTURES = frozenset({"load_run", "tiny_run", "one_model_run"})
 def pytest_configure(config):
     """One torch thread in each pytest-xdist worker: the workers already keep the cores
     busy, and torch's spinning worker threads on an oversubscribed core cost more than they
-    save (the fast tier in two workers: 165 s with two threads each, 35 s with one)."""
+    save (the fast tier in two workers: 165 s with two threads each, 35 s with one). The
+    controller (or the one process) makes the session's folder for the SLURM cluster."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
+    if not hasattr(config, "workerinput"):
+        config.stash[slurm_cluster.FOLDER] = Path(tempfile.mkdtemp(prefix="crosslip-slurm-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Each pytest-xdist worker gets the session's folder for the SLURM cluster."""
+    folder = node.config.stash[slurm_cluster.FOLDER]
+    node.workerinput[slurm_cluster.WORKER_KEY] = str(folder)
+
+
+def pytest_collection_finish(session):
+    """Start the SLURM test's first run in the background (tests/slurm_cluster.py) as soon
+    as the session has selected that test: in one process only (the first worker), and not
+    for ``--collect-only``."""
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if any(item.nodeid.split("@")[0] == slurm_cluster.TEST for item in session.items):
+        slurm_cluster.start(slurm_cluster.session_folder(session.config))
+
+
+def pytest_unconfigure(config):
+    """The controller, once every worker has ended: stop the SLURM cluster and its run
+    (if the session started them) and remove their folder."""
+    if not hasattr(config, "workerinput") and slurm_cluster.FOLDER in config.stash:
+        folder = config.stash[slurm_cluster.FOLDER]
+        slurm_cluster.stop(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -139,7 +170,7 @@ def closed_port() -> Iterator[int]:
 
 @pytest.fixture(scope="session")
 def load_run(tmp_path_factory):
-    """The load test's sweep of more than 50 jobs on 2 cores (run once per test session):
+    """The load test's sweep of 32 jobs on 2 cores (run once per test session):
     (work folder, planned jobs, finished jobs by rule, output watcher, seconds). The
     interruption test uses it as its uninterrupted reference."""
     from .workflow_helpers import run_load

@@ -10,69 +10,52 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from crosslip.io import failure_reason
 
-from .helpers import ROOT, snakemake_cmd
-from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID, THREADS, offline_env
+from . import slurm_cluster
+from .helpers import require_slow
+from .slurm_cluster import session_folder
+from .workflow_helpers import ONE_MODEL_ID
 
-CLUSTER = ROOT / "tests" / "cluster" / "slurm.sh"
 #: The rules of ONE_MODEL: those that always run as batch jobs, and the aggregate ones,
 #: `localrules` by default (workflow/rules/aggregate.smk: seconds each, they run where
 #: Snakemake runs), batch jobs too with ``local_aggregation: false`` (the test's setting).
 BATCH_RULES = {"prepare_data", "train", "certify", "attack", "instances"}
-LOCAL_RULES = {"summary", "table1", "figure_bounds", "figure_bracket", "figure_training"}
+LOCAL_RULES = {"summary", "table1", "figure_bounds", "figure_training", "figure_bracket"}
 LOCAL_RULES |= {"figure_adversarial"}
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> dict[str, str]:
-    """The environment of a client of a running test cluster (SLURM_CONF, PATH); the
-    daemons are stopped, by their ids, at the end of the session."""
-    folder = tmp_path_factory.mktemp("slurm")
-    start = subprocess.run(
-        ["bash", str(CLUSTER), "start", str(folder)], capture_output=True, text=True, timeout=900
-    )
-    if start.returncode == 3:
-        pytest.skip(f"no SLURM cluster: {start.stderr.strip()}")
-    try:
-        assert start.returncode == 0, start.stdout + start.stderr
-        shown = subprocess.run(
-            ["bash", str(CLUSTER), "env", str(folder)], capture_output=True, text=True, check=True
-        )
-        env = offline_env() | dict(line.split("=", 1) for line in shown.stdout.splitlines())
-        yield env
-    finally:
-        subprocess.run(["bash", str(CLUSTER), "stop", str(folder)], timeout=60)
+def first_run(request) -> dict:
+    """The record of the first run through the cluster, which the session started in the
+    background (tests/slurm_cluster.py); skips, with the reason, where no cluster could
+    start."""
+    record = slurm_cluster.wait(session_folder(request.config))
+    if "skip" in record:
+        pytest.skip(record["skip"])
+    assert "error" not in record, record["error"]
+    return record
 
 
 def batch_jobs(output: str) -> dict[str, list[str]]:
     """Rule (the first word of its SLURM log folder, grid rules folded) -> SLURM job ids
     of the jobs Snakemake submitted, from its output."""
     found: dict[str, list[str]] = {}
-    for slurm_id, log in re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", output):
+    for slurm_id, log in slurm_cluster.submitted(output):
         rule = re.search(r"slurm_logs/rule_([a-z0-9_]+?)(?:_mnist5k\w*)?/", log).group(1)
         found.setdefault(rule, []).append(slurm_id)
     return found
 
 
-def show_job(env: dict[str, str], slurm_id: str) -> str:
-    """``scontrol show job`` of a job the cluster still holds (MinJobAge 300 s)."""
-    shown = subprocess.run(
-        ["scontrol", "show", "job", slurm_id], capture_output=True, text=True, env=env
-    )
-    return shown.stdout + shown.stderr
-
-
-def job_state(env: dict[str, str], slurm_id: str) -> str:
-    match = re.search(r"JobState=(\w+)", show_job(env, slurm_id))
-    return match.group(1) if match else show_job(env, slurm_id).strip()
+def state(shown: str) -> str:
+    """The JobState of ``scontrol show job``'s output (or the output, where it has none)."""
+    match = re.search(r"JobState=(\w+)", shown)
+    return match.group(1) if match else shown.strip()
 
 
 def results_of(work: Path) -> dict[str, pd.DataFrame]:
@@ -85,39 +68,25 @@ def results_of(work: Path) -> dict[str, pd.DataFrame]:
 
 
 @pytest.mark.slow
-def test_the_workflow_runs_through_a_real_slurm_cluster(slurm_cluster, one_model_run, tmp_path):
-    env = slurm_cluster
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "config.yaml").write_text(yaml.safe_dump({**ONE_MODEL, "local_aggregation": False}))
-    cmd = snakemake_cmd(
-        work,
-        "--profile",
-        str(ROOT / "profiles" / "slurm"),
-        "--slurm-init-seconds-before-status-checks",
-        "1",
-        "--latency-wait",
-        "5",
-        "--retries",
-        "0",
-        configfile=work / "config.yaml",
-    )
-    cmd += THREADS  # as the local run: one thread per job, so the numbers agree
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    seconds = time.perf_counter() - t0
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    print(f"ONE_MODEL through SLURM: {seconds:.1f} s")
+def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run, request):
+    session = session_folder(request.config)
+    env = slurm_cluster.client_env(session / "cluster")
+    work = session / "work"
+    require_slow()
+    cmd = slurm_cluster.command(work)
+    out = first_run["output"]
+    assert first_run["returncode"] == 0, out[-6000:]
+    print(f"ONE_MODEL through SLURM: {first_run['seconds']:.1f} s")
     # every rule went through the cluster, as a job that SLURM ran to completion
     jobs = batch_jobs(out)
     assert set(jobs) == BATCH_RULES | LOCAL_RULES, jobs
+    shown = first_run["jobs"]  # scontrol show job of each, right after the run
     for ids in jobs.values():
-        assert all(job_state(env, i) == "COMPLETED" for i in ids), ids
+        assert all(state(shown[i]) == "COMPLETED" for i in ids), ids
     # with device auto, train, certify and attack ask for one GPU each (the profile's
     # syntax, sbatch --gpus=1), which the node's gres.conf declares; the rest ask for none
     for rule, ids in jobs.items():
-        gpus = ["TresPerJob=gres:gpu:1" in show_job(env, i) for i in ids]
+        gpus = ["TresPerJob=gres:gpu:1" in shown[i] for i in ids]
         assert gpus == [rule in {"train", "certify", "attack"}] * len(ids), (rule, ids)
     # the same results as the local run of the same config
     local, remote = results_of(one_model_run), results_of(work)
@@ -138,7 +107,9 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(slurm_cluster, one_model
     fout = failed.stdout + failed.stderr
     assert failed.returncode != 0, fout[-3000:]
     failed_ids = re.findall(r"SLURM-job '(\d+)' failed", fout)
-    assert failed_ids and all(job_state(env, i) == "FAILED" for i in failed_ids), fout[-3000:]
+    assert failed_ids and all(
+        state(slurm_cluster.show_job(env, i)) == "FAILED" for i in failed_ids
+    ), fout[-3000:]
     assert re.search(r"Error in rule (certify|attack)", fout)
     assert f"{model.relative_to(work)}: refused to load" in "".join(
         p.read_text() for p in (res / "logs").rglob("*.log")
