@@ -164,10 +164,10 @@ def test_every_stage_output_appears_only_by_rename(stage_inputs, monkeypatch, st
 # --------------------------------------------------------------------------------------
 
 #: One sweep for the load test (section 6) and, as the uninterrupted reference, for the
-#: interruption test: 12 models (one diverges: weight decay 1 at lr 1000), 1000 certified
-#: points each (the whole mnist5k test split), 5 attacked points. Jobs take a few tenths of
-#: a second of computation on an idle 2-core machine (slow enough that a kill lands while
-#: one computes) after a few seconds of Python start-up.
+#: interruption test: 6 models (one diverges: weight decay 1 at lr 1000), 1000 certified
+#: points each (the whole mnist5k test split), 5 attacked points: 32 jobs, each a few
+#: tenths of a second of computation after a few seconds of Python start-up (the interrupted
+#: jobs are held, wait_for_job, so their length does not matter).
 #: The interruption test's config: two models of the sweep, everything else the same.
 INTERRUPT = changed(
     SWEEP,

@@ -112,10 +112,10 @@ SWEEP = {
         "batch_grid": False,  # one job per model: the load test wants many jobs
         "epochs": 6,
         "grid": {
-            "none": {"lr": [0.1, 0.2], "lambda": [0.0]},
-            "weight_decay": {"lr": [0.2, 1000.0], "lambda": [1.0e-4, 1.0]},
-            "dropout": {"lr": [0.1, 0.2], "keep_hidden": [0.5]},
-            "cross_lipschitz": {"lr": [0.1, 0.2], "lambda": [1.0e-3, 1.0e-2]},
+            "none": {"lr": [0.2], "lambda": [0.0]},
+            "weight_decay": {"lr": [0.2, 1000.0], "lambda": [1.0]},
+            "dropout": {"lr": [0.2], "keep_hidden": [0.5]},
+            "cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3, 1.0e-2]},
         },
     },
     "certify": {"n_points": 1000, "kinds": ["local", "global"]},
