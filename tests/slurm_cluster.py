@@ -50,10 +50,11 @@ def session_folder(config: pytest.Config) -> Path:
     return config.stash[FOLDER]
 
 
-def command(work: Path) -> list[str]:
-    """The run command: ONE_MODEL with ``local_aggregation: false`` (every rule a SLURM
-    job) through profiles/slurm, the plugin's first status check 1 s after a submission,
-    and one thread per job as the local run (``--set-threads`` last)."""
+def command(work: Path, *targets: str) -> list[str]:
+    """The run command (of ``targets``; all by default): ONE_MODEL with
+    ``local_aggregation: false`` (every rule a SLURM job) through profiles/slurm, the
+    plugin's first status check 1 s after a submission, and one thread per job as the local
+    run (``--set-threads`` last: it takes every argument after it)."""
     return [
         SNAKEMAKE,
         "-s",
@@ -70,6 +71,7 @@ def command(work: Path) -> list[str]:
         "5",
         "--retries",
         "0",
+        *targets,
         *THREADS,
     ]
 
