@@ -1,8 +1,12 @@
 """Code tracking (crosslip.jobs.tracking): a job's code digest follows the code it imports, and
-only its behaviour: docstrings, comments and formatting do not count, paths do not count."""
+only its behaviour: docstrings, comments and formatting do not count, paths do not count;
+the on-disk cache of digests returns what parsing returns, misses on any edit, and is only
+a cache (unreadable, foreign or unwritable, it changes no digest)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import shutil
 from pathlib import Path
 
@@ -13,6 +17,22 @@ from crosslip.jobs import tracking
 from .helpers import ROOT
 
 SCRIPTS = ROOT / "workflow" / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    """Each test's own digest cache (``CROSSLIP_CACHE_DIR``), read afresh."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(tracking.CACHE_ENV, str(folder))
+    fresh_process()
+    yield folder / tracking.CACHE_FILE
+    fresh_process()
+
+
+def fresh_process() -> None:
+    """Forget what this process has parsed and read, as a new Snakemake process would."""
+    tracking._cache_at.cache_clear()
+    tracking._parsed.cache_clear()
 
 
 @pytest.fixture
@@ -92,3 +112,73 @@ def test_relative_imports_resolve_against_the_module():
     } <= names
     pkg = tracking.imported_names(ast.parse("from .engine import KINDS"), "crosslip.certify", True)
     assert "crosslip.certify.engine" in pkg
+
+
+def uncached(monkeypatch) -> dict[str, str]:
+    monkeypatch.setenv(tracking.CACHE_ENV, "")
+    fresh_process()
+    return digests()
+
+
+def test_the_disk_cache_returns_what_parsing_returns_and_any_edit_misses(
+    package, cache, monkeypatch
+):
+    cold = digests()  # parses, fills the cache
+    assert cache.is_file() and json.loads(cache.read_text())["entries"]
+    fresh_process()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("parsed although the cache has it")
+
+    with monkeypatch.context() as m:
+        m.setattr(tracking.ast, "parse", refuse)
+        assert digests() == cold  # every digest from the cache, none parsed
+    # a code edit misses: the scripts that import it get the digest parsing gives
+    fresh_process()
+    edit(package / "report.py", "def read_summary(", "X = 1\n\n\ndef read_summary(")
+    edited = digests()
+    assert edited["table"] != cold["table"] and edited["train"] == cold["train"]
+    with monkeypatch.context() as m:
+        assert uncached(m) == edited
+    assert uncached(monkeypatch) != cold
+
+
+def test_a_damaged_or_foreign_cache_is_read_as_empty_and_replaced(cache, monkeypatch):
+    want = uncached(monkeypatch)
+    monkeypatch.setenv(tracking.CACHE_ENV, str(cache.parent))
+    cache.parent.mkdir()
+    for content in ("{not json", json.dumps({"python": "2.7", "entries": {}}), "[]"):
+        cache.write_text(content)
+        fresh_process()
+        assert digests() == want
+        assert json.loads(cache.read_text())["python"] != "2.7"
+    # the entries of another Python version are not used: its parser makes other trees
+    data = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**data, "python": "3.0 (other)"}))
+    fresh_process()
+    parses = []
+    real = ast.parse
+    monkeypatch.setattr(tracking.ast, "parse", lambda *a, **k: parses.append(1) or real(*a, **k))
+    assert digests() == want and parses
+
+
+def test_an_unwritable_cache_changes_no_digest_and_leaves_no_temporary(
+    tmp_path, cache, monkeypatch
+):
+    want = uncached(monkeypatch)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(tracking.CACHE_ENV, str(blocked / "cache"))  # under a file
+    fresh_process()
+    assert digests() == want
+    # a write that fails half-way (here: the rename) leaves no temporary beside the cache
+    folder = tmp_path / "failing"
+    monkeypatch.setenv(tracking.CACHE_ENV, str(folder))
+    fresh_process()
+
+    def fail(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tracking.os, "replace", fail)
+    assert digests() == want
+    assert list(folder.iterdir()) == []
