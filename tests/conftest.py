@@ -5,7 +5,11 @@ tiers: a test that runs Snakemake is marked ``slow`` (docs/testing.md).
 ``make test`` runs the tests in pytest-xdist workers (``-n auto --dist loadgroup``): the
 tests of one shared run form one ``xdist_group``, so that one worker makes the run and no
 other worker repeats it. Each worker is a separate process with its own session fixtures
-and temporary folders, so the grouping saves time and changes no result."""
+and temporary folders, so the grouping saves time and changes no result.
+
+The SLURM test's first run, which mostly waits, starts in the background as soon as the
+session has selected that test (tests/slurm_cluster.py), in a folder that the controller
+makes, gives to every worker and removes at the end."""
 
 from __future__ import annotations
 
