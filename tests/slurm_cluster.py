@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT, SNAKEMAKE
+from .helpers import ROOT, snakemake_cmd
 from .workflow_helpers import ONE_MODEL, THREADS, offline_env
 
 CLUSTER = ROOT / "tests" / "cluster" / "slurm.sh"
@@ -54,15 +54,10 @@ def command(work: Path, *targets: str) -> list[str]:
     """The run command (of ``targets``; all by default): ONE_MODEL with
     ``local_aggregation: false`` (every rule a SLURM job) through profiles/slurm, the
     plugin's first status check 1 s after a submission, and one thread per job as the local
-    run (``--set-threads`` last: it takes every argument after it)."""
-    return [
-        SNAKEMAKE,
-        "-s",
-        str(ROOT / "Snakefile"),
-        "--directory",
-        str(work),
-        "--configfile",
-        str(work / "config.yaml"),
+    run (``--set-threads`` last: it takes every argument after it). Through
+    helpers.snakemake_cmd, which fails a test that runs it unless marked slow."""
+    return snakemake_cmd(
+        work,
         "--profile",
         str(ROOT / "profiles" / "slurm"),
         "--slurm-init-seconds-before-status-checks",
@@ -73,7 +68,8 @@ def command(work: Path, *targets: str) -> list[str]:
         "0",
         *targets,
         *THREADS,
-    ]
+        configfile=work / "config.yaml",
+    )
 
 
 def client_env(folder: Path) -> dict[str, str]:

@@ -18,7 +18,6 @@ import pytest
 from crosslip.io import failure_reason
 
 from . import slurm_cluster
-from .helpers import require_slow
 from .slurm_cluster import session_folder
 from .workflow_helpers import ONE_MODEL_ID
 
@@ -72,7 +71,6 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run
     session = session_folder(request.config)
     env = slurm_cluster.client_env(session / "cluster")
     work = session / "work"
-    require_slow()
     cmd = slurm_cluster.command(work)
     out = first_run["output"]
     assert first_run["returncode"] == 0, out[-6000:]

@@ -241,12 +241,6 @@ def _pyplot() -> ModuleType:
     return matplotlib.pyplot
 
 
-def _max_n_locator(**kwargs: object) -> object:
-    from matplotlib.ticker import MaxNLocator
-
-    return MaxNLocator(**kwargs)
-
-
 def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
     fig.tight_layout()
     for path in (png, pdf):
@@ -670,6 +664,8 @@ def plot_training_curves(
     objective per epoch (log scale) and the training error after each epoch; kernel models
     (L-BFGS): the objective and the penalty at each evaluation of the objective. Diverged
     models are drawn dashed, up to their last finite value."""
+    from matplotlib.ticker import MaxNLocator
+
     curves = training_curves(metrics, dataset, family)
     kernel = family == "kernel"
     present = {c["setting"] for c in curves}
@@ -707,7 +703,7 @@ def plot_training_curves(
             if col != "train_error" and len(values) and (values > 0).all():
                 ax.set_yscale("log")
             ax.set_xlabel("L-BFGS evaluation of the objective" if kernel else "epoch")
-            ax.xaxis.set_major_locator(_max_n_locator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(label)
             ax.set_title(
                 f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
