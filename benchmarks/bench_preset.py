@@ -64,13 +64,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
-from snakemake.utils import update_config
 
 from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
 from crosslip.config.grid import dataset_names, training_grid
 from crosslip.config.specs import NetTrainSpec, spec_params
-from crosslip.config.validate import validate
+from crosslip.config.validate import merged_files, validate
 from crosslip.data import Dataset, load_prepared, save_prepared
 from crosslip.projection import job_count, projected, training_jobs
 from crosslip.stages.attack import attack_stage
@@ -85,14 +83,6 @@ STARTUP = (
     "import torch, crosslip.stages.attack, crosslip.stages.certification, "
     "crosslip.stages.training; torch.zeros(1, device={device!r}).sum().item()"
 )
-
-
-def merged_config(files: list[Path]) -> dict[str, Any]:
-    """The files merged in order, later keys over earlier (Snakemake's ``--configfile``)."""
-    config: dict[str, Any] = {}
-    for f in files:
-        update_config(config, yaml.safe_load(Path(f).read_text()) or {})
-    return config
 
 
 def scaled(flops: dict[str, int], factor: float) -> dict[str, float]:
@@ -367,7 +357,7 @@ def main() -> None:
         ap.error(f"--epochs {e1} {e2}: give two epoch counts, 0 < E1 < E2")
     with tempfile.TemporaryDirectory(prefix="bench_preset-") as tmp:
         work = Path(tmp)
-        config = merged_config(args.configfile)
+        config = merged_files(args.configfile)
         mirrors = config.setdefault("data", {}).setdefault("mirrors", {})
         mirrors.setdefault("mnist", str(args.mirror))
         if args.dataset:

@@ -14,13 +14,13 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from crosslip.io import atomic_path
+from crosslip.machine import cpu_model, git_state
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "benchmarks"
@@ -30,31 +30,10 @@ PAGE = ROOT / "docs" / "performance.md"
 def _git_commit() -> str:
     """The checkout's short commit, ``+edits`` if tracked files differ from it; ``unknown``
     where there is no git or no repository (``CROSSLIP_COMMIT`` then names it)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
+    state = git_state(ROOT)
+    if not state["commit"]:
         return "unknown"
-    if out.returncode != 0:
-        return "unknown"
-    return out.stdout.strip() + ("+edits" if dirty else "")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return state["commit"][:7] + ("+edits" if state["dirty"] else "")
 
 
 def provenance(command: list[str]) -> dict[str, str]:
@@ -82,7 +61,7 @@ def entry(name: str, command: list[str], output: str, note: str = "") -> dict[st
     return {
         "name": name,
         **provenance(command),
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "note": note,
         "result": last_json(output),

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from _harness import ROOT, finish, parser
 from crosslip.device import describe_machine
+from crosslip.machine import git_commit
 
 TIERS = {"fast": ["-m", "not slow"], "full": []}
 TARGET_SECONDS = {"fast": 90.0, "full": 360.0}
@@ -90,13 +91,9 @@ def baseline_checkout(ref: str, into: Path) -> Path:
     """REF checked out in ``into/checkout``, a local clone (a git repository, as a checkout
     that CI runs is, so that REF's own tests may call git), with ``into/shared`` pointing to
     the shared folder beside this checkout (the offline MNIST mirror the tests read)."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    commit = git_commit(ROOT, ref)
+    if not commit:
+        raise SystemExit(f"--baseline {ref}: not a commit of the checkout at {ROOT}")
     checkout = into / "checkout"
     git = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*git, "clone", "-q", "--shared", "-n", str(ROOT), str(checkout)], check=True)

@@ -12,7 +12,7 @@ import yaml
 from crosslip.config.grid import training_grid
 from crosslip.config.schema import load_schema
 from crosslip.config.specs import KernelTrainSpec, NetTrainSpec
-from crosslip.config.validate import validate
+from crosslip.config.validate import merged_files, validate
 from crosslip.errors import ConfigError
 
 from .helpers import ROOT, dry_run_jobs, snakemake_cmd, trained_models
@@ -495,19 +495,23 @@ PRESETS = sorted((ROOT / "config" / "presets").glob("*.yaml"))
 NET_PRESETS = [p for p in PRESETS if "kernel" not in p.name]
 
 
-def merged(*files) -> dict:
-    """Config files merged as Snakemake merges --configfile files: mappings key by key,
-    everything else (lists included) replaced."""
-
-    def merge(a, b):
-        if isinstance(a, dict) and isinstance(b, dict):
-            return {**a, **{k: merge(a[k], v) if k in a else v for k, v in b.items()}}
-        return copy.deepcopy(b)
-
-    out: dict = {}
-    for f in files:
-        out = merge(out, yaml.safe_load(f.read_text()))
-    return out
+def test_config_files_merge_as_snakemake_merges_configfiles(tmp_path):
+    """Mappings key by key, everything else (lists included) replaced, an empty file adding
+    nothing; a file that is not a YAML mapping is named."""
+    files = [tmp_path / n for n in ("a.yaml", "b.yaml", "empty.yaml")]
+    files[0].write_text("train: {epochs: 3, settings: [plain, augment]}\ndatasets: [mnist]\n")
+    files[1].write_text("train: {settings: [plain]}\ncertify: {n_points: 5}\n")
+    files[2].write_text("")
+    assert merged_files(files) == {
+        "train": {"epochs": 3, "settings": ["plain"]},
+        "datasets": ["mnist"],
+        "certify": {"n_points": 5},
+    }
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "bad.yaml").write_text("train: [\n")
+    for name, says in [("list", "expected a mapping"), ("bad", "cannot read it as YAML")]:
+        with pytest.raises(ConfigError, match=f"config file .*{name}.yaml: {says}"):
+            merged_files([files[0], tmp_path / f"{name}.yaml"])
 
 
 @pytest.mark.parametrize("preset", NET_PRESETS, ids=[p.stem for p in NET_PRESETS])
@@ -541,7 +545,7 @@ def test_mnist_preset_is_the_papers_grid():
 
 @pytest.mark.parametrize("preset", NET_PRESETS, ids=[p.stem for p in NET_PRESETS])
 def test_quick_override_keeps_one_model_per_regularizer_and_setting(preset):
-    config = merged(preset, ROOT / "config" / "overrides" / "quick.yaml")
+    config = merged_files([preset, ROOT / "config" / "overrides" / "quick.yaml"])
     _, grid = parse(config)
     nets = [s for s in grid.values() if isinstance(s, NetTrainSpec)]
     pairs = [(s.setting, s.regularizer) for s in nets]

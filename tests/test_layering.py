@@ -30,8 +30,9 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.families",
         "crosslip.io",
         "crosslip.device",
+        "crosslip.machine",
         "crosslip.progress",
-    ),  # vocabulary, files, progress lines
+    ),  # vocabulary, files, machine, progress lines
     ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
     ("crosslip.config", "crosslip.jobs", "crosslip.projection"),  # config, job planning
     (
@@ -57,6 +58,7 @@ TORCH_FREE = [
     "crosslip.report",
     "crosslip.results_schema",
     "crosslip.io",
+    "crosslip.machine",
     "crosslip.errors",
     "crosslip.norms",
     "crosslip.families",

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crosslip.machine import cpu_model, git_commit, git_state, machine_description
 from crosslip.reproduction import (
     NOT_REPRODUCED,
     NOT_RUN,
@@ -671,6 +672,19 @@ def head_commit() -> str:
     return subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def test_the_checkout_and_machine_a_record_names(tmp_path: Path) -> None:
+    """The commit a short or symbolic name stands for, nothing outside a checkout or for a
+    name that is no commit; the machine's CPU and memory from /proc where it has them."""
+    head = head_commit()
+    assert git_commit(ROOT, head[:9]) == git_commit(ROOT) == git_state(ROOT)["commit"] == head
+    assert git_commit(ROOT, "no-such-ref") is None
+    assert git_state(tmp_path) == {"commit": None, "dirty": None}
+    machine = machine_description()
+    assert machine["logical_cpus"] >= 1 and cpu_model()
+    assert machine["cpu"] in (cpu_model(), None)  # None: no model name in /proc/cpuinfo
+    assert machine["memory_gib"] > 0
 
 
 def write_metrics(results: Path, devices: list[str]) -> None:

@@ -6,15 +6,14 @@ import argparse
 import contextlib
 import functools
 import os
-import platform
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import numpy as np
 import torch
 
 from .errors import ConfigError
+from .machine import cpu_model
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,16 +78,8 @@ def describe_machine(device: torch.device | str = "cpu") -> str:
     """One line naming the hardware, for benchmark output: the CPU model (from
     ``/proc/cpuinfo`` where there is one), its core count, torch's version and thread count,
     and the GPU if ``device`` is a CUDA device."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     threads = torch.get_num_threads()
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+    text = f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}"
     text += f" on {threads} thread{'' if threads == 1 else 's'}"
     dev = torch.device(device)
     if dev.type == "cuda":

@@ -4,9 +4,11 @@ schema cannot express (datasets, the grid, models trained elsewhere, kernel memo
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from jsonschema import Draft202012Validator, validators
 
 from ..errors import ConfigError
@@ -149,3 +151,22 @@ def _trains(config: dict[str, Any]) -> bool:
         any(net_grid(config, s) for s in config["train"]["settings"])
         or config["kernel"].get("grid")
     )
+
+
+def merged_files(paths: Sequence[Path | str]) -> dict[str, Any]:
+    """The config files of ``snakemake --configfile <paths...>`` merged in order as Snakemake
+    merges them (mappings key by key, anything else replaced), not validated; an empty file
+    adds nothing. Raises :class:`~crosslip.errors.ConfigError` naming a file that is not a
+    YAML mapping."""
+    from snakemake.utils import update_config  # lazily: the jobs need no Snakemake
+
+    merged: dict[str, Any] = {}
+    for path in map(Path, paths):
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"config file {path}: cannot read it as YAML: {err}") from err
+        if not isinstance(data, dict | None):
+            raise ConfigError(f"config file {path}: expected a mapping of config keys")
+        update_config(merged, data or {})
+    return merged

@@ -11,26 +11,25 @@ A run made on another machine and copied here (only its tables, ``metrics.json``
 benchmark files kept) exports the same way: ``commit`` names the commit it ran at,
 ``results_written`` the day it ran, ``machine`` that machine (docs/reproduction-record.md).
 
-Torch is imported only to name a GPU, and only when torch is installed.
+Torch is imported only to name a GPU (:mod:`crosslip.machine`), and only when torch is
+installed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
-from snakemake.utils import update_config
 
-from ..config.validate import validate
+from ..config.validate import merged_files, validate
 from ..errors import ConfigError
+from ..machine import git_commit, git_state, machine_description
 
 RUN_FILE = "run.yaml"
 #: Files copied from a results folder when present (paths relative to it).
@@ -64,57 +63,16 @@ def dump_yaml(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
-def _proc(path: str, key: str) -> str | None:
-    """The value of the first line ``key: value`` of ``path`` (``None`` where there is none)."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
-
-
-def machine_description() -> dict[str, Any]:
-    """The machine running this: CPU model and logical CPUs (``/proc/cpuinfo``), memory in
-    GiB (``/proc/meminfo``), and the CUDA GPU torch sees (``None`` without torch or GPU)."""
-    mem = _proc("/proc/meminfo", "MemTotal:")  # in kB
-    mem = None if mem is None else round(int(mem.split()[0]) / 2**20, 1)
-    gpu = None
-    try:
-        import torch  # lazily: the module stays importable without torch
-
-        if torch.cuda.is_available():
-            gpu = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    cpu = _proc("/proc/cpuinfo", "model name")
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "memory_gib": mem, "gpu": gpu}
-
-
-def _git(root: Path, *args: str) -> str | None:
-    """``git -C root <args>``'s output, ``None`` when git fails (or outside a checkout)."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
-def git_state(root: Path, commit: str | None = None) -> dict[str, Any]:
-    """``{"commit": <HEAD>, "dirty": <uncommitted changes to tracked files>}`` of the checkout
-    at ``root`` (``None`` values outside a git checkout).
-
-    With ``commit`` (a run made elsewhere, at that commit, unchanged): that commit in full
-    and ``dirty: False``; :class:`ExportError` when the checkout does not have it."""
-    if commit is not None:
-        full = _git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
-        if not full:
-            raise ExportError(f"--commit {commit}: not a commit of the checkout at {root}")
-        return {"commit": full, "dirty": False}
-    head = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
-    return {"commit": head, "dirty": None if status is None else bool(status)}
+def run_commit(root: Path, commit: str | None = None) -> dict[str, Any]:
+    """The checkout's state (:func:`crosslip.machine.git_state`); with ``commit`` (a run made
+    elsewhere, at that commit, unchanged): that commit in full and ``dirty: False``, and
+    :class:`ExportError` when the checkout does not have it."""
+    if commit is None:
+        return git_state(root)
+    full = git_commit(root, commit)
+    if not full:
+        raise ExportError(f"--commit {commit}: not a commit of the checkout at {root}")
+    return {"commit": full, "dirty": False}
 
 
 def job_seconds(results: Path) -> dict[str, dict[str, Any]]:
@@ -181,20 +139,10 @@ def machine_from_text(text: str) -> str | dict[str, Any]:
 
 
 def effective_config(paths: list[Path]) -> dict[str, Any]:
-    """The config a run with ``--configfile <paths...>`` used: the files merged in order, as
-    Snakemake does (mappings key by key, anything else replaced), then validated with the
-    schema's defaults filled in."""
-    merged: dict[str, Any] = {}
-    for path in paths:
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as err:
-            raise ExportError(f"--config {path}: cannot read it as YAML: {err}") from err
-        if not isinstance(data, dict):
-            raise ExportError(f"--config {path}: expected a mapping of config keys")
-        update_config(merged, data)
+    """The config a run with ``--configfile <paths...>`` used, its schema defaults filled in
+    (:func:`crosslip.config.validate.merged_files`, then ``validate``)."""
     try:
-        return validate(merged)
+        return validate(merged_files(paths))
     except ConfigError as err:
         problems = " ".join(str(err).splitlines())
         raise ExportError(f"--config {' '.join(map(str, paths))}: {problems}") from err
@@ -226,7 +174,7 @@ def export_run(
     ``<docs>/reproduction/<name>/`` and write its ``run.yaml``; return that folder.
 
     The arguments are the command line's (``python -m crosslip.reproduction export --help``):
-    ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`git_state`),
+    ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`run_commit`),
     ``results_written`` is ``--ran-on`` (default: the modification time of ``summary.csv``),
     ``benchmarks`` are kept in run.yaml by file name (the record's estimates read
     ``bench_kernel_scale``). An existing run folder is replaced only with ``force``.
@@ -247,7 +195,7 @@ def export_run(
         if not path.is_file():
             raise ExportError(f"--config {path}: no such file")
     cfg = effective_config(config_paths)
-    git = git_state(Path.cwd(), commit)
+    git = run_commit(Path.cwd(), commit)
     benches = {Path(b).stem: benchmark_result(Path(b)) for b in benchmarks or []}
     summary = pd.read_csv(summary_path)
     dest = docs / "reproduction" / name
