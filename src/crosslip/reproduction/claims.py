@@ -26,7 +26,7 @@ import functools
 import math
 import re
 import string
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +55,12 @@ LABEL: dict[str, str] = {**_TABLE["networks"], **_TABLE["kernels"]}
 def num(x: Any, digits: int = 3) -> str:
     """``x`` to ``digits`` significant digits, trailing zeros kept (``2.00``); ``–`` for a
     missing value."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{float(x):#.{digits}g}".rstrip(".")
+    return "–" if pd.isna(x) else f"{float(x):#.{digits}g}".rstrip(".")
 
 
 def pct(x: Any) -> str:
     """A fraction as a percentage with two decimals (``0.0144`` -> ``1.44%``)."""
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}%"
+    return "–" if pd.isna(x) else f"{100 * x:.2f}%"
 
 
 def duration(seconds: float | None) -> str:
@@ -264,17 +262,11 @@ def pool_runs(runs: list[Run]) -> list[Run]:
     summaries concatenated, at the place of the first). Raises ``ValueError`` when pooled
     runs differ in anything but their results folder and grids (:func:`_pool_signature`),
     or share a model id."""
-    units: list[Run | list[Run]] = []  # a pool's runs at the place of its first
-    pools: dict[str, list[Run]] = {}
+    units: dict[tuple[str, str], list[Run]] = {}  # a pool's runs at the place of its first
     for run in runs:
         label = run.meta.get("pool")
-        if not label:
-            units.append(run)
-        elif label in pools:
-            pools[label].append(run)
-        else:
-            units.append(pools.setdefault(label, [run]))
-    return [u if isinstance(u, Run) else _pool(u) for u in units]
+        units.setdefault(("pool", label) if label else ("run", run.name), []).append(run)
+    return [_pool(u) if kind == "pool" else u[0] for (kind, _), u in units.items()]
 
 
 @dataclass
@@ -464,7 +456,7 @@ class Claim:
     none: str
     rows: tuple[Row, ...] = ()
     scope: Scope = Scope()
-    check: Callable[[Run, Claim], list[Verdict]] | None = None
+    check: Callable[[Run, Claim], Iterator[Verdict]] | None = None
     test: Comparison | None = None
     absent: str = ""
     labelled: bool = False
@@ -479,11 +471,11 @@ class Claim:
     def evaluate(self, run: Run) -> list[Verdict]:
         """The verdicts on ``run``: one per dataset and setting with data, else one saying
         why there is none."""
-        out = self.check(run, self) if self.check else self._compare(run)
+        out = list(self.check(run, self) if self.check else self._compare(run))
         return out or [Verdict(self.key, run.name, "–", missing=self.none)]
 
-    def _compare(self, run: Run) -> list[Verdict]:
-        out, sc = [], self.scope
+    def _compare(self, run: Run) -> Iterator[Verdict]:
+        sc = self.scope
         order = KERNEL_ORDER if sc.family == "kernel" else NET_ORDER
         for ds in run.datasets(sc.family, sc.paper):
             for setting in sc.settings:
@@ -498,17 +490,16 @@ class Claim:
                     b = best if there else run.best(ds, sc.family, row.setting)
                     v.parts += row.parts(b, self.labelled, self.absent)
                 v.missing = "" if v.parts else sc.need.format(ds=ds)
-                out.append(v)
-        return out
+                yield v
 
 
-def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
+def check_local_global(run: Run, claim: Claim) -> Iterator[Verdict]:
     """No evaluated point of any one-hidden-layer network has a global guarantee above its
     local one (``n_global_above_local == 0`` for every model)."""
     if "n_global_above_local" not in run.summary:
         why = "summary.csv has no n_global_above_local column (exported before the column existed)"
-        return [Verdict(claim.key, run.name, "–", missing=why)]
-    out = []
+        yield Verdict(claim.key, run.name, "–", missing=why)
+        return
     for ds in run.datasets("mlp"):
         s = run.models(ds, "mlp")
         s = s[s["n_global_above_local"].notna()].sort_values(["setting", "method", "model_id"])
@@ -521,14 +512,12 @@ def check_local_global(run: Run, claim: Claim) -> list[Verdict]:
             f"ratio global/local {num(s['max_ratio_global_local'].max())}",
             n_above == 0,
         )
-        out.append(Verdict(claim.key, run.name, ds, [part], cells(s, claim.details)))
-    return out
+        yield Verdict(claim.key, run.name, ds, [part], cells(s, claim.details))
 
 
-def check_table1(run: Run, claim: Claim) -> list[Verdict]:
+def check_table1(run: Run, claim: Claim) -> Iterator[Verdict]:
     """Each mean ratio alpha_global / alpha_local of the best model per regularizer (plain)
     near the paper's Table 1 (``claim.test``)."""
-    out = []
     for ds in run.datasets("mlp"):
         paper_ds = PAPER_DATASET.get(ds)
         if (paper_ds, "none") not in TABLE1:
@@ -553,8 +542,7 @@ def check_table1(run: Run, claim: Claim) -> list[Verdict]:
             numbers = f"{num(ours, 2)} vs paper {paper.text}, needs {claim.test.needs()}"
             v.parts.append(Part(paper.column, numbers, ok))
         v.details = cells(rows, claim.details)
-        out.append(v)
-    return out
+        yield v
 
 
 #: The smallest ratio of Table 1 per paper dataset: the largest factor by which the local
@@ -565,11 +553,10 @@ SMALLEST: dict[str, PaperNumber] = {
 }
 
 
-def check_local_factor(run: Run, claim: Claim) -> list[Verdict]:
+def check_local_factor(run: Run, claim: Claim) -> Iterator[Verdict]:
     """The smallest mean ratio alpha_global / alpha_local among the best models per
     regularizer (plain), that is the largest factor by which the local guarantee beats the
     global one, near the smallest ratio of the paper's Table 1 for the dataset."""
-    out = []
     for ds in run.datasets("mlp"):
         low, best = SMALLEST.get(PAPER_DATASET.get(ds)), run.best(ds, "mlp")
         if low is None or not len(best):
@@ -588,16 +575,14 @@ def check_local_factor(run: Run, claim: Claim) -> list[Verdict]:
                     claim.test.judge(ours, low.value),
                 )
             )
-        out.append(v)
-    return out
+        yield v
 
 
-def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
+def check_bounds_close(run: Run, claim: Claim) -> Iterator[Verdict]:
     """Per dataset and setting, every best network's mean upper bound (the paper's
     procedure) against its mean guarantee (``claim.test``); the refined upper bound
     (re-linearized at the sample, never larger) and the mean of the smallest verified bound
     per point (with the minimal-norm attack, where the run has it) are shown beside it."""
-    out = []
     for ds in run.datasets("mlp"):
         for setting in run.settings(ds):
             b = ordered(run.best(ds, "mlp", setting), NET_ORDER)
@@ -620,14 +605,12 @@ def check_bounds_close(run: Run, claim: Claim) -> list[Verdict]:
                 for m, k in rows["ratio"].items()
             ]
             details = cells(rows, claim.details)
-            out.append(Verdict(claim.key, run.name, f"{ds}, {setting}", parts, details))
-    return out
+            yield Verdict(claim.key, run.name, f"{ds}, {setting}", parts, details)
 
 
-def check_kernel_vs_nets(run: Run, claim: Claim) -> list[Verdict]:
+def check_kernel_vs_nets(run: Run, claim: Claim) -> Iterator[Verdict]:
     """Per dataset with kernel models and networks (plain): the largest mean guarantee of
     the best kernel models below the smallest of the best networks."""
-    out = []
     for ds in sorted(set(run.datasets("kernel")) & set(run.datasets("mlp"))):
         kern, nets = run.best(ds, "kernel"), run.best(ds, "mlp")
         if not len(kern) or not len(nets):
@@ -641,15 +624,14 @@ def check_kernel_vs_nets(run: Run, claim: Claim) -> list[Verdict]:
         )
         both = pd.concat([ordered(kern, KERNEL_ORDER), ordered(nets, NET_ORDER)])
         details = cells(both, claim.details)
-        out.append(Verdict(claim.key, run.name, f"{ds}, plain", [part], details))
-    return out
+        yield Verdict(claim.key, run.name, f"{ds}, plain", [part], details)
 
 
-def check_setting(run: Run, claim: Claim) -> list[Verdict]:
+def check_setting(run: Run, claim: Claim) -> Iterator[Verdict]:
     """Per regularizer, the best model of the setting ``claim.key`` against the best plain
     one: both mean bounds judged by ``claim.test`` (other / plain); on CIFAR10 also the test
     error, which the paper says improves in both settings (line 674)."""
-    out, setting, test = [], claim.key, claim.test
+    setting, test = claim.key, claim.test
     for ds in run.datasets("mlp"):
         plain, other = run.best(ds, "mlp", "plain"), run.best(ds, "mlp", setting)
         if not len(other):
@@ -678,8 +660,7 @@ def check_setting(run: Run, claim: Claim) -> list[Verdict]:
                 )
             rows.append(row)
         v.details = cells(rows, claim.details, setting=setting)
-        out.append(v)
-    return out
+        yield v
 
 
 def paper_illustration_means() -> dict[str, float]:
@@ -691,11 +672,10 @@ def paper_illustration_means() -> dict[str, float]:
     return {clf: sum(v) / len(v) for clf, v in norms.items()}
 
 
-def check_illustration(run: Run, claim: Claim) -> list[Verdict]:
+def check_illustration(run: Run, claim: Claim) -> Iterator[Verdict]:
     """MNIST, plain: per model kind, the CL model's mean L2 upper bound is the largest
     (``claim.rows``: K-CL above K-SVM; NN-CL above NN-WD and NN-DO), over all evaluated
     points rather than the paper's nine images."""
-    out = []
     paper = paper_illustration_means()
     for ds in sorted(set(run.datasets("mlp", "mnist") + run.datasets("kernel", "mnist"))):
         best = {fam: run.best(ds, fam) for fam in ("kernel", "mlp")}
@@ -705,8 +685,7 @@ def check_illustration(run: Run, claim: Claim) -> list[Verdict]:
         ]
         family = {m: fam for fam, m in ILLUSTRATION_CLASSIFIERS.values()}
         parts = [p for r in claim.rows for p in r.parts(best[family[r.a]], absent=claim.absent)]
-        out.append(Verdict(claim.key, run.name, f"{ds}, plain", parts, cells(rows, claim.details)))
-    return out
+        yield Verdict(claim.key, run.name, f"{ds}, plain", parts, cells(rows, claim.details))
 
 
 def _smallest_ratios() -> str:
