@@ -23,17 +23,6 @@ import yaml
 
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
-from .claims import (
-    LABEL,
-    NET_ORDER,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    Run,
-    Verdict,
-    column,
-    duration,
-    num,
-)
 from .estimates import estimates
 from .export import RUN_FILE
 from .paper import (
@@ -64,11 +53,11 @@ def table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
-def load_runs(docs: Path) -> list[Run]:
+def load_runs(docs: Path) -> list[C.Run]:
     """Every run folder ``docs/reproduction/*/`` with a ``run.yaml``, by name."""
     base = docs / RUNS_DIR
     folders = sorted(p.parent for p in base.glob(f"*/{RUN_FILE}")) if base.is_dir() else []
-    return [Run.load(f) for f in folders]
+    return [C.Run.load(f) for f in folders]
 
 
 def short_device(device: str) -> str:
@@ -76,18 +65,18 @@ def short_device(device: str) -> str:
     return device.removeprefix("NVIDIA ")
 
 
-def unit_scale(unit: Run) -> str:
+def unit_scale(unit: C.Run) -> str:
     """``device, N epochs`` of a run or pooled runs (``kernels`` for no networks)."""
     epochs = f"{unit.epochs} epochs" if unit.epochs else "kernels"
     return f"{short_device(unit.device)}, {epochs}"
 
 
-def unit_label(unit: Run) -> str:
+def unit_label(unit: C.Run) -> str:
     """``name (device, N epochs)``: a run, or pooled runs, as a column of the record."""
     return f"{unit.name} ({unit_scale(unit)})"
 
 
-def run_links(unit: Run) -> str:
+def run_links(unit: C.Run) -> str:
     """Links to the run entries of a unit: ``run [`a`](#run-a)`` or ``runs [`a`](#run-a) +
     [`b`](#run-b)``."""
     links = [f"[`{p}`](#run-{p.lower().replace('.', '')})" for p in unit.parts]
@@ -177,40 +166,40 @@ def settings_rows(meta: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _combined(vs: list[Verdict]) -> tuple[str, int, int]:
+def _combined(vs: list[C.Verdict]) -> tuple[str, int, int]:
     """One verdict for a claim's verdicts on one unit (several datasets or settings):
     not reproduced if any is, else reproduced if any is; with the parts that hold and the
     parts checked."""
     statuses = {v.status for v in vs}
-    status = next((s for s in (NOT_REPRODUCED, C.REPRODUCED) if s in statuses), NOT_RUN)
+    status = next((s for s in (C.NOT_REPRODUCED, C.REPRODUCED) if s in statuses), C.NOT_RUN)
     checked = [p.ok for v in vs for p in v.parts if p.ok is not None]
     return status, sum(checked), len(checked)
 
 
-def full_data(unit: Run) -> bool:
+def full_data(unit: C.Run) -> bool:
     """Whether every dataset of ``unit`` is one of the paper's own (full MNIST, not the
     embedded 5,000 digits)."""
     return all(d in set(PAPER_DATASET.values()) for d in unit.datasets())
 
 
-def headline(vs: list[Verdict], units: list[Run]) -> Verdict | None:
+def headline(vs: list[C.Verdict], units: list[C.Run]) -> C.Verdict | None:
     """The verdict of a claim from the unit with data for it at the largest scale: on the
     paper's full datasets rather than a subset, then trained longest (kernel-only units
     count as 0 epochs), then evaluated the most models."""
     rank = {
         u.name: (full_data(u), u.epochs or 0, len(u.evaluated), -i) for i, u in enumerate(units)
     }
-    with_data = [v for v in vs if v.status != NOT_RUN]
+    with_data = [v for v in vs if v.status != C.NOT_RUN]
     if not with_data:
         return None
-    return max(with_data, key=lambda v: (rank[v.run], v.status == NOT_REPRODUCED))
+    return max(with_data, key=lambda v: (rank[v.run], v.status == C.NOT_REPRODUCED))
 
 
 #: The glance table's column of each claim's verdict at the largest scale we ran.
 BEST_RUN = "at the largest scale we ran"
 
 
-def _glance(claims: list[dict[str, Any]], units: list[Run]) -> pd.DataFrame:
+def _glance(claims: list[dict[str, Any]], units: list[C.Run]) -> pd.DataFrame:
     """The verdict of every claim at the largest scale we ran (:func:`headline`, with its
     unit) and on every unit, with the checks that hold."""
     rows = []
@@ -222,15 +211,15 @@ def _glance(claims: list[dict[str, Any]], units: list[Run]) -> pd.DataFrame:
             status, ok, n = per[best.run]
             row[BEST_RUN] = f"**{status}** ({ok}/{n}, {best.run})"
         else:
-            row[BEST_RUN] = f"**{NOT_RUN}**"
+            row[BEST_RUN] = f"**{C.NOT_RUN}**"
         for u in units:
             status, ok, n = per[u.name]
             row[unit_label(u)] = f"**{status}**" + (f" ({ok}/{n})" if n else "")
-        rows.append(row if units else {**row, "verdict": f"**{NOT_RUN}**"})
+        rows.append(row if units else {**row, "verdict": f"**{C.NOT_RUN}**"})
     return pd.DataFrame(rows)
 
 
-def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
+def _runs_table(runs: list[C.Run], unit_of: dict[str, C.Run]) -> pd.DataFrame:
     """The committed runs, one row each (``record.yaml``: ``runs``)."""
     rows = [
         {
@@ -251,23 +240,23 @@ def _runs_table(runs: list[Run], unit_of: dict[str, Run]) -> pd.DataFrame:
 def _ratio_text(ratio: float, paper_ds: str | None, method: str, setting: str) -> str:
     """A Table 1 ratio with the paper's beside it where Table 1 has it (plain only)."""
     paper = TABLE1.get((paper_ds, method)) if setting == "plain" else None
-    return num(ratio, 2) + (f" (paper {paper.text})" if paper else "")
+    return C.num(ratio, 2) + (f" (paper {paper.text})" if paper else "")
 
 
-def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
+def network_rows(unit: C.Run, ds: str, setting: str) -> pd.DataFrame:
     """Every evaluated network of ``unit`` on ``ds`` in ``setting``, by regularizer then
     model id: the record's per-run network tables (``record.yaml``: ``networks``)."""
     s = unit.models(ds, "mlp", setting)
-    order = {m: i for i, m in enumerate(NET_ORDER)}
+    order = {m: i for i, m in enumerate(C.NET_ORDER)}
     s = s.assign(_o=s["method"].map(order)).sort_values(["_o", "model_id"])
-    shares = [column(s, f"share_best_l2_{m}") for m in L2_UPPER_METHODS]
+    shares = [C.column(s, f"share_best_l2_{m}") for m in L2_UPPER_METHODS]
     rows = s.assign(
         all_points=s["mean_guarantee_local"] * s["n_correct"] / s["n_eval"],
         ratio=[
             _ratio_text(r, PAPER_DATASET.get(ds), m, setting)
             for r, m in zip(s["mean_ratio_global_local"], s["method"], strict=True)
         ],
-        refinement=C.ratio_of(column(s, "mean_upper_bound_l2_refined"), s["mean_upper_bound"]),
+        refinement=C.ratio_of(C.column(s, "mean_upper_bound_l2_refined"), s["mean_upper_bound"]),
         shares=[
             "–" if any(pd.isna(v) for v in row) else " / ".join(f"{100 * v:.0f}%" for v in row)
             for row in zip(*shares, strict=True)
@@ -276,7 +265,7 @@ def network_rows(unit: Run, ds: str, setting: str) -> pd.DataFrame:
     return C.cells(rows.to_dict("records"), TABLES["networks"])
 
 
-def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
+def _trends(units: list[C.Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
     """Per paper dataset with networks from two units or more: the best network per
     regularizer of every unit (plain), by epochs (``record.yaml``: ``trends``), and per
     regularizer how its Table 1 ratio and guarantee move."""
@@ -301,11 +290,11 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
                 "ratio": _ratio_text(r["mean_ratio_global_local"], paper_ds, m, "plain"),
             }
             for u, best in cols
-            for m, r in C.ordered(best, NET_ORDER).iterrows()
+            for m, r in C.ordered(best, C.NET_ORDER).iterrows()
         ]
         walks = [  # per regularizer in two units or more: its best model by epochs
             (m, seq, TABLE1.get((paper_ds, m)))
-            for m in NET_ORDER
+            for m in C.NET_ORDER
             for seq in [[(u, best.loc[m]) for u, best in cols if m in best.index]]
             if len(seq) > 1
         ]
@@ -313,7 +302,7 @@ def _trends(units: list[Run]) -> list[tuple[str, pd.DataFrame, list[Any]]]:
     return out
 
 
-def _table1(units: list[Run]) -> pd.DataFrame:
+def _table1(units: list[C.Run]) -> pd.DataFrame:
     """The paper's Table 1 in full (both datasets), whether or not a run has the data, with
     the ratio of our best model per regularizer (plain) of every run beside it."""
     rows = []
@@ -326,13 +315,13 @@ def _table1(units: list[Run]) -> pd.DataFrame:
         }
         for u in [u for u in units if u.datasets("mlp")]:
             bests = [u.best(d, "mlp")["mean_ratio_global_local"] for d in u.datasets("mlp", ds)]
-            ours = [num(b[reg], 2) for b in bests if reg in b.index]
-            row[unit_label(u)] = ", ".join(ours) or NOT_RUN
+            ours = [C.num(b[reg], 2) for b in bests if reg in b.index]
+            row[unit_label(u)] = ", ".join(ours) or C.NOT_RUN
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str, pd.DataFrame]]]:
+def _kernel_tables(units: list[C.Run]) -> tuple[pd.DataFrame, list[tuple[str, str, pd.DataFrame]]]:
     """The paper's kernel table (and the older one's columns) and, per run and dataset, the
     best kernel model per method beside the paper's (``record.yaml``: ``kernel_paper``,
     ``kernel_runs``; the headers of the paper's quantities from ``paper.yaml``)."""
@@ -348,7 +337,7 @@ def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str,
     for u in units:
         for ds in u.datasets("kernel"):
             best = C.ordered(u.best(ds, "kernel"), C.KERNEL_ORDER)
-            linf = column(best, "mean_upper_bound_linf")  # NaN in runs made before it existed
+            linf = C.column(best, "mean_upper_bound_linf")  # NaN in runs made before it existed
             rows = [
                 {**r, "mean_upper_bound_linf": linf[m], "method": m, **printed[m]}
                 for m, r in best.iterrows()
@@ -357,7 +346,7 @@ def _kernel_tables(units: list[Run]) -> tuple[pd.DataFrame, list[tuple[str, str,
     return C.cells(paper, TABLES["kernel_paper"], **KERNEL_COLUMNS), ours
 
 
-def _figures(runs: list[Run], ests: list) -> list[tuple[str, str, list, list]]:
+def _figures(runs: list[C.Run], ests: list) -> list[tuple[str, str, list, list]]:
     """Per figure of the paper: the runs' matching figures (run, file, settings) and the
     runs not yet made that would draw it."""
     out = []
@@ -384,26 +373,26 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(
         table=table,
-        duration=duration,
+        duration=C.duration,
         frame=pd.DataFrame,
         codes=lambda xs: ", ".join(f"`{x}`" for x in xs),
         pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
         grid=_grid_text,
     )
-    helpers = [short_device, unit_scale, unit_label, run_links, num, study_tables]
+    helpers = [short_device, unit_scale, unit_label, run_links, C.num, study_tables]
     env.globals.update(
         {f.__name__: f for f in helpers},
-        NOT_RUN=NOT_RUN,
+        NOT_RUN=C.NOT_RUN,
         REPRODUCED=C.REPRODUCED,
-        NOT_REPRODUCED=NOT_REPRODUCED,
+        NOT_REPRODUCED=C.NOT_REPRODUCED,
         tex=TEX_NAME,
         runs_dir=RUNS_DIR,
         run_file=RUN_FILE,
         notes_file=NOTES_FILE,
         studies_dir=STUDIES_DIR,
         titles={k: c.title for k, c in CLAIMS.items()},
-        labels=LABEL,
-        net_order=NET_ORDER,
+        labels=C.LABEL,
+        net_order=C.NET_ORDER,
     )
     return env
 
@@ -431,14 +420,14 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
         }
         for key, vs in verdicts.items()
     ]
-    statuses = [NOT_RUN if c["headline"] is None else c["headline"].status for c in claims]
+    statuses = [C.NOT_RUN if c["headline"] is None else c["headline"].status for c in claims]
     text = (
         _environment()
         .get_template("record.md.j2")
         .render(
             claims=claims,
             glance=_glance(claims, units),
-            tally={s: statuses.count(s) for s in (C.REPRODUCED, NOT_REPRODUCED, NOT_RUN)},
+            tally={s: statuses.count(s) for s in (C.REPRODUCED, C.NOT_REPRODUCED, C.NOT_RUN)},
             runs=runs,
             unit={u.name: u for u in units},
             unit_of=unit_of,
@@ -460,7 +449,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             figures=_figures(runs, ests),
             measured=measured,
             estimates=ests,
-            gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == NOT_REPRODUCED],
+            gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == C.NOT_REPRODUCED],
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
         )
