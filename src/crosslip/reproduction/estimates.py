@@ -23,6 +23,7 @@ are not estimated.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,33 +251,28 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
     best_only = cfg["certify"]["models"] == "best"
     evaluated: set[tuple[str, str, str, str]] = set()
     kernels: dict[tuple[str, int], list[int]] = {}  # (dataset, centres) -> max_iter of each
-    other: dict[str, int] = {}
+    other: Counter[str] = Counter()  # kind -> models not measured
     train_s = 0.0
     for ds in dataset_names(cfg):
         nets = {}
         for model_id, spec in grid.items():
             est.trained += 1
-            if isinstance(spec, KernelTrainSpec):
-                kind, setting = "kernel", "plain"
-            else:
-                kind, setting = spec.arch, spec.setting
+            kernel = isinstance(spec, KernelTrainSpec)
+            kind, setting = ("kernel", "plain") if kernel else (spec.arch, spec.setting)
             method = method_of({"regularizer": spec.regularizer, "lam": spec.lam})
             evaluated.add((ds, kind, setting, method if best_only else model_id))
-            if kind == "kernel":
-                centers = spec.n_centers or TRAIN_POINTS.get(ds, 0)
-                if centers in m.kernel:
-                    kernels.setdefault((ds, centers), []).append(spec.max_iter)
-                    continue
-            if kind != "mlp" or spec.regularizer not in m.step_s or ds not in TRAIN_POINTS:
-                other[kind] = other.get(kind, 0) + 1
-                continue
-            nets[model_id] = spec
+            if kernel and (centers := spec.n_centers or TRAIN_POINTS.get(ds, 0)) in m.kernel:
+                kernels.setdefault((ds, centers), []).append(spec.max_iter)
+            elif kind == "mlp" and spec.regularizer in m.step_s and ds in TRAIN_POINTS:
+                nets[model_id] = spec
+            else:
+                other[kind] += 1
         train_s += _training(est, m, cfg, ds, nets) if nets else 0.0
     est.evaluated = len(evaluated)
-    mlp_eval = [e for e in evaluated if e[1] == "mlp" and e[0] in TEST_POINTS]
+    per_kind = Counter((ds, kind) for ds, kind, _, _ in evaluated)  # models evaluated
     eval_s = 0.0
-    for ds in sorted({e[0] for e in mlp_eval}):
-        k = sum(1 for e in mlp_eval if e[0] == ds)
+    for ds in sorted(ds for ds, kind in per_kind if kind == "mlp" and ds in TEST_POINTS):
+        k = per_kind[ds, "mlp"]
         pc, pa = _points(cfg, ds)
         secs = k * (pc * m.certify_s + pa * m.attack_s)
         eval_s += secs
@@ -299,7 +295,7 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
             f"{duration(secs)} of training jobs (bench_kernel_scale of run `{m.kernel_run}`: "
             "Kernel-CL; Kernel-LogReg assumed to cost the same)"
         )
-        k = sum(1 for e in evaluated if e[0] == ds and e[1] == "kernel")
+        k = per_kind[ds, "kernel"]
         pc, pa = _points(cfg, ds)
         secs = k * pc * per_point
         kernel_cert += secs
@@ -315,9 +311,17 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
         what = {"kernel": "kernel models", "resnet": "ResNets"}.get(kind, f"{kind} models")
         est.unmeasured.append(f"{n} {what}: no committed GPU run measured them")
     n = target.gpu_jobs or m.gpu_jobs
-    if kernels and not train_s:
-        est.job_s = kernel_train + kernel_cert
+    if train_s or kernels:  # the networks' evaluation only where their training is measured
+        est.job_s = (train_s + eval_s if train_s else 0.0) + kernel_train + kernel_cert
         est.gpu_s = est.job_s / n
+    if train_s:
+        least = "at least " if est.lower else ""
+        est.summary = ("≥ " if est.lower else "") + duration(est.gpu_s)
+        est.lines.append(
+            f"total: {least}{duration(est.job_s)} of job time / {n} jobs sharing the "
+            f"GPU = {least}{duration(est.gpu_s)} on one GPU"
+        )
+    elif kernels:
         est.summary = (
             f"≤ {duration(kernel_train / n)} training + {duration(kernel_cert / n)} "
             "certification, attacks not measured"
@@ -325,15 +329,6 @@ def estimate(target: Target, m: Measured, root: Path) -> Estimate:
         est.lines.append(
             f"total: at most {duration(kernel_train)} training and {duration(kernel_cert)} "
             f"certification jobs, {n} at a time on one GPU; the attacks come on top"
-        )
-    if train_s:
-        est.job_s = train_s + eval_s + kernel_train + kernel_cert
-        est.gpu_s = est.job_s / n
-        least = "at least " if est.lower else ""
-        est.summary = ("≥ " if est.lower else "") + duration(est.gpu_s)
-        est.lines.append(
-            f"total: {least}{duration(est.job_s)} of job time / {n} jobs sharing the "
-            f"GPU = {least}{duration(est.gpu_s)} on one GPU"
         )
     return est
 
