@@ -76,13 +76,6 @@ def unit_label(unit: C.Run) -> str:
     return f"{unit.name} ({unit_scale(unit)})"
 
 
-def run_links(unit: C.Run) -> str:
-    """Links to the run entries of a unit: ``run [`a`](#run-a)`` or ``runs [`a`](#run-a) +
-    [`b`](#run-b)``."""
-    links = [f"[`{p}`](#run-{p.lower().replace('.', '')})" for p in unit.parts]
-    return ("runs " if len(links) > 1 else "run ") + " + ".join(links)
-
-
 def _grid_text(values: list[float] | tuple[float, ...]) -> str:
     return "{" + ", ".join(f"{float(v):g}" for v in values) + "}"
 
@@ -379,7 +372,7 @@ def _environment() -> jinja2.Environment:
         pcts=lambda xs: ", ".join(f"{x:.0%}" for x in xs),
         grid=_grid_text,
     )
-    helpers = [short_device, unit_scale, unit_label, run_links, C.num, study_tables]
+    helpers = [short_device, unit_scale, unit_label, C.num, study_tables]
     env.globals.update(
         {f.__name__: f for f in helpers},
         NOT_RUN=C.NOT_RUN,
