@@ -174,8 +174,7 @@ class Run:
         text = ["dataset", "model_id", "family", "regularizer", "setting", "status"]
         summary = pd.read_csv(folder / "tables" / "summary.csv", dtype=dict.fromkeys(text, str))
         summary["method"] = [
-            method_of({"regularizer": r, "lam": lam})
-            for r, lam in zip(summary["regularizer"], summary["lam"], strict=True)
+            method_of(r) for r in summary[["regularizer", "lam"]].to_dict("records")
         ]
         return cls(folder.name, folder, meta, summary)
 
@@ -222,11 +221,8 @@ def _pool_signature(meta: dict[str, Any]) -> dict[str, Any]:
     """What pooled runs must share: the config without :data:`POOL_FREE`, the epochs, the
     machine, the devices used and the commit."""
     cfg = copy.deepcopy(meta["config"])
-    for keys in POOL_FREE:
-        node = cfg
-        for k in keys[:-1]:
-            node = node.get(k, {})
-        node.pop(keys[-1], None)
+    for *path, key in POOL_FREE:
+        functools.reduce(lambda node, k: node.get(k, {}), path, cfg).pop(key, None)
     return {
         "config": cfg,
         "epochs": meta.get("epochs"),
@@ -394,11 +390,10 @@ class Row:
 
     def part(self, best: pd.DataFrame, b: str | list[str], labelled: bool) -> Part:
         """The part comparing ``a`` with ``b`` (a method, or the methods to ``pick`` from)."""
-        if self.col not in best:  # exported before the column existed: no data, no verdict
-            best = best.assign(**{self.col: math.nan})
-        x = best.loc[self.a, self.col]
+        col = column(best, self.col)  # NaN where exported before it existed: no verdict
+        x = col[self.a]
         one = isinstance(b, str)
-        y = best.loc[b, self.col] if one else getattr(best.loc[b, self.col], self.pick)()
+        y = col[b] if one else getattr(col[b], self.pick)()
         label = "" if one else "best " if self.a in b else "best other "
         fmt = pct if self.col == "test_error" else num
         la, lb = (f" ({LABEL[self.a]})", f" ({LABEL[b]})") if labelled else ("", "")
@@ -665,11 +660,8 @@ def check_setting(run: Run, claim: Claim) -> Iterator[Verdict]:
 
 def paper_illustration_means() -> dict[str, float]:
     """The paper's mean ``||delta||_2`` per classifier over its nine illustrated images."""
-    norms: dict[str, list[float]] = {}
-    for ex in ILLUSTRATION:
-        for clf, (_, norm) in ex.samples.items():
-            norms.setdefault(clf, []).append(norm)
-    return {clf: sum(v) / len(v) for clf, v in norms.items()}
+    norms = pd.DataFrame([{c: norm for c, (_, norm) in ex.samples.items()} for ex in ILLUSTRATION])
+    return norms.mean().to_dict()
 
 
 def check_illustration(run: Run, claim: Claim) -> Iterator[Verdict]:
