@@ -217,17 +217,17 @@ def _training(est: Estimate, m: Measured, cfg: dict[str, Any], ds: str, nets: di
     for setting, jobs in training_jobs(one_dataset(cfg, ds), nets, nets).items():
         specs = [nets[n] for job in jobs for n in job]
         regs = [r for r in NET_ORDER if any(s.regularizer == r for s in specs)]
-        steps = [(s, s.epochs * math.ceil(TRAIN_POINTS[ds] / s.batch_size)) for s in specs]
+        per_epoch = [math.ceil(TRAIN_POINTS[ds] / s.batch_size) for s in specs]
+        steps = [(s, s.epochs * k) for s, k in zip(specs, per_epoch, strict=True)]
         secs = sum(m.step_s[s.regularizer] * k for s, k in steps) + len(jobs) * m.fixed_s
         total += secs
         counts = ", ".join(f"{LABEL[r]} {sum(s.regularizer == r for s in specs)}" for r in regs)
         rates = ", ".join(f"{LABEL[r]} {1000 * m.step_s[r]:.2f}" for r in regs)
         fixed = f" + {len(jobs)} × {m.fixed_s:.1f} s fixed" if m.fixed_s else ""
-        per_epoch = _values(math.ceil(TRAIN_POINTS[ds] / s.batch_size) for s in specs)
         line = (
             f"{ds}, {setting}: {len(specs)} networks ({counts}) in {len(jobs)} "
             f"job{'s' if len(jobs) > 1 else ''} × {_values(s.epochs for s in specs)} epochs × "
-            f"{per_epoch} steps = {sum(k for _, k in steps):,} SGD steps, × ms per step "
+            f"{_values(per_epoch)} steps = {sum(k for _, k in steps):,} SGD steps, × ms per step "
             f"({rates}){fixed} = {duration(secs)} of training jobs"
         )
         if setting != "plain":
