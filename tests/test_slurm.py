@@ -95,6 +95,14 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert "SLURM jobid" not in again.stdout + again.stderr
+    # a second start from a client's shell (PATH with the srun wrapper first: how a user
+    # brings a stopped daemon back) keeps the wrapper on the real srun, not on itself
+    cluster = session / "cluster"
+    started = subprocess.run(
+        ["bash", str(slurm_cluster.CLUSTER), "start", str(cluster)], env=env, text=True
+    )
+    wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[1]
+    assert started.returncode == 0 and not wrapper.startswith(str(cluster)), wrapper
     # a job that fails (a damaged model file) is reported, with its SLURM job id, and
     # loses nothing: the results made before stay, the failed job leaves no output. The
     # command asks for the certification only: the node's one GPU runs one GPU job at a

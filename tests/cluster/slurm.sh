@@ -119,8 +119,16 @@ write_srun_wrapper() {
     # included, so srun would look for the config at the default path only. A wrapper
     # first in PATH gives it back (docs/scaling.md: the same on a cluster whose config is
     # not at the default path).
+    # The real srun, PATH searched without $dir/bin: a second start from a client shell
+    # (PATH from `slurm.sh env`) would otherwise find the wrapper and make it exec itself.
+    local real="" entry
+    local IFS=:
+    for entry in $PATH; do
+        [[ $entry != "$dir/bin" && -x $entry/srun ]] && { real=$entry/srun; break; }
+    done
+    [[ -n $real ]] || { echo "slurm.sh: srun not found in PATH" >&2; return 1; }
     mkdir -p "$dir/bin"
-    printf '#!/bin/sh\nexport SLURM_CONF=%s\nexec %s "$@"\n' "$dir/slurm.conf" "$(command -v srun)" \
+    printf '#!/bin/sh\nexport SLURM_CONF=%s\nexec %s "$@"\n' "$dir/slurm.conf" "$real" \
         >"$dir/bin/srun"
     chmod 755 "$dir/bin/srun"
 }
