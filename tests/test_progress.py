@@ -276,6 +276,14 @@ def test_failure_reason_reads_the_last_error_of_a_job_log(tmp_path):
         "RuntimeError: CUDA out of memory\n"
     )
     assert failure_reason(log) == "unexpected error: RuntimeError: CUDA out of memory"
+    log.write_text(  # a job stopped from outside: its log ends in a progress line
+        "2026-01-02 10:00:00,001 INFO crosslip: train: 44/60 epochs (73%), loss 0.049\n"
+    )
+    assert failure_reason(log) == (
+        "no error in its log: stopped from outside (killed, a time limit, a node failure) or "
+        "its outputs went missing, see Snakemake's message; its last line: train: 44/60 "
+        "epochs (73%), loss 0.049"
+    )
     log.write_text("Killed\n")
     assert failure_reason(log) == "Killed"
     assert "no log file" in failure_reason(tmp_path / "missing.log")

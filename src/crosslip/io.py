@@ -216,9 +216,11 @@ _RECORD = re.compile(r"^\d{4}-\d\d-\d\d \S+ (?P<level>[A-Z]+) (?P<name>\S+): (?P
 def failure_reason(log_file: str | Path) -> str:
     """One line saying why a job failed, from its log file (:func:`run_script`'s format):
     the message of the last ERROR record (a message of several lines joined into one), or
-    for an unexpected error the last line of its traceback (the exception); else the log's
-    last line; else that the job failed before its script wrote a line (e.g. the submission
-    to a cluster failed, which Snakemake's own message explains)."""
+    for an unexpected error the last line of its traceback (the exception); for a log that
+    ends in an ordinary record (the job was stopped from outside, by a kill, a time limit or
+    a node failure, or its outputs went missing), that and its last message; else the log's
+    last line (``Killed``); else that the job failed before its script wrote a line (e.g. the
+    submission to a cluster failed, which Snakemake's own message explains)."""
     path = Path(log_file)
     try:
         lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines()]
@@ -238,6 +240,11 @@ def failure_reason(log_file: str | Path) -> str:
             return " ".join([rec["msg"].strip(), *after])
     if not lines:
         return "nothing in its log: it failed before its script ran (see Snakemake's message)"
+    if last := _RECORD.match(lines[-1]):
+        return (
+            "no error in its log: stopped from outside (killed, a time limit, a node failure) "
+            f"or its outputs went missing, see Snakemake's message; its last line: {last['msg']}"
+        )
     return lines[-1].strip()
 
 
