@@ -12,6 +12,7 @@ with status ``diverged`` and empty means.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -230,9 +231,11 @@ FAMILY_LABEL = {
 }
 
 
+@functools.cache
 def _pyplot() -> ModuleType:
-    """``matplotlib.pyplot`` on the Agg backend, imported when a figure is drawn: the summary
-    and table jobs import this module too, and pyplot costs them 0.45 s of CPU each."""
+    """``matplotlib.pyplot`` on the Agg backend, imported when a figure is first drawn (once
+    per process): the summary and table jobs import this module too, and pyplot costs them
+    0.45 s of CPU each."""
     import matplotlib
 
     matplotlib.use("Agg")
