@@ -12,13 +12,17 @@ The record (``first_run.json`` in the session's folder, written once the run has
 ``skip`` (why no cluster could start), or the run's return code, output and seconds, and
 ``scontrol show job`` of every job it submitted, taken at once (the cluster forgets a job
 ``MinJobAge`` seconds after it ended). ``python -m tests.slurm_cluster FOLDER`` is the
-background process."""
+background process.
+
+``python -m tests.slurm_cluster node-failure DIR`` is the node-failure check of
+docs/scaling.md, made by hand (:func:`node_failure`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +34,7 @@ import pytest
 import yaml
 
 from .helpers import ROOT, snakemake_cmd
-from .workflow_helpers import ONE_MODEL, THREADS, offline_env
+from .workflow_helpers import ONE_MODEL, THREADS, changed, offline_env
 
 CLUSTER = ROOT / "tests" / "cluster" / "slurm.sh"
 #: The test that uses the cluster: the session starts the first run when it selects it.
@@ -162,7 +166,81 @@ def stop(session: Path) -> None:
         subprocess.run(["bash", str(CLUSTER), "stop", str(session / "cluster")], timeout=60)
 
 
+def node_failure(cluster: Path) -> int:
+    """The node-failure check of docs/scaling.md, by hand (about 5 minutes, as root, from
+    the repository root; not in the suite): ONE_MODEL at 60 epochs of 1024 hidden units on
+    the CPU through the cluster in ``cluster`` (started if it is not), with
+    ``--slurm-no-requeue``; ``slurmd`` killed by its pid while the training job runs. Passes
+    (0) when Snakemake reports the job as ``NODE_FAIL`` and exits 1, and the same command,
+    with ``slurmd`` back, then runs to the end; else 1. The outputs are
+    ``cluster/node-failure/run{1,2}.log``."""
+    subprocess.run(["bash", str(CLUSTER), "start", str(cluster)], check=True, capture_output=True)
+    env = client_env(cluster)
+    work = cluster / "node-failure"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    cfg = changed(ONE_MODEL, model__hidden=1024, train__epochs=60, device="cpu")
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = command(work, "--slurm-no-requeue")
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"node failure: {time.monotonic() - t0:.0f} s: {text}", flush=True)
+
+    def restart() -> None:
+        subprocess.run(
+            ["bash", str(CLUSTER), "start", str(cluster)], check=True, capture_output=True
+        )
+
+    def squeue(fields: str) -> list[str]:
+        shown = subprocess.run(
+            ["squeue", "-h", "-o", fields], capture_output=True, text=True, env=env
+        )
+        return shown.stdout.splitlines()
+
+    with open(work / "run1.log", "w") as log:
+        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    while not any(re.match(r"rule_train\S* RUNNING$", ln) for ln in squeue("%k %T")):
+        if run.poll() is not None:
+            say("the run ended before its training job ran")
+            return 1
+        time.sleep(2)
+    time.sleep(15)
+    slurmd = int((cluster / "slurmd.pid").read_text())
+    say(f"killing slurmd (pid {slurmd}) while the training job runs")
+    os.kill(slurmd, signal.SIGTERM)
+    try:
+        code = run.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        say("Snakemake still waited 300 s after the kill: the job was requeued, not failed")
+        run.kill()
+        run.wait()
+        # its jobs go first: slurm.sh start waits for an idle node, which a requeued job
+        # running again would keep busy
+        left = [ln.split()[0] for ln in squeue("%i %Z") if ln.split()[1:] == [str(work)]]
+        subprocess.run(["scancel", *left], env=env, check=False)
+        restart()
+        return 1
+    reported = re.search(
+        r"failed due to a node failure.*NODE_FAIL", (work / "run1.log").read_text()
+    )
+    if code != 1 or not reported:
+        say(f"expected exit 1 and a reported NODE_FAIL, got exit {code} (see {work}/run1.log)")
+        return 1
+    say("Snakemake reported the node failure and exited 1")
+    restart()
+    say("slurmd is back; the same command again")
+    with open(work / "run2.log", "w") as log:
+        if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
+            say(f"the second run failed (see {work}/run2.log)")
+            return 1
+    say("the same command resumed the run to the end (exit 0)")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "node-failure":
+        sys.exit(node_failure(Path(sys.argv[2]).resolve()))
     folder = Path(sys.argv[1])
     try:
         record = first_run(folder)

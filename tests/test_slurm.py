@@ -99,10 +99,14 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run
     # brings a stopped daemon back) keeps the wrapper on the real srun, not on itself
     cluster = session / "cluster"
     started = subprocess.run(
-        ["bash", str(slurm_cluster.CLUSTER), "start", str(cluster)], env=env, text=True
+        ["bash", str(slurm_cluster.CLUSTER), "start", str(cluster)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
+    assert started.returncode == 0, started.stdout + started.stderr
     wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[1]
-    assert started.returncode == 0 and not wrapper.startswith(str(cluster)), wrapper
+    assert not wrapper.startswith(str(cluster)), wrapper
     # a job that fails (a damaged model file) is reported, with its SLURM job id, and
     # loses nothing: the results made before stay, the failed job leaves no output. The
     # command asks for the certification only: the node's one GPU runs one GPU job at a
