@@ -6,6 +6,8 @@ time."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from .helpers import (
     stage_of,
     trained_models,
 )
+from .workflow_helpers import LOCAL_RULES
 
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 LOCAL_GPU_PROFILE = ROOT / "profiles" / "local-gpu"
@@ -73,6 +76,30 @@ def dry_run(workdir: Path, *args: str, env: dict) -> tuple[list[dict], str]:
 
 def called(log: Path) -> set[str]:
     return {line.split()[0] for line in log.read_text().splitlines()} if log.exists() else set()
+
+
+@pytest.mark.slow
+def test_on_a_cluster_the_join_and_the_aggregation_run_where_snakemake_runs(
+    one_model_run, tmp_path, fake_slurm
+):
+    """Redone through profiles/slurm with SLURM commands that all fail, the per-model join
+    (instances), the summary, the tables and the figures run here, submit nothing and
+    write what the local run wrote."""
+    env, log = fake_slurm
+    work = tmp_path / "work"
+    shutil.copytree(one_model_run, work, symlinks=True)  # mtimes kept
+    joined = sorted((work / "results" / "instances").rglob("*.parquet"))
+    before = [p.read_bytes() for p in joined]
+    cmd = snakemake_cmd(work, "--profile", str(SLURM_PROFILE), configfile=work / "config.yaml")
+    cmd += ["--forcerun", *sorted(LOCAL_RULES)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    ran = set(re.findall(r"^localrule (\w+):", out, re.M)) - {"all"}  # the target: no job
+    assert ran == LOCAL_RULES, out[-3000:]
+    assert not re.findall(r"^rule \w+:", out, re.M), out[-3000:]  # no job for the executor
+    assert not called(log) & SUBMITTING, log.read_text()
+    assert [p.read_bytes() for p in joined] == before
 
 
 def test_presets_exist():

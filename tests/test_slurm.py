@@ -19,14 +19,12 @@ from crosslip.io import failure_reason
 
 from . import slurm_cluster
 from .slurm_cluster import session_folder
-from .workflow_helpers import ONE_MODEL_ID
+from .workflow_helpers import LOCAL_RULES, ONE_MODEL_ID
 
-#: The rules of ONE_MODEL: those that always run as batch jobs, and the aggregate ones,
-#: `localrules` by default (workflow/rules/aggregate.smk: seconds each, they run where
-#: Snakemake runs), batch jobs too with ``local_aggregation: false`` (the test's setting).
-BATCH_RULES = {"prepare_data", "train", "certify", "attack", "instances"}
-LOCAL_RULES = {"summary", "table1", "figure_bounds", "figure_training", "figure_bracket"}
-LOCAL_RULES |= {"figure_adversarial"}
+#: The rules of ONE_MODEL: those that always run as batch jobs, and the others, `localrules`
+#: by default (LOCAL_RULES), batch jobs too with ``local_aggregation: false`` (the test's
+#: setting).
+BATCH_RULES = {"prepare_data", "train", "certify", "attack"}
 
 
 @pytest.fixture(scope="session")

@@ -243,6 +243,20 @@ ONE_MODEL = {
     "attack": {"n_points": 10, "refine_steps": 0},
 }
 ONE_MODEL_ID = "cross_lipschitz-lr0.2-lam0.001-seed0"
+#: The rules of a ONE_MODEL run that are `localrules` with the default
+#: ``local_aggregation: true`` (workflow/rules/aggregate.smk: seconds each, they run where
+#: Snakemake runs): the per-model join, the summary, the tables and the figures.
+LOCAL_RULES = frozenset(
+    {
+        "instances",
+        "summary",
+        "table1",
+        "figure_adversarial",
+        "figure_bounds",
+        "figure_bracket",
+        "figure_training",
+    }
+)
 
 
 def run_one_model(work: Path) -> Path:

@@ -1,10 +1,12 @@
 # Model selection, then the tables and figures of Section 5, each a rule over the per-instance
 # results (via the per-model summary). Outputs marked report() go into
-# `snakemake --report report.html`. They take seconds: on a cluster they run where Snakemake
-# runs, not as batch jobs, unless config local_aggregation is false.
+# `snakemake --report report.html`. They take seconds, as does the per-model join of
+# guarantees and upper bounds (rule instances, evaluate.smk): on a cluster they run where
+# Snakemake runs, not as batch jobs, unless config local_aggregation is false.
 if config["local_aggregation"]:
 
     localrules:
+        instances,
         select_models,
         summary,
         table1,
