@@ -1,7 +1,7 @@
 """Scaling out: the SLURM profile plans every preset without touching SLURM, asks a GPU for
 the jobs that run on the config's device (train, certify, attack; none with device: cpu),
-takes site settings from the environment; the local GPU profile runs one such job at a
-time."""
+takes site settings from the environment and runs the join and the aggregation where
+Snakemake runs; the local GPU profile runs one such job at a time."""
 
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def test_on_a_cluster_the_join_and_the_aggregation_run_where_snakemake_runs(
     work = tmp_path / "work"
     shutil.copytree(one_model_run, work, symlinks=True)  # mtimes kept
     joined = sorted((work / "results" / "instances").rglob("*.parquet"))
+    assert joined  # the run's one model
     before = [p.read_bytes() for p in joined]
     cmd = snakemake_cmd(work, "--profile", str(SLURM_PROFILE), configfile=work / "config.yaml")
     cmd += ["--forcerun", *sorted(LOCAL_RULES)]
