@@ -97,14 +97,24 @@ def show_job(env: dict[str, str], slurm_id: str) -> str:
     return shown.stdout + shown.stderr
 
 
+def start_cluster(cluster: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``slurm.sh start cluster`` (a cluster already running is started again, as a user
+    brings a stopped daemon back); exit code 3: SLURM cannot be installed here."""
+    return subprocess.run(
+        ["bash", str(CLUSTER), "start", str(cluster)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+
+
 def first_run(session: Path) -> dict:
     """Start the cluster in ``session/cluster`` and run ONE_MODEL through it in
     ``session/work``; the record (module docstring)."""
     cluster = session / "cluster"
     cluster.mkdir(exist_ok=True)
-    start = subprocess.run(
-        ["bash", str(CLUSTER), "start", str(cluster)], capture_output=True, text=True, timeout=900
-    )
+    start = start_cluster(cluster)
     if start.returncode == 3:
         return {"skip": f"no SLURM cluster: {start.stderr.strip()}"}
     if start.returncode != 0:
@@ -174,7 +184,13 @@ def node_failure(cluster: Path) -> int:
     (0) when Snakemake reports the job as ``NODE_FAIL`` and exits 1, and the same command,
     with ``slurmd`` back, then runs to the end; else 1. The outputs are
     ``cluster/node-failure/run{1,2}.log``."""
-    subprocess.run(["bash", str(CLUSTER), "start", str(cluster)], check=True, capture_output=True)
+
+    def restart() -> None:
+        started = start_cluster(cluster)
+        if started.returncode:
+            raise RuntimeError(f"slurm.sh start failed: {started.stdout}{started.stderr}")
+
+    restart()
     env = client_env(cluster)
     work = cluster / "node-failure"
     shutil.rmtree(work, ignore_errors=True)
@@ -186,11 +202,6 @@ def node_failure(cluster: Path) -> int:
 
     def say(text: str) -> None:
         print(f"node failure: {time.monotonic() - t0:.0f} s: {text}", flush=True)
-
-    def restart() -> None:
-        subprocess.run(
-            ["bash", str(CLUSTER), "start", str(cluster)], check=True, capture_output=True
-        )
 
     def squeue(fields: str) -> list[str]:
         shown = subprocess.run(

@@ -96,12 +96,7 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run
     # a second start from a client's shell (PATH with the srun wrapper first: how a user
     # brings a stopped daemon back) keeps the wrapper on the real srun, not on itself
     cluster = session / "cluster"
-    started = subprocess.run(
-        ["bash", str(slurm_cluster.CLUSTER), "start", str(cluster)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    started = slurm_cluster.start_cluster(cluster, env)
     assert started.returncode == 0, started.stdout + started.stderr
     wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[1]
     assert not wrapper.startswith(str(cluster)), wrapper
