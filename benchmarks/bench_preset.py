@@ -66,17 +66,17 @@ from typing import Any
 import torch
 
 from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
-from crosslip.config.grid import dataset_names, training_grid
+from crosslip.config.grid import dataset_names, networks_only, training_grid
 from crosslip.config.specs import NetTrainSpec, spec_params
 from crosslip.config.validate import merged_files, validate
 from crosslip.data import Dataset, load_prepared, save_prepared
-from crosslip.projection import job_count, projected, training_jobs
 from crosslip.stages.attack import attack_stage
 from crosslip.stages.certification import certify_stage
 from crosslip.stages.data import prepare_data
 from crosslip.stages.training import train_grid_stage, train_stage
 from crosslip.training.grid import REGULARIZER_ORDER, train_grid
 from flops import count_flops, matmul_rate
+from projection import job_count, projected, training_jobs
 
 CONFIGS = [ROOT / "config" / "presets" / "mnist.yaml", ROOT / "config" / "overrides" / "gpu.yaml"]
 STARTUP = (
@@ -368,10 +368,9 @@ def main() -> None:
             config["train"]["settings"] = args.settings
         validate(config)
         config["results"] = str(work / "results")  # no model trained: all need training
-        grid = training_grid(config)
-        nets = {m: s for m, s in grid.items() if isinstance(s, NetTrainSpec) and s.arch == "mlp"}
-        if len(nets) != len(grid) or len(dataset_names(config)) != 1:
+        if not networks_only(config):
             ap.error("only one dataset of one-hidden-layer networks is projected")
+        grid = nets = training_grid(config)
         (dataset,) = dataset_names(config)
         data, part = work / "data.npz", work / "part.npz"
         prepare_data(dataset, data, config["data"]["cache"], mirrors.get(dataset))

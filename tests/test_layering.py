@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.progress",
     ),  # vocabulary, files, machine, progress lines
     ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
-    ("crosslip.config", "crosslip.jobs", "crosslip.projection"),  # config, job planning
+    ("crosslip.config", "crosslip.jobs"),  # config, job planning
     (
         "crosslip.models",
         "crosslip.models.resnet",
@@ -70,7 +70,6 @@ TORCH_FREE = [
     "crosslip.jobs.resources",
     "crosslip.jobs.batches",  # the Snakefile plans the training jobs with it
     "crosslip.jobs.files",
-    "crosslip.projection",  # the reproduction record's estimates
     "crosslip.stages.parquet",
     "crosslip.stages.instances",  # a job per model: torch's start-up would double it
 ]

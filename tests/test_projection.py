@@ -1,10 +1,12 @@
-"""The training projection's line (:func:`crosslip.projection.projected`)."""
+"""The training projection's line (``projected`` of ``benchmarks/projection.py``)."""
 
 import math
 
 import pytest
 
-from crosslip.projection import projected
+from .helpers import benchmark_module
+
+projected = benchmark_module("projection.py")["projected"]
 
 
 def test_two_trainings_give_the_cost_of_an_epoch_and_the_fixed_part():

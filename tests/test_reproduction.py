@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ from crosslip.reproduction import (
     render,
     write_record,
 )
-from crosslip.reproduction import estimates as E
 from crosslip.reproduction import paper as P
+from crosslip.reproduction import targets as T
 from crosslip.reproduction.__main__ import main as cli
 from crosslip.reproduction.claims import (
     CRITERIA,
@@ -725,7 +724,7 @@ def test_export_of_a_run_made_elsewhere(tmp_path: Path, monkeypatch: pytest.Monk
     assert run["benchmarks"] == {"bench_kernel_scale": {"sizes": [], "device": "cuda"}}
     assert machine_from_text("a laptop") == "a laptop"
     (unit,) = pool_runs(load_runs(docs))
-    assert unit.device == "G" and unit.gpu_jobs == 3 and unit.epochs == 30
+    assert unit.device == "G" and unit.epochs == 30
     empty = tmp_path / "empty.log"
     empty.write_text("no result here\n")
     for kw, message in [
@@ -920,180 +919,79 @@ def test_resnet_claims_read_cifar10_only(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# GPU-time estimates of the runs not yet made
+# The runs not yet made and bench_preset's projections of their time
 # --------------------------------------------------------------------------------------
-def gpu_run(
-    base: Path,
-    docs: Path,
-    step_s: float = 0.002,
-    bench: dict | None = None,
-    epochs: int = 30,
-    fixed: float = 0.0,
-    name: str = "gpu",
-) -> None:
-    """An exported GPU run of the plain networks of :func:`good_rows` (``epochs`` epochs),
-    whose training jobs took ``fixed + epochs x 938 x step_s`` seconds, certify jobs 1 ms and
-    attack jobs 2 ms per point (100 points)."""
-    rows = [r for r in good_rows() if r["setting"] == "plain" and r["family"] == "mlp"]
-    res, cfg = make_results(base, rows, {**CONFIG, "train": {**CONFIG["train"], "epochs": epochs}})
-    shutil.rmtree(res / "benchmarks")
-    write_metrics(res, ["cuda"])
-    for rule, secs in [("train", fixed + epochs * 938 * step_s), ("certify", 0.1), ("attack", 0.2)]:
-        for r in rows:
-            path = res / "benchmarks" / rule / "mnist" / f"{r['model_id']}.tsv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"s\th:m:s\n{secs}\t0:00:01\n")
-    files = []
-    if bench is not None:
-        files = [base / "bench_kernel_scale.log"]
-        files[0].write_text(json.dumps(bench) + "\n")
-    export_run(
-        res,
-        name,
-        [cfg],
-        "snakemake --resources gpu=3",
-        docs=docs,
-        machine={"cpu": "X", "logical_cpus": 16, "gpu": "G"},
-        benchmarks=files,
-    )
-
-
-def test_measure_takes_the_seconds_per_step_and_point(tmp_path: Path) -> None:
-    docs = tmp_path / "docs"
-    assert E.measure(load_runs(tmp_path / "nothing")) is None
-    export(tmp_path, "cpu", good_rows(), docs, machine={"cpu": "X", "gpu": None})
-    assert E.measure(load_runs(docs)) is None, "CPU runs measure nothing"
-    gpu_run(tmp_path / "g", docs)
-    m = E.measure(load_runs(docs))
-    assert m is not None and m.runs == ("gpu",) and m.device == "G"
-    assert (m.gpu_jobs, m.epochs, m.cores) == (3, 30, 16)
-    assert m.step_s == pytest.approx(dict.fromkeys(GOOD_PLAIN, 0.002))
-    assert m.step_jobs == {"none": 1, "dropout": 1, "weight_decay": 1, "cross_lipschitz": 2}
-    assert (m.certify_s, m.attack_s) == (pytest.approx(0.001), pytest.approx(0.002))
-
-
-def test_estimate_of_a_config(tmp_path: Path) -> None:
-    """10 epochs of two networks, plain and augment: 4 x 10 x 938 steps x 2 ms of training,
-    4 x (100 x 1 ms + 200 x 2 ms) of evaluation, over 3 jobs at once; a lower bound, since
-    the augment step was not measured."""
-    docs = tmp_path / "docs"
-    gpu_run(tmp_path / "g", docs)
-    m = E.measure(load_runs(docs))
-    cfg = {
-        "datasets": ["mnist"],
-        "train": {
-            "epochs": 10,
-            "settings": ["plain", "augment"],
-            "grid": {
-                "none": {"lr": [0.2], "lambda": [0.0]},
-                "cross_lipschitz": {"lr": [0.2], "lambda": [1e-3]},
-            },
-        },
-        "certify": {"n_points": 100},
-        "attack": {"n_points": 200},
+def bench_record(docs: Path, name: str, date: str, configs: list[str], device: str, s: float):
+    """A ``bench_preset`` record under ``docs/benchmarks`` projecting ``s`` seconds."""
+    stages = {"train": s / 2, "certify": s / 4, "attack": s / 4 - 1, "startup": 1.0}
+    result = {
+        **dict(device=device, machine="M", configfiles=configs, networks=2, epochs=10),
+        **dict(train_points=60000, train_points_measured=6000, eval_points=100),
+        **dict(eval_points_measured=50, projected_preset_seconds=s),
+        "projected_seconds_by_stage": stages,
     }
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    target = E.Target("t", "a test", ("c.yaml",), "nothing")
-    e = E.estimate(target, m, tmp_path)
-    assert (e.trained, e.evaluated) == (4, 4)
-    assert e.job_s == pytest.approx(4 * 10 * 938 * 0.002 + 4 * (0.1 + 0.4))
-    assert e.gpu_s == pytest.approx(e.job_s / 3) and e.lower and e.summary.startswith("≥ ")
-    assert e.lines[0].startswith("mnist, plain: 2 networks (None 1, CL 1) in 1 job × 10 epochs")
-    assert "(at least: the augment step does more" in e.lines[1]
-    assert e.command == (
-        ".venv/bin/snakemake --profile profiles/local-gpu --cores 16 --resources gpu=3 "
-        '--configfile c.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
-    )
-    cfg["train"]["settings"] = ["plain"]
-    cfg["model"] = {"arch": "resnet"}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    e = E.estimate(target, m, tmp_path)
-    assert e.gpu_s is None and e.summary == "–"
-    assert e.unmeasured == ["2 ResNets: no committed GPU run measured them"]
+    record = {"name": name, "date": date, "commit": "a" * 40, "note": "", "result": result}
+    (docs / "benchmarks").mkdir(parents=True, exist_ok=True)
+    (docs / "benchmarks" / f"{name}.json").write_text(json.dumps(record))
 
 
-def test_measure_fits_a_jobs_fixed_cost_from_two_epoch_counts(tmp_path: Path) -> None:
-    """GPU runs of 30 and of 5 epochs whose training jobs took 12 s + 2 ms per step: the
-    seconds per step and the fixed cost come apart (crosslip.projection.projected, as
-    bench_preset fits a training), and an estimate charges the fixed cost once per training
-    job: one per setting where the workflow batches the grid, one per network where it does
-    not (``train.batch_grid: false``)."""
+def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_files(
+    tmp_path: Path,
+) -> None:
+    """Only a record made on CUDA with the target's config files, in order, projects it;
+    the newest of those counts."""
     docs = tmp_path / "docs"
-    gpu_run(tmp_path / "a", docs, epochs=30, fixed=12.0)
-    gpu_run(tmp_path / "b", docs, epochs=5, fixed=12.0, name="gpu5")
-    m = E.measure(load_runs(docs))
-    assert m.runs == ("gpu", "gpu5") and (m.epochs, m.fewer_epochs) == (30, 5)
-    assert m.step_s == pytest.approx(dict.fromkeys(GOOD_PLAIN, 0.002))
-    assert m.fixed_s == pytest.approx(12.0)
-    assert m.step_jobs == {"none": 2, "dropout": 2, "weight_decay": 2, "cross_lipschitz": 4}
     grid = {
         "none": {"lr": [0.2], "lambda": [0.0]},
-        "cross_lipschitz": {"lr": [0.2], "lambda": [1e-3, 1e-2]},
+        "cross_lipschitz": {"lr": [0.2], "lambda": [1e-3]},
     }
-    cfg = {
-        "datasets": ["mnist"],
-        "train": {"epochs": 10, "settings": ["plain", "augment"], "grid": grid},
-        "certify": {"n_points": 100},
-        "attack": {"n_points": 100},
-    }
-    steps = 6 * 10 * 938 * 0.002 + 6 * (0.1 + 0.2)
-    for batch_grid, jobs in [(True, 2), (False, 6)]:
-        cfg["train"]["batch_grid"] = batch_grid
-        (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-        e = E.estimate(E.Target("t", "a test", ("c.yaml",), "nothing"), m, tmp_path)
-        assert e.job_s == pytest.approx(steps + jobs * 12.0), batch_grid
-        one = "1 job" if batch_grid else "3 jobs"
-        assert e.lines[0].startswith(f"mnist, plain: 3 networks (None 1, CL 2) in {one} × 10")
-        assert f"+ {jobs // 2} × 12.0 s fixed = " in e.lines[0]
+    cfg = {"datasets": ["mnist"], "train": {"settings": ["plain", "augment"], "grid": grid}}
+    cfg |= {"certify": {"n_points": 10}, "attack": {"n_points": 10}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump({"certify": {"batch_models": True}}))
+    target = T.Target("t", "a test", ("c.yaml", "d.yaml"), "nothing")
+    e = T.missing(target, tmp_path, T.projections(docs))
+    assert e.projection is None and e.seconds is None and e.projectable and e.trained == 4
+    assert e.command == (
+        ".venv/bin/snakemake --profile profiles/local-gpu --resources gpu=1 --configfile c.yaml "
+        'd.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
+    )
+    bench_record(
+        docs, "bench_preset_old", "2026-11-01 10:00 UTC", ["c.yaml", "d.yaml"], "cuda", 100.0
+    )
+    bench_record(
+        docs, "bench_preset_new", "2026-11-02 10:00 UTC", ["c.yaml", "d.yaml"], "cuda", 200.0
+    )
+    bench_record(
+        docs, "bench_preset_cpu", "2026-11-03 10:00 UTC", ["c.yaml", "d.yaml"], "cpu", 900.0
+    )
+    bench_record(
+        docs, "bench_preset_order", "2026-11-04 10:00 UTC", ["d.yaml", "c.yaml"], "cuda", 800.0
+    )
+    e = T.missing(target, tmp_path, T.projections(docs))
+    assert e.projection["name"] == "bench_preset_new" and e.seconds == 200.0
 
 
-def test_estimate_of_kernel_models_from_the_benchmark(tmp_path: Path) -> None:
-    """At most max_iter x 1.25 objective evaluations of the benchmark's seconds each, plus
-    set-up, per model; the best model per method certified at its seconds per point."""
-    size = {
-        "n_centers": 60000,
-        "lbfgs_iterations": 1,
-        "lbfgs_evaluations": 3,
-        "seconds_per_lbfgs_iteration": 15.0,
-        "setup_seconds": 1.0,
-        "certify_seconds_per_point": 2.0,
-    }
-    docs = tmp_path / "docs"
-    gpu_run(tmp_path / "g", docs, bench={"sizes": [size]})
-    m = E.measure(load_runs(docs))
-    assert m.kernel == {60000: (5.0, 1.0, 2.0)}
-    cfg = {
-        "datasets": ["mnist"],
-        "train": {"grid": {}},
-        "kernel": {
-            "n_centers": 0,
-            "memory_gb": 70,
-            "max_iter": 8,
-            "grid": {
-                "kernel_logreg": {"a": [1.0], "lambda": [0.0, 1e-6]},
-                "kernel_cl": {"a": [1.0, 2.0], "lambda": [1e-2]},
-            },
-        },
-        "certify": {"models": "best", "n_points": 10},
-        "attack": {"n_points": 10},
-    }
+def test_a_run_bench_preset_cannot_project_says_so_and_a_missing_config_is_named(
+    tmp_path: Path,
+) -> None:
+    kernel = {"lambda": [1e-3], "a": [1.0]}
+    points = {"certify": {"n_points": 10}, "attack": {"n_points": 10}}
+    cfg = {"datasets": ["mnist"], "train": {"grid": {}}, "kernel": {"grid": {"kernel_cl": kernel}}}
+    cfg |= points
     (tmp_path / "k.yaml").write_text(yaml.safe_dump(cfg))
-    e = E.estimate(E.Target("k", "kernels", ("k.yaml",), "x", gpu_jobs=1), m, tmp_path)
-    assert (e.trained, e.evaluated) == (4, 3)
-    assert e.job_s == pytest.approx(4 * (10 * 5.0 + 1.0) + 3 * 10 * 2.0)
-    assert "--resources gpu=1" in e.command
-    assert e.unmeasured == [
-        "mnist, kernel attack: 3 models × 10 points at 60,000 expansion points: not measured"
-    ]
-
-
-def test_dataset_sizes_of_the_estimates_are_the_loaders() -> None:
-    from crosslip.data import cifar10, gtsrb
-
-    assert (E.TRAIN_POINTS["cifar10"], E.TEST_POINTS["cifar10"]) == cifar10.COUNTS
-    assert (E.TRAIN_POINTS["gtsrb"], E.TEST_POINTS["gtsrb"]) == gtsrb.COUNTS
-    assert E.TRAIN_POINTS["mnist"] == P.SETTINGS[("mnist", "n_train")].values[0]
-    assert E.TEST_POINTS["mnist"] == P.SETTINGS[("mnist", "n_test")].values[0]
+    e = T.missing(T.Target("k", "kernels", ("k.yaml",), "x"), tmp_path, [])
+    assert not e.projectable and e.trained == 1
+    two = {
+        "datasets": ["mnist", "mnist5k"],
+        "train": {"grid": {"none": {"lr": [0.1], "lambda": [0.0]}}},
+    }
+    two |= points
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(two))
+    assert not T.missing(T.Target("t", "two", ("two.yaml",), "x"), tmp_path, []).projectable
+    out = T.targets(tmp_path / "docs", tmp_path / "nowhere")
+    assert len(out) == len(T.TARGETS) and all(isinstance(x, str) for x in out)
+    assert out[0].startswith(f"{T.TARGETS[0].key}: --config ") and "mnist_200_gpu.yaml" in out[0]
 
 
 def test_authors_schedule_is_the_schema_default() -> None:
@@ -1255,20 +1153,24 @@ def test_committed_record_says_where_each_run_ran_and_what_is_missing() -> None:
         assert re.search(
             rf"^\| {re.escape(run.name)}\s+\| {re.escape(run.device)}\s+\|", runs, re.M
         )
-    missing = section(md, "Runs not yet made")
-    estimated = set()
-    for t in E.TARGETS:
+    projected = set()
+    for t in T.TARGETS:
         part = section(md, f"`{t.key}`: {t.what}")
         assert f"--configfile {' '.join(t.configs)}" in part, t.key
-        if re.search(r"Estimated time on one GPU: \*\*[≥≤]? ?\d", part):
-            estimated.add(t.key)
+        if re.search(r"Projected time on one GPU: \*\*\d", part):
+            projected.add(t.key)
         else:
-            assert "GPU: **–**" in part and "no committed GPU run measured them" in part, t.key
-    assert estimated >= {"mnist-200-settings", "mnist", "cifar10", "gtsrb", "mnist-kernel"}
-    assert "a fresh preset trains in one job per setting and pays the fixed cost once" in missing
-    preset = section(md, "`mnist`: MNIST preset")
-    for setting in ["plain", "augment", "adversarial"]:
-        assert f"mnist, {setting}: 26 networks (None 2, DO 8, WD 8, CL 8) in 1 job × 200" in preset
+            assert "No projection committed: " in part, t.key
+    assert "mnist" in projected, "bench_preset_cuda projects the MNIST preset"
+    assert "by `bench_preset_cuda" in section(md, "`mnist`: MNIST preset")
+    bench = (
+        "`.venv/bin/python benchmarks/bench_preset.py --device cuda --configfile config/presets/"
+    )
+    assert f"{bench}cifar10.yaml config/overrides/gpu.yaml` projects it" in md
+    cannot = "bench_preset projects one dataset of one-hidden-layer networks, not this run"
+    for key in ["mnist-kernel", "cifar10-resnet"]:
+        (t,) = [t for t in T.TARGETS if t.key == key]
+        assert cannot in section(md, f"`{key}`: {t.what}"), key
     for label in ["exp:NN-MNIST", "exp:NN-CIFAR", "exp:NN-GTSB", "exp:Kernel"]:
         assert "would come from" in section(md, f"Figure `{label}`"), label
 
@@ -1297,7 +1199,7 @@ def test_committed_record_counts_the_claims_and_says_why_the_rest_were_not_run()
         verdict = first.split("**")[1]
         assert f"- **{title}**: **{verdict}**" in headlines, title
     not_run = section(md, "Not run at this scale")
-    for t in E.TARGETS:
+    for t in T.TARGETS:
         for key in t.claims:
             line = next(x for x in not_run.splitlines() if x.startswith(f"- {P.CLAIMS[key].title}"))
             assert "no offline copy of" in line and f"--configfile {' '.join(t.configs)}" in line

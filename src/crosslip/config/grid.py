@@ -192,6 +192,14 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
 # --------------------------------------------------------------------------------------
 # what a config produces
 # --------------------------------------------------------------------------------------
+def networks_only(config: dict[str, Any]) -> bool:
+    """Whether ``config`` trains one dataset of one-hidden-layer networks and nothing else:
+    what ``benchmarks/bench_preset.py`` projects."""
+    grid = training_grid(config).values()
+    mlp = [s for s in grid if isinstance(s, NetTrainSpec) and s.arch == "mlp"]
+    return len(dataset_names(config)) == 1 and len(mlp) == len(grid) > 0
+
+
 def families(config: dict[str, Any]) -> list[tuple[str, str]]:
     """(family, setting) pairs the config trains: networks (``model.arch``: mlp or resnet)
     in each setting with a non-empty grid, Gaussian-kernel models in the plain setting."""

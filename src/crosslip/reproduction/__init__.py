@@ -3,7 +3,7 @@
 :mod:`~crosslip.reproduction.paper` holds the paper's numbers (``paper.yaml``),
 :mod:`~crosslip.reproduction.export` copies a finished run into
 ``docs/reproduction/<name>/``, :mod:`~crosslip.reproduction.claims` judges the claims
-(``claims.yaml``), :mod:`~crosslip.reproduction.estimates` projects the GPU time of the runs
+(``claims.yaml``), :mod:`~crosslip.reproduction.targets` lists the runs
 the record lacks, :mod:`~crosslip.reproduction.studies` renders the studies, and
 :mod:`~crosslip.reproduction.record` renders the record (``record.md.j2``, its tables'
 columns in ``record.yaml``).

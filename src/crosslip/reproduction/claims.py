@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import re
 import string
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -161,12 +160,6 @@ class Run:
         wanted = str(self.meta["config"].get("device", "auto"))
         return gpu if gpu and wanted != "cpu" else "CPU"
 
-    @property
-    def gpu_jobs(self) -> int | None:
-        """The jobs that shared the GPU at once (``--resources gpu=N`` of the command)."""
-        m = re.search(r"\bgpu=(\d+)", self.meta.get("command", ""))
-        return int(m.group(1)) if m else None
-
     @classmethod
     def load(cls, folder: Path) -> Run:
         """Read ``folder/run.yaml`` and ``folder/tables/summary.csv``."""
@@ -177,11 +170,6 @@ class Run:
             method_of(r) for r in summary[["regularizer", "lam"]].to_dict("records")
         ]
         return cls(folder.name, folder, meta, summary)
-
-    def by_job(self, col: str) -> dict[str, Any]:
-        """``col`` of each model by the name of its jobs, ``<dataset>/<model id>``."""
-        s = self.summary
-        return dict(zip(s["dataset"] + "/" + s["model_id"], s[col], strict=True))
 
     @functools.cached_property
     def evaluated(self) -> pd.DataFrame:

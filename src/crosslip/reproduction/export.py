@@ -176,8 +176,8 @@ def export_run(
     The arguments are the command line's (``python -m crosslip.reproduction export --help``):
     ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`run_commit`),
     ``results_written`` is ``--ran-on`` (default: the modification time of ``summary.csv``),
-    ``benchmarks`` are kept in run.yaml by file name (the record's estimates read
-    ``bench_kernel_scale``). An existing run folder is replaced only with ``force``.
+    ``benchmarks`` are kept in run.yaml by file name. An existing run folder is replaced
+    only with ``force``.
     """
     results, docs = Path(results), Path(docs)
     if not NAME_RE.match(name):

@@ -4,7 +4,7 @@ The text is the Jinja2 template ``record.md.j2`` beside this module; this module
 it shows: the verdicts (:mod:`~crosslip.reproduction.claims`, pooled runs evaluated as one),
 each run's settings beside the paper's (:mod:`~crosslip.reproduction.paper`), every
 evaluated network and how the best move with the epochs, the runs not yet made with their
-estimated GPU time (:mod:`~crosslip.reproduction.estimates`), and the studies made to
+projected GPU time (:mod:`~crosslip.reproduction.targets`), and the studies made to
 explain a gap (:mod:`~crosslip.reproduction.studies`). Every table is generated
 (``DataFrame.to_markdown``; most from their columns in ``record.yaml``, cells as format
 strings over a row, :func:`~crosslip.reproduction.claims.cells`); the output depends on the
@@ -23,7 +23,6 @@ import yaml
 
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
-from .estimates import estimates
 from .export import RUN_FILE
 from .paper import (
     AUTHORS_EPOCHS,
@@ -39,6 +38,7 @@ from .paper import (
     TEX_NAME,
 )
 from .studies import STUDIES_DIR, load_studies, study_tables
+from .targets import Missing, targets
 
 RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
@@ -339,7 +339,7 @@ def _kernel_tables(units: list[C.Run]) -> tuple[pd.DataFrame, list[tuple[str, st
     return C.cells(paper, TABLES["kernel_paper"], **KERNEL_COLUMNS), ours
 
 
-def _figures(runs: list[C.Run], ests: list) -> list[tuple[str, str, list, list]]:
+def _figures(runs: list[C.Run], ests: list[Missing | str]) -> list[tuple[str, str, list, list]]:
     """Per figure of the paper: the runs' matching figures (run, file, settings) and the
     runs not yet made that would draw it."""
     out = []
@@ -399,7 +399,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
     runs = load_runs(docs)
     units = C.pool_runs(runs)
     verdicts = C.evaluate(units)
-    measured, ests = estimates(runs, root)
+    ests = targets(docs, root)
     kernel_paper, kernel_runs = _kernel_tables(units)
     unit_of = {p: u for u in units for p in u.parts}
     makers = {k: e for e in ests if not isinstance(e, str) for k in e.target.claims}
@@ -409,7 +409,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             "sentence": C.CRITERIA[key].sentence,
             "verdicts": vs,
             "headline": headline(vs, units),
-            "estimate": makers.get(key),  # the run not yet made that would have the data
+            "missing": makers.get(key),  # the run not yet made that would have the data
         }
         for key, vs in verdicts.items()
     ]
@@ -440,8 +440,7 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
                 r.name for r in runs if not any(f.startswith("figures/") for f in r.meta["files"])
             ],
             figures=_figures(runs, ests),
-            measured=measured,
-            estimates=ests,
+            targets=ests,
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == C.NOT_REPRODUCED],
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),

@@ -1,7 +1,6 @@
-"""How long a config's run takes on one device, projected from measured parts: the one
-estimator behind ``benchmarks/bench_preset.py`` (which measures the parts on the device) and
-the reproduction record's runs not yet made (:mod:`crosslip.reproduction.estimates`, which
-reads them from the job seconds of committed GPU runs).
+"""How long a config's run takes on one device, projected from measured parts: the
+estimator of ``bench_preset.py``, which measures the parts on the device (the reproduction
+record's runs not yet made show its committed projections, crosslip.reproduction.targets).
 
 * **The jobs** are those the workflow runs for a fresh results folder
   (:func:`training_jobs`): per setting, the networks that train as one batched model
@@ -13,17 +12,14 @@ reads them from the job seconds of committed GPU runs).
   plus E times its seconds per epoch. Two trainings of E1 and E2 epochs give both: the
   difference over E2 - E1 is the cost of an epoch, the rest the fixed part
   (:func:`projected`), projected linearly to the config's epochs and training set.
-
-Torch-free (the record renders without torch).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .config.grid import dataset_names
-from .config.specs import NetTrainSpec
-from .jobs.batches import evaluation_batches, plan_batches
+from crosslip.config.specs import NetTrainSpec
+from crosslip.jobs.batches import evaluation_batches, plan_batches
 
 
 def projected(t1: float, t2: float, e1: int, e2: int, epochs: int, scale: float = 1.0) -> dict:
@@ -75,11 +71,3 @@ def job_count(
         batches = evaluation_batches(config, grid, stage)
         count += len(batches) + len(grid) - sum(len(b.models) for b in batches)
     return count
-
-
-def one_dataset(config: dict[str, Any], name: str) -> dict[str, Any]:
-    """``config`` restricted to its dataset ``name`` (the projection is per dataset)."""
-    (entry,) = [
-        d for d, n in zip(config["datasets"], dataset_names(config), strict=True) if n == name
-    ]
-    return {**config, "datasets": [entry]}

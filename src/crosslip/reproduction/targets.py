@@ -1,0 +1,115 @@
+"""The runs the record lacks (:data:`TARGETS`, ``targets.yaml`` beside this module): what
+each would add, the command that makes it, and its time on one GPU as projected by the one
+estimator of the project, ``benchmarks/bench_preset.py``.
+
+A projection is a committed ``bench_preset`` record (``docs/benchmarks/bench_preset*.json``,
+written by ``benchmarks/perfdoc.py``) that ran on a CUDA device with the target's config
+files, in the same order; the newest one counts. ``bench_preset`` trains each setting's
+batched grid for two short epoch counts and certifies and attacks a sample of points with
+the workflow's own stage functions, then projects the whole config linearly
+(docs/scaling.md). A target without such a record says so and gives the ``bench_preset``
+command that would project it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config.grid import dataset_names, networks_only, training_grid
+from ..errors import ConfigError
+from .export import ExportError, effective_config
+
+#: The offline MNIST mirror beside the checkout (a GPU machine may reach nothing else).
+MNIST_MIRROR = "../shared/data/mnist"
+#: The committed records of ``benchmarks/bench_preset.py``, under the docs folder.
+PROJECTIONS = "benchmarks/bench_preset*.json"
+
+_DATA = yaml.safe_load(Path(__file__).with_name("targets.yaml").read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A run the record lacks: ``configs`` (relative to the repository) in ``--configfile``
+    order, and what it would add to the record."""
+
+    key: str
+    what: str
+    configs: Sequence[str]
+    adds: str
+    figures: Sequence[str] = ()  # the paper's figures (labels) it would make
+    gpu_jobs: int = 1  # jobs sharing the GPU (``--resources gpu=N``)
+    claims: Sequence[str] = ()  # the claims (keys of paper.CLAIMS) only this run covers
+    why_not_here: str = ""  # why no committed run made it, where it is the data
+    see: str = ""  # where its cost is discussed, where bench_preset cannot project it
+
+
+def _target(offline: str = "", why: str = "", **entry: Any) -> Target:
+    """A target of ``targets.yaml``: no offline copy of the data ``offline``, and ``why``."""
+    reasons = [_DATA["no_offline_copy"].format(data=offline) if offline else "", why]
+    return Target(**entry, why_not_here="; ".join(r for r in reasons if r))
+
+
+#: The runs the record lacks, in the record's order.
+TARGETS = [_target(**t) for t in _DATA["targets"]]
+
+
+@dataclass
+class Missing:
+    """A target with its command, its networks and kernel models (``trained``), whether
+    ``bench_preset`` can project it (``projectable``: one dataset of one-hidden-layer
+    networks) and its newest GPU ``projection`` (a ``bench_preset`` record: ``name``,
+    ``date``, ``commit``, ``note``, ``result``; ``None`` when there is none)."""
+
+    target: Target
+    command: str
+    trained: int
+    projectable: bool
+    projection: dict[str, Any] | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """The projected seconds on one GPU (``None`` without a projection)."""
+        return self.projection["result"]["projected_preset_seconds"] if self.projection else None
+
+
+def projections(docs: Path) -> list[dict[str, Any]]:
+    """The committed ``bench_preset`` records made on a CUDA device, newest first."""
+    found = [json.loads(p.read_text()) for p in sorted(docs.glob(PROJECTIONS))]
+    cuda = [r for r in found if r["result"].get("device") == "cuda"]
+    return sorted(cuda, key=lambda r: r["date"], reverse=True)
+
+
+def missing(target: Target, root: Path, records: list[dict[str, Any]]) -> Missing:
+    """``target`` with its command and projection (its configs read under ``root``).
+    Raises :class:`~crosslip.reproduction.export.ExportError` for a config that is missing
+    or invalid."""
+    cfg = effective_config([root / c for c in target.configs])
+    command = (
+        f".venv/bin/snakemake --profile profiles/local-gpu --resources gpu={target.gpu_jobs} "
+        f"--configfile {' '.join(target.configs)}"
+    )
+    names = dataset_names(cfg)
+    if "mnist" in names and "mnist" not in ((cfg.get("data") or {}).get("mirrors") or {}):
+        command += f' --config \'data={{"mirrors": {{"mnist": "{MNIST_MIRROR}"}}}}\''
+    trained = len(names) * len(training_grid(cfg))
+    match = [r for r in records if r["result"]["configfiles"] == list(target.configs)]
+    return Missing(target, command, trained, networks_only(cfg), match[0] if match else None)
+
+
+def targets(docs: Path, root: Path) -> list[Missing | str]:
+    """Per target, its :class:`Missing` or a one-line reason (such as a config missing under
+    ``root``); the projections are read under ``docs``."""
+    records = projections(docs)
+    out: list[Missing | str] = []
+    for t in TARGETS:
+        try:
+            out.append(missing(t, root, records))
+        except (ExportError, ConfigError) as err:
+            out.append(f"{t.key}: {err}")
+    return out
