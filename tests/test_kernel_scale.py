@@ -24,6 +24,7 @@ from crosslip.jobs.kernel_memory import (
     DATASET_SHAPES,
     GIB,
     certify_minimum_bytes,
+    check_config,
     config_problems,
     largest_centers,
     train_minimum_bytes,
@@ -35,6 +36,13 @@ from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd
 
 PRESET = yaml.safe_load((ROOT / "config" / "presets" / "mnist_kernel.yaml").read_text())
+
+
+def checked(cfg: dict) -> dict:
+    """``cfg`` validated and its kernel models' memory checked, as the Snakefile does."""
+    cfg = validate(cfg)
+    check_config(cfg)
+    return cfg
 
 
 def preset(**kernel) -> dict:
@@ -51,7 +59,7 @@ def test_the_paper_scale_is_rejected_in_the_default_budget_naming_keys_and_estim
     cfg = preset()
     del cfg["kernel"]["memory_gb"]  # the schema's default: 16 GiB
     with pytest.raises(ConfigError) as info:
-        validate(cfg)
+        checked(cfg)
     msg = str(info.value)
     # 60,000 centres: the (N, N) float64 matrix alone is 26.8 GiB; device auto plans for a
     # GPU (its cuBLAS workspaces and allocator slack: kernel_memory.device_reserve_bytes)
@@ -73,14 +81,14 @@ def test_the_paper_scale_is_rejected_in_the_default_budget_naming_keys_and_estim
     on_cpu = {**preset(), "device": "cpu"}
     del on_cpu["kernel"]["memory_gb"]
     with pytest.raises(ConfigError, match=r"kernel_cl needs at least") as info:
-        validate(on_cpu)
+        checked(on_cpu)
     assert largest_centers(60000, 784, 10, "kernel_cl", 16 * GIB, "cpu") > fit
     shown = math.ceil(train_minimum_bytes(60000, 60000, 784, 10, "kernel_cl") / GIB * 10) / 10
     assert f"kernel_cl needs at least {shown:.1f} GiB" in str(info.value)
     ok = preset(memory_gb=16, n_centers=fit)
     ok["kernel"]["grid"] = {"kernel_cl": ok["kernel"]["grid"]["kernel_cl"]}
-    validate(ok)
-    validate(preset())  # the preset as committed: 70 GiB of one 80 GB GPU
+    checked(ok)
+    checked(preset())  # the preset as committed: 70 GiB of one 80 GB GPU
 
 
 def test_the_estimate_counts_each_dataset_and_regularizer():
@@ -89,7 +97,7 @@ def test_the_estimate_counts_each_dataset_and_regularizer():
     cfg = preset(n_centers=30000, memory_gb=8.5)
     cfg["datasets"] = ["mnist", "cifar10", "mnist5k"]
     with pytest.raises(ConfigError) as info:
-        validate(cfg)
+        checked(cfg)
     lines = str(info.value).splitlines()[1:]
     # cifar10 (d = 3072) does not fit with either regularizer; mnist does; mnist5k has 4,000
     assert len(lines) == 2 and all("datasets (cifar10)" in line for line in lines), lines
@@ -97,11 +105,11 @@ def test_the_estimate_counts_each_dataset_and_regularizer():
     cfg = preset(memory_gb=1e-3)
     cfg["datasets"] = ["mnist5k"]
     with pytest.raises(ConfigError, match=r"4,000 expansion points on mnist5k"):
-        validate(cfg)
+        checked(cfg)
     net_only = preset(memory_gb=1e-3)
     net_only["kernel"]["grid"] = {}
     net_only["train"]["grid"] = {"none": {"lr": [0.1], "lambda": [0.0]}}
-    validate(net_only)  # no kernel model: nothing to estimate
+    checked(net_only)  # no kernel model: nothing to estimate
 
 
 def test_certification_fits_wherever_training_does():

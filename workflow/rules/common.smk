@@ -15,6 +15,7 @@ from crosslip.config.grid import (
 )
 from crosslip.config.validate import external_models, validate
 from crosslip.jobs import selection as crosslip_selection
+from crosslip.jobs.kernel_memory import check_config as check_kernel_memory
 from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.jobs.resources import (
     grid_batch_resources,
@@ -29,6 +30,7 @@ from crosslip.jobs.batches import evaluation_batches, plan_batches
 if not workflow.modifier.skip_validation:
     try:
         validate(config)
+        check_kernel_memory(config)
     except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
 

@@ -30,7 +30,8 @@ rounding): :func:`device_reserve_bytes` adds it to every plan for a GPU. The cou
 checked against the peak of torch's CPU allocator in tests/test_kernel_memory.py.
 
 :func:`train_plan` and :func:`certify_plan` turn a budget into chunk sizes;
-:func:`config_problems` checks a whole config before any job runs.
+:func:`config_problems` checks a whole config before any job runs (the Snakefile calls
+:func:`check_config` after :func:`crosslip.config.validate.validate`).
 """
 
 from __future__ import annotations
@@ -501,8 +502,8 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     does not fit ``kernel.memory_gb`` on the config's ``device`` (``auto`` counts as a GPU,
     whose reserve the CPU does not need: :func:`device_reserve_bytes`): the estimate in GiB,
     the keys to change (``kernel.n_centers``, ``kernel.memory_gb``, ``datasets``) and the
-    most expansion points that fit. Torch-free, so that :func:`crosslip.config.validate.validate`
-    rejects such a config before any job runs."""
+    most expansion points that fit. Torch-free, so that the Snakefile rejects such a config
+    before any job runs (:func:`check_config`)."""
     kern = config.get("kernel", {})
     regs = sorted(kern.get("grid", {}))
     if not regs:
@@ -534,3 +535,10 @@ def config_problems(config: dict[str, Any]) -> list[str]:
                 f"or set kernel.n_centers to at most {fit:,}"
             )
     return lines
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Raise :class:`~crosslip.errors.ConfigError` listing :func:`config_problems`, if any."""
+    memory = config_problems(config)
+    if memory:
+        raise ConfigError("kernel models do not fit kernel.memory_gb:\n" + "\n".join(memory))
