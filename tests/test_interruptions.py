@@ -20,7 +20,7 @@ import pytest
 
 from crosslip import pipeline
 from crosslip.data import Dataset, save_prepared
-from crosslip.io import atomic_path, read_json, write_json
+from crosslip.io import atomic_dir, atomic_path, read_json, write_json
 from crosslip.models.checkpoints import save_model
 from crosslip.pipeline import (
     attack_stage,
@@ -75,6 +75,33 @@ def test_atomic_path_renames_only_a_finished_file(tmp_path):
 
 class Killed(BaseException):
     """Stands for SIGKILL arriving just before a rename (BaseException: nothing catches it)."""
+
+
+def test_atomic_dir_replaces_a_folder_only_once_the_new_one_is_complete(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    with atomic_dir(out) as tmp:
+        (tmp / "a.txt").write_text("first")
+        assert not out.exists() and tmp.parent == tmp_path and tmp.name.startswith(".run.")
+    assert files_under(tmp_path) == ["run", "run/a.txt"]
+    with pytest.raises(RuntimeError), atomic_dir(out) as tmp:
+        (tmp / "b.txt").write_text("half")
+        raise RuntimeError
+    assert files_under(tmp_path) == ["run", "run/a.txt"]  # the old folder stays whole
+    real = Path.rename
+
+    def killed_before_the_second_rename(self, target):
+        if self.name.endswith(".tmp"):
+            raise Killed
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", killed_before_the_second_rename)
+    with pytest.raises(Killed), atomic_dir(out) as tmp:
+        (tmp / "b.txt").write_text("complete")
+    assert files_under(tmp_path) == ["run", "run/a.txt"]  # the old folder put back
+    monkeypatch.undo()
+    with atomic_dir(out) as tmp:
+        (tmp / "b.txt").write_text("second")
+    assert files_under(tmp_path) == ["run", "run/b.txt"]
 
 
 @pytest.fixture

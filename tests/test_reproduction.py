@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -400,6 +401,16 @@ def test_export_rejects_bad_input_with_one_line(tmp_path: Path) -> None:
         export_run(res, "x", [cfg], "cmd", docs=docs, machine="m")
     export_run(res, "x", [cfg], "cmd2", docs=docs, machine="m", force=True)
     assert yaml.safe_load((docs / "reproduction/x/run.yaml").read_text())["command"] == "cmd2"
+    # a forced export that fails half-way leaves the previous folder as it was
+    before = {p: p.read_bytes() for p in (docs / "reproduction").rglob("*") if p.is_file()}
+    (res / "benchmarks" / "train" / "bad.tsv").write_text("no seconds here\n")
+    with pytest.raises(ExportError, match=r"bad.tsv: not a Snakemake benchmark file"):
+        export_run(res, "x", [cfg], "cmd3", docs=docs, machine="m", force=True)
+    after = {p: p.read_bytes() for p in (docs / "reproduction").rglob("*") if p.is_file()}
+    assert after == before
+    # a temporary folder left by a killed export is not a run of the record
+    shutil.copytree(docs / "reproduction" / "x", docs / "reproduction" / ".x.abc.tmp")
+    assert [r.name for r in load_runs(docs)] == ["x"]
 
 
 def test_export_merges_config_files_as_snakemake(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -39,6 +40,28 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success it takes the name
+    ``path``, and a folder already there is removed only once the new one is in place. A
+    crash or kill while writing leaves ``path`` as it was (and at worst a hidden temporary
+    folder ``.<name>.*.tmp`` beside it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = tmp.with_suffix(".old")
+    try:
+        yield tmp
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+    finally:
+        if old.exists() and not path.exists():
+            old.rename(path)  # the new folder did not take its place: the old one back
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_json(obj: Any, path: Path | str) -> None:

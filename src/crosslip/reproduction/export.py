@@ -29,6 +29,7 @@ import yaml
 
 from ..config.validate import merged_files, validate
 from ..errors import ConfigError
+from ..io import atomic_dir
 from ..machine import git_commit, git_state, machine_description
 
 RUN_FILE = "run.yaml"
@@ -177,7 +178,7 @@ def export_run(
     ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`run_commit`),
     ``results_written`` is ``--ran-on`` (default: the modification time of ``summary.csv``),
     ``benchmarks`` are kept in run.yaml by file name. An existing run folder is replaced
-    only with ``force``.
+    only with ``force``, and only once the new one is complete (:func:`atomic_dir`).
     """
     results, docs = Path(results), Path(docs)
     if not NAME_RE.match(name):
@@ -199,43 +200,41 @@ def export_run(
     benches = {Path(b).stem: benchmark_result(Path(b)) for b in benchmarks or []}
     summary = pd.read_csv(summary_path)
     dest = docs / "reproduction" / name
-    if dest.exists():
-        if not force:
-            raise ExportError(f"{dest} exists: choose another --name or pass --force to replace it")
-        shutil.rmtree(dest)
-    copied = []
-    for pattern in TABLES + FIGURES:
-        for src in sorted(results.glob(pattern)):
-            target = dest / src.relative_to(results)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target)
-            copied.append(str(src.relative_to(results)))
-    evaluated = summary[summary["n_eval"] > 0]
-    if results_written is None:
-        mtime = dt.datetime.fromtimestamp(summary_path.stat().st_mtime, tz=dt.UTC)
-        results_written = mtime.strftime("%Y-%m-%d %H:%M UTC")
-    run = {
-        "name": name,
-        "command": command,
-        "config_files": [{"path": _shown(p), "content": p.read_text()} for p in config_paths],
-        "epochs": cfg["train"]["epochs"],
-        "datasets": list(cfg["datasets"]),
-        "models_trained": len(summary),
-        "models_evaluated": len(evaluated),
-        "evaluated_points_per_model": sorted({int(n) for n in evaluated["n_eval"]}),
-        "machine": machine if machine is not None else machine_description(),
-        "devices": devices_used(results),
-        "results_written": results_written,
-        "exported": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "exported_from": _shown(results),
-        "git": git,
-        "pool": pool,
-        "wall_time_s": wall_time_s,
-        "job_seconds": job_seconds(results),
-        "benchmarks": benches,
-        "files": copied,
-        "config": cfg,
-    }
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / RUN_FILE).write_text(dump_yaml(run))
+    if dest.exists() and not force:
+        raise ExportError(f"{dest} exists: choose another --name or pass --force to replace it")
+    with atomic_dir(dest) as tmp:
+        copied = []
+        for pattern in TABLES + FIGURES:
+            for src in sorted(results.glob(pattern)):
+                target = tmp / src.relative_to(results)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, target)
+                copied.append(str(src.relative_to(results)))
+        evaluated = summary[summary["n_eval"] > 0]
+        if results_written is None:
+            mtime = dt.datetime.fromtimestamp(summary_path.stat().st_mtime, tz=dt.UTC)
+            results_written = mtime.strftime("%Y-%m-%d %H:%M UTC")
+        run = {
+            "name": name,
+            "command": command,
+            "config_files": [{"path": _shown(p), "content": p.read_text()} for p in config_paths],
+            "epochs": cfg["train"]["epochs"],
+            "datasets": list(cfg["datasets"]),
+            "models_trained": len(summary),
+            "models_evaluated": len(evaluated),
+            "evaluated_points_per_model": sorted({int(n) for n in evaluated["n_eval"]}),
+            "machine": machine if machine is not None else machine_description(),
+            "devices": devices_used(results),
+            "results_written": results_written,
+            "exported": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "exported_from": _shown(results),
+            "git": git,
+            "pool": pool,
+            "wall_time_s": wall_time_s,
+            "job_seconds": job_seconds(results),
+            "benchmarks": benches,
+            "files": copied,
+            "config": cfg,
+        }
+        (tmp / RUN_FILE).write_text(dump_yaml(run))
     return dest

@@ -56,7 +56,8 @@ def table(df: pd.DataFrame) -> str:
 def load_runs(docs: Path) -> list[C.Run]:
     """Every run folder ``docs/reproduction/*/`` with a ``run.yaml``, by name."""
     base = docs / RUNS_DIR
-    folders = sorted(p.parent for p in base.glob(f"*/{RUN_FILE}")) if base.is_dir() else []
+    found = base.glob(f"[!.]*/{RUN_FILE}") if base.is_dir() else []  # not an export's temporary
+    folders = sorted(p.parent for p in found)
     return [C.Run.load(f) for f in folders]
 
 
