@@ -10,6 +10,7 @@ package on the way that does not already contain the importing module.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +330,21 @@ def test_module_loads_without_torch(module):
     torch_modules, crosslip_modules = proc.stdout.splitlines()
     assert torch_modules == "[]", f"{module} loads torch via {crosslip_modules}"
     assert module in crosslip_modules  # the module itself was imported
+
+
+def test_the_layer_table_of_the_architecture_page_is_these_layers():
+    """docs/architecture.md's table names every module of :data:`LAYERS` in its layer's row
+    (a package as ``name/``, a module of a package as ``pkg/module`` or ``pkg/`` (``module``)),
+    top layer first."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    table = page.split("## Package layers", 1)[1]
+    rows = [r for r in table.splitlines() if re.match(r"^\| \d+ \|", r)]
+    assert [int(r.split("|")[1]) for r in rows] == list(range(len(LAYERS)))[::-1]
+    for layer, modules in enumerate(LAYERS):
+        row = rows[len(LAYERS) - 1 - layer]
+        for name in modules:
+            path = name.removeprefix("crosslip.").replace(".", "/")
+            parent, _, last = path.rpartition("/")
+            token = f"`{path}/`" if (SRC / "crosslip" / path).is_dir() else f"`{path}`"
+            listed = parent and f"`{parent}/` (" in row and f"`{last}`" in row  # pkg (`module`)
+            assert token in row or listed, (token, row[:80])
