@@ -83,25 +83,43 @@ def test_atomic_dir_replaces_a_folder_only_once_the_new_one_is_complete(tmp_path
         (tmp / "a.txt").write_text("first")
         assert not out.exists() and tmp.parent == tmp_path and tmp.name.startswith(".run.")
     assert files_under(tmp_path) == ["run", "run/a.txt"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # as mkdir makes it
     with pytest.raises(RuntimeError), atomic_dir(out) as tmp:
         (tmp / "b.txt").write_text("half")
         raise RuntimeError
     assert files_under(tmp_path) == ["run", "run/a.txt"]  # the old folder stays whole
     real = Path.rename
 
-    def killed_before_the_second_rename(self, target):
+    def fails_at_the_second_rename(self, target):
         if self.name.endswith(".tmp"):
-            raise Killed
+            raise OSError("no space left")
         return real(self, target)
 
-    monkeypatch.setattr(Path, "rename", killed_before_the_second_rename)
-    with pytest.raises(Killed), atomic_dir(out) as tmp:
+    monkeypatch.setattr(Path, "rename", fails_at_the_second_rename)
+    with pytest.raises(OSError), atomic_dir(out) as tmp:
         (tmp / "b.txt").write_text("complete")
     assert files_under(tmp_path) == ["run", "run/a.txt"]  # the old folder put back
     monkeypatch.undo()
     with atomic_dir(out) as tmp:
         (tmp / "b.txt").write_text("second")
     assert files_under(tmp_path) == ["run", "run/b.txt"]
+
+
+def test_atomic_dir_puts_back_a_folder_that_a_kill_left_aside(tmp_path):
+    """A kill between the two renames (the old folder moved aside, the new one not yet in
+    place) leaves ``.run.*.old``: the next write to ``run`` starts by putting it back, and a
+    failing write then leaves it there."""
+    (tmp_path / ".run.x1.old").mkdir()
+    (tmp_path / ".run.x1.old" / "a.txt").write_text("first")
+    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "run"):
+        raise RuntimeError
+    assert files_under(tmp_path) == ["run", "run/a.txt"]
+    (tmp_path / "file").write_text("a file, not a folder")
+    with atomic_dir(tmp_path / "file") as tmp:
+        (tmp / "b.txt").write_text("b")
+    assert files_under(tmp_path) == ["file", "file/b.txt", "run", "run/a.txt"]
 
 
 @pytest.fixture

@@ -45,12 +45,16 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; on success it takes the name
-    ``path``, and a folder already there is removed only once the new one is in place. A
-    crash or kill while writing leaves ``path`` as it was (and at worst a hidden temporary
-    folder ``.<name>.*.tmp`` beside it)."""
+    ``path``, and what was there is removed only once the new folder is in place. An error
+    while writing leaves ``path`` as it was; a kill between the two renames leaves the old
+    folder as ``.<name>.*.old`` beside it, which the next call puts back first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    orphans = sorted(path.parent.glob(f".{path.name}.*.old"), key=lambda p: p.stat().st_mtime)
+    if orphans and not path.exists():
+        orphans[-1].rename(path)
+    tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+    tmp.mkdir()  # the umask's mode, as any folder (mkdtemp's would be 0700)
     old = tmp.with_suffix(".old")
     try:
         yield tmp
@@ -61,7 +65,10 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
         if old.exists() and not path.exists():
             old.rename(path)  # the new folder did not take its place: the old one back
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
 
 
 def write_json(obj: Any, path: Path | str) -> None:
