@@ -54,7 +54,8 @@ def table(df: pd.DataFrame) -> str:
 
 
 def load_runs(docs: Path) -> list[C.Run]:
-    """Every run folder ``docs/reproduction/*/`` with a ``run.yaml``, by name."""
+    """Every run folder ``docs/reproduction/*/`` with a ``run.yaml``, by name; hidden
+    folders (an export's temporaries, :func:`crosslip.io.atomic_dir`) are not runs."""
     base = docs / RUNS_DIR
     found = base.glob(f"[!.]*/{RUN_FILE}") if base.is_dir() else []  # not an export's temporary
     folders = sorted(p.parent for p in found)
