@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -932,14 +933,18 @@ def test_resnet_claims_read_cifar10_only(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------
 # The runs not yet made and bench_preset's projections of their time
 # --------------------------------------------------------------------------------------
-def bench_record(docs: Path, name: str, date: str, configs: list[str], device: str, s: float):
-    """A ``bench_preset`` record under ``docs/benchmarks`` projecting ``s`` seconds."""
+def bench_record(docs: Path, name: str, date: str, s: float, **result: Any) -> None:
+    """A ``bench_preset`` record under ``docs/benchmarks`` projecting ``s`` seconds: on
+    CUDA, of the networks of ``c.yaml d.yaml`` as the next test writes them, unless
+    ``result`` says otherwise."""
     stages = {"train": s / 2, "certify": s / 4, "attack": s / 4 - 1, "startup": 1.0}
     result = {
-        **dict(device=device, machine="M", configfiles=configs, networks=2, epochs=10),
+        **dict(device="cuda", machine="M", configfiles=["c.yaml", "d.yaml"], dataset="mnist"),
+        **dict(networks=4, hidden=8, epochs=10, settings={"plain": {}, "augment": {}}),
         **dict(train_points=60000, train_points_measured=6000, eval_points=100),
         **dict(eval_points_measured=50, projected_preset_seconds=s),
         "projected_seconds_by_stage": stages,
+        **result,
     }
     record = {"name": name, "date": date, "commit": "a" * 40, "note": "", "result": result}
     (docs / "benchmarks").mkdir(parents=True, exist_ok=True)
@@ -949,14 +954,16 @@ def bench_record(docs: Path, name: str, date: str, configs: list[str], device: s
 def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_files(
     tmp_path: Path,
 ) -> None:
-    """Only a record made on CUDA with the target's config files, in order, projects it;
-    the newest of those counts."""
+    """Only a record made on CUDA with the target's config files, in order, of the same
+    networks projects it; the newest of those counts, and a record that cannot be read as
+    one is left out."""
     docs = tmp_path / "docs"
     grid = {
         "none": {"lr": [0.2], "lambda": [0.0]},
         "cross_lipschitz": {"lr": [0.2], "lambda": [1e-3]},
     }
-    cfg = {"datasets": ["mnist"], "train": {"settings": ["plain", "augment"], "grid": grid}}
+    train = {"settings": ["plain", "augment"], "grid": grid, "epochs": 10}
+    cfg = {"datasets": ["mnist"], "model": {"hidden": 8}, "train": train}
     cfg |= {"certify": {"n_points": 10}, "attack": {"n_points": 10}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "d.yaml").write_text(yaml.safe_dump({"certify": {"batch_models": True}}))
@@ -964,21 +971,23 @@ def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_
     e = T.missing(target, tmp_path, T.projections(docs))
     assert e.projection is None and e.seconds is None and e.projectable and e.trained == 4
     assert e.command == (
-        ".venv/bin/snakemake --profile profiles/local-gpu --resources gpu=1 --configfile c.yaml "
+        ".venv/bin/snakemake --profile profiles/local-gpu --configfile c.yaml "
         'd.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
     )
-    bench_record(
-        docs, "bench_preset_old", "2026-11-01 10:00 UTC", ["c.yaml", "d.yaml"], "cuda", 100.0
-    )
-    bench_record(
-        docs, "bench_preset_new", "2026-11-02 10:00 UTC", ["c.yaml", "d.yaml"], "cuda", 200.0
-    )
-    bench_record(
-        docs, "bench_preset_cpu", "2026-11-03 10:00 UTC", ["c.yaml", "d.yaml"], "cpu", 900.0
-    )
-    bench_record(
-        docs, "bench_preset_order", "2026-11-04 10:00 UTC", ["d.yaml", "c.yaml"], "cuda", 800.0
-    )
+    bench_record(docs, "bench_preset_old", "2026-11-01 10:00 UTC", 100.0)
+    bench_record(docs, "bench_preset_new", "2026-11-02 10:00 UTC", 200.0)
+    later = "2026-11-03 10:00 UTC"
+    others = [
+        dict(device="cpu"),
+        dict(configfiles=["d.yaml", "c.yaml"]),
+        dict(settings={"plain": {}}, networks=2),  # bench_preset --settings plain
+        dict(hidden=16),  # --hidden
+        dict(dataset="mnist5k"),  # --dataset
+        dict(epochs=200),  # the preset changed since
+    ]
+    for i, other in enumerate(others):
+        bench_record(docs, f"bench_preset_other{i}", later, 900.0, **other)
+    (docs / "benchmarks" / "bench_preset_broken.json").write_text('{"result": {}}')
     e = T.missing(target, tmp_path, T.projections(docs))
     assert e.projection["name"] == "bench_preset_new" and e.seconds == 200.0
 

@@ -8,14 +8,8 @@ the record lacks, :mod:`~crosslip.reproduction.studies` renders the studies, and
 :mod:`~crosslip.reproduction.record` renders the record (``record.md.j2``, its tables'
 columns in ``record.yaml``).
 
-Command line (``python -m crosslip.reproduction --help``)::
-
-    python -m crosslip.reproduction export --results results/x --name x \\
-        --config config/x.yaml --command "snakemake ... --configfile config/x.yaml"
-    # a run made elsewhere: its commit, day, machine (docs/reproduction-record.md)
-    python -m crosslip.reproduction export ... --commit 0b2a5f5 --ran-on 2026-11-24 \\
-        --machine "{cpu: ..., gpu: ...}" [--pool label] [--benchmark bench.log]
-    python -m crosslip.reproduction render          # or: make record
+Command line: ``python -m crosslip.reproduction {export,render} --help``;
+docs/reproduction-record.md shows both in use (``make record`` renders).
 
 Torch-free (torch is imported only to name a GPU during export, if installed).
 """

@@ -4,11 +4,13 @@ estimator of the project, ``benchmarks/bench_preset.py``.
 
 A projection is a committed ``bench_preset`` record (``docs/benchmarks/bench_preset*.json``,
 written by ``benchmarks/perfdoc.py``) that ran on a CUDA device with the target's config
-files, in the same order; the newest one counts. ``bench_preset`` trains each setting's
+files, in the same order, and projected the same networks (:func:`projects`); the newest
+one counts. ``bench_preset`` trains each setting's
 batched grid for two short epoch counts and certifies and attacks a sample of points with
 the workflow's own stage functions, then projects the whole config linearly
 (docs/scaling.md). A target without such a record says so and gives the ``bench_preset``
-command that would project it.
+command that would project it, or says that ``bench_preset`` cannot (kernel models,
+ResNets, several datasets).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from .export import ExportError, effective_config
 
 #: The offline MNIST mirror beside the checkout (a GPU machine may reach nothing else).
 MNIST_MIRROR = "../shared/data/mnist"
+#: How a run not yet made is started: one job on the GPU at a time (the profile's ``gpu: 1``,
+#: as ``bench_preset`` projects the jobs, one after another).
+SNAKEMAKE = ".venv/bin/snakemake --profile profiles/local-gpu"
 #: The committed records of ``benchmarks/bench_preset.py``, under the docs folder.
 PROJECTIONS = "benchmarks/bench_preset*.json"
 
@@ -43,7 +48,6 @@ class Target:
     configs: Sequence[str]
     adds: str
     figures: Sequence[str] = ()  # the paper's figures (labels) it would make
-    gpu_jobs: int = 1  # jobs sharing the GPU (``--resources gpu=N``)
     claims: Sequence[str] = ()  # the claims (keys of paper.CLAIMS) only this run covers
     why_not_here: str = ""  # why no committed run made it, where it is the data
     see: str = ""  # where its cost is discussed, where bench_preset cannot project it
@@ -61,28 +65,39 @@ TARGETS = [_target(**t) for t in _DATA["targets"]]
 
 @dataclass
 class Missing:
-    """A target with its command, its networks and kernel models (``trained``), whether
-    ``bench_preset`` can project it (``projectable``: one dataset of one-hidden-layer
-    networks) and its newest GPU ``projection`` (a ``bench_preset`` record: ``name``,
-    ``date``, ``commit``, ``note``, ``result``; ``None`` when there is none)."""
+    """A target with its command, the models it trains, whether ``bench_preset`` can project
+    it (one dataset of one-hidden-layer networks), and the newest ``bench_preset`` record
+    that projects it on a GPU (:func:`projects`; ``None`` where none does)."""
 
     target: Target
     command: str
     trained: int
     projectable: bool
     projection: dict[str, Any] | None = None
-
-    @property
-    def seconds(self) -> float | None:
-        """The projected seconds on one GPU (``None`` without a projection)."""
-        return self.projection["result"]["projected_preset_seconds"] if self.projection else None
+    seconds: float | None = None  # the projection's seconds on one GPU
 
 
 def projections(docs: Path) -> list[dict[str, Any]]:
     """The committed ``bench_preset`` records made on a CUDA device, newest first."""
     found = [json.loads(p.read_text()) for p in sorted(docs.glob(PROJECTIONS))]
-    cuda = [r for r in found if r["result"].get("device") == "cuda"]
+    cuda = [r for r in found if r.get("date") and r.get("result", {}).get("device") == "cuda"]
     return sorted(cuda, key=lambda r: r["date"], reverse=True)
+
+
+def projects(record: dict[str, Any], configs: Sequence[str], cfg: dict[str, Any]) -> bool:
+    """Whether the ``bench_preset`` record projects the config ``cfg`` of the files
+    ``configs``: the same files in order, and neither ``--settings``, ``--hidden`` nor
+    ``--dataset`` nor a changed preset made it project other networks."""
+    r, train = record["result"], cfg["train"]
+    wanted = {
+        "configfiles": list(configs),
+        "settings": train["settings"],
+        "networks": len(training_grid(cfg)),
+        "hidden": cfg["model"]["hidden"],
+        "epochs": train["epochs"],
+        "dataset": dataset_names(cfg)[0],
+    }
+    return {**{k: r.get(k) for k in wanted}, "settings": list(r.get("settings") or ())} == wanted
 
 
 def missing(target: Target, root: Path, records: list[dict[str, Any]]) -> Missing:
@@ -90,16 +105,14 @@ def missing(target: Target, root: Path, records: list[dict[str, Any]]) -> Missin
     Raises :class:`~crosslip.reproduction.export.ExportError` for a config that is missing
     or invalid."""
     cfg = effective_config([root / c for c in target.configs])
-    command = (
-        f".venv/bin/snakemake --profile profiles/local-gpu --resources gpu={target.gpu_jobs} "
-        f"--configfile {' '.join(target.configs)}"
-    )
+    command = f"{SNAKEMAKE} --configfile {' '.join(target.configs)}"
     names = dataset_names(cfg)
     if "mnist" in names and "mnist" not in ((cfg.get("data") or {}).get("mirrors") or {}):
         command += f' --config \'data={{"mirrors": {{"mnist": "{MNIST_MIRROR}"}}}}\''
     trained = len(names) * len(training_grid(cfg))
-    match = [r for r in records if r["result"]["configfiles"] == list(target.configs)]
-    return Missing(target, command, trained, networks_only(cfg), match[0] if match else None)
+    p = next((r for r in records if projects(r, target.configs, cfg)), None)
+    seconds = p and p["result"].get("projected_preset_seconds")
+    return Missing(target, command, trained, networks_only(cfg), p, seconds)
 
 
 def targets(docs: Path, root: Path) -> list[Missing | str]:
