@@ -969,7 +969,7 @@ def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_
     (tmp_path / "d.yaml").write_text(yaml.safe_dump({"certify": {"batch_models": True}}))
     target = T.Target("t", "a test", ("c.yaml", "d.yaml"), "nothing")
     e = T.missing(target, tmp_path, T.projections(docs))
-    assert e.projection is None and e.seconds is None and e.projectable and e.trained == 4
+    assert e.projection is None and e.projectable and e.trained == 4
     assert e.command == (
         ".venv/bin/snakemake --profile profiles/local-gpu --configfile c.yaml "
         'd.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
@@ -989,7 +989,8 @@ def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_
         bench_record(docs, f"bench_preset_other{i}", later, 900.0, **other)
     (docs / "benchmarks" / "bench_preset_broken.json").write_text('{"result": {}}')
     e = T.missing(target, tmp_path, T.projections(docs))
-    assert e.projection["name"] == "bench_preset_new" and e.seconds == 200.0
+    assert e.projection["name"] == "bench_preset_new"
+    assert e.projection["result"]["projected_preset_seconds"] == 200.0
 
 
 def test_a_run_bench_preset_cannot_project_says_so_and_a_missing_config_is_named(
@@ -1009,6 +1010,12 @@ def test_a_run_bench_preset_cannot_project_says_so_and_a_missing_config_is_named
     two |= points
     (tmp_path / "two.yaml").write_text(yaml.safe_dump(two))
     assert not T.missing(T.Target("t", "two", ("two.yaml",), "x"), tmp_path, []).projectable
+    resnet = {**two, "datasets": ["mnist"], "model": {"arch": "resnet", "resnet_blocks": 1}}
+    (tmp_path / "resnet.yaml").write_text(yaml.safe_dump(resnet))
+    assert not T.missing(T.Target("r", "resnet", ("resnet.yaml",), "x"), tmp_path, []).projectable
+    one = {**two, "datasets": ["mnist"]}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(one))
+    assert T.missing(T.Target("o", "one", ("one.yaml",), "x"), tmp_path, []).projectable
     out = T.targets(tmp_path / "docs", tmp_path / "nowhere")
     assert len(out) == len(T.TARGETS) and all(isinstance(x, str) for x in out)
     assert out[0].startswith(f"{T.TARGETS[0].key}: --config ") and "mnist_200_gpu.yaml" in out[0]

@@ -74,7 +74,6 @@ class Missing:
     trained: int
     projectable: bool
     projection: dict[str, Any] | None = None
-    seconds: float | None = None  # the projection's seconds on one GPU
 
 
 def projections(docs: Path) -> list[dict[str, Any]]:
@@ -84,15 +83,17 @@ def projections(docs: Path) -> list[dict[str, Any]]:
     return sorted(cuda, key=lambda r: r["date"], reverse=True)
 
 
-def projects(record: dict[str, Any], configs: Sequence[str], cfg: dict[str, Any]) -> bool:
-    """Whether the ``bench_preset`` record projects the config ``cfg`` of the files
-    ``configs``: the same files in order, and neither ``--settings``, ``--hidden`` nor
-    ``--dataset`` nor a changed preset made it project other networks."""
+def projects(
+    record: dict[str, Any], configs: Sequence[str], cfg: dict[str, Any], networks: int
+) -> bool:
+    """Whether the ``bench_preset`` record projects the config ``cfg`` (of ``networks``
+    networks) of the files ``configs``: the same files in order, and neither ``--settings``,
+    ``--hidden`` nor ``--dataset`` nor a changed preset made it project other networks."""
     r, train = record["result"], cfg["train"]
     wanted = {
         "configfiles": list(configs),
         "settings": train["settings"],
-        "networks": len(training_grid(cfg)),
+        "networks": networks,
         "hidden": cfg["model"]["hidden"],
         "epochs": train["epochs"],
         "dataset": dataset_names(cfg)[0],
@@ -109,10 +110,9 @@ def missing(target: Target, root: Path, records: list[dict[str, Any]]) -> Missin
     names = dataset_names(cfg)
     if "mnist" in names and "mnist" not in ((cfg.get("data") or {}).get("mirrors") or {}):
         command += f' --config \'data={{"mirrors": {{"mnist": "{MNIST_MIRROR}"}}}}\''
-    trained = len(names) * len(training_grid(cfg))
-    p = next((r for r in records if projects(r, target.configs, cfg)), None)
-    seconds = p and p["result"].get("projected_preset_seconds")
-    return Missing(target, command, trained, networks_only(cfg), p, seconds)
+    networks = len(training_grid(cfg))
+    p = next((r for r in records if projects(r, target.configs, cfg, networks)), None)
+    return Missing(target, command, len(names) * networks, networks_only(cfg), p)
 
 
 def targets(docs: Path, root: Path) -> list[Missing | str]:
