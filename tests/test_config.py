@@ -4,7 +4,6 @@ and the allowed values (library calls for the long list, a few cases through the
 from __future__ import annotations
 
 import copy
-import subprocess
 
 import pytest
 import yaml
@@ -15,7 +14,7 @@ from crosslip.config.specs import KernelTrainSpec, NetTrainSpec
 from crosslip.config.validate import merged_files, validate
 from crosslip.errors import ConfigError
 
-from .helpers import ROOT, dry_run_jobs, snakemake_cmd, trained_models
+from .helpers import ROOT, dry_run_jobs, run_snakemake, snakemake_cmd, trained_models
 from .workflow_helpers import BASE, DELETE, changed, files_under, snakemake
 
 # --------------------------------------------------------------------------------------
@@ -561,7 +560,7 @@ def test_quick_override_dry_run_lists_one_model_per_regularizer_and_setting(tmp_
     for preset in NET_PRESETS:
         work = tmp_path / preset.stem
         work.mkdir()
-        proc = subprocess.run(
+        proc = run_snakemake(
             snakemake_cmd(
                 work,
                 "-n",
@@ -569,8 +568,6 @@ def test_quick_override_dry_run_lists_one_model_per_regularizer_and_setting(tmp_
                 str(preset),
                 str(ROOT / "config" / "overrides" / "quick.yaml"),
             ),
-            capture_output=True,
-            text=True,
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr

@@ -30,7 +30,7 @@ from crosslip.report import plot_adversarial_samples
 from crosslip.training.core import TrainConfig
 from crosslip.training.single import train
 
-from .helpers import dry_run_jobs, fields, snakemake_cmd
+from .helpers import dry_run_jobs, fields, run_snakemake, snakemake_cmd
 from .workflow_helpers import BASE, THREADS, changed, files_under, offline_env
 
 H, W = 10, 12  # an image size other than MNIST's 28 x 28
@@ -760,7 +760,7 @@ def e2e_config(work: Path) -> dict:
 def run(work: Path, cfg: dict, *args: str) -> subprocess.CompletedProcess:
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     cmd = snakemake_cmd(work, "--cores", "2", *args, configfile=work / "config.yaml") + THREADS
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=offline_env())
+    return run_snakemake(cmd, timeout=1800, env=offline_env())
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ program (.pt2; its own checks: test_exported_models.py)."""
 from __future__ import annotations
 
 import pickle
-import subprocess
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from crosslip.models.kernels import GaussianKernelModel
 from crosslip.models.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet
 from crosslip.pipeline import attack_stage, certify_stage, import_model_stage, prepare_data
 
-from .helpers import snakemake_cmd
+from .helpers import run_snakemake, snakemake_cmd
 from .test_custom_data import H, K, W, npz_arrays, sha256, write_npz
 from .test_untrusted_files import payloads
 from .workflow_helpers import THREADS, files_under, offline_env
@@ -380,7 +379,7 @@ def test_workflow_certifies_models_trained_elsewhere(tmp_path, monkeypatch):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     cmd = snakemake_cmd(tmp_path, "--cores", "2", configfile=tmp_path / "config.yaml") + THREADS
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=offline_env())
+    proc = run_snakemake(cmd, timeout=1200, env=offline_env())
     seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = tmp_path / "results"
@@ -411,7 +410,7 @@ def test_workflow_certifies_models_trained_elsewhere(tmp_path, monkeypatch):
     print(f"workflow on four external models: {seconds:.1f} s")
     # a changed model file is imported (and evaluated) again, nothing else
     torch.save(user_net(seed=5).state_dict(), paths["state"])
-    again = subprocess.run([*cmd, "-n"], capture_output=True, text=True, env=offline_env())
+    again = run_snakemake([*cmd, "-n"], env=offline_env())
     assert "import_model" in again.stdout and "prepare_data" not in again.stdout
 
 

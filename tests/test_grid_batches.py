@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,7 +34,15 @@ from crosslip.jobs.batches import evaluation_params, needs_training, plan_batche
 from crosslip.jobs.files import as_list
 from crosslip.jobs.resources import job_threads, take_overrides
 
-from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd, stage_of, trained_models
+from .helpers import (
+    ROOT,
+    dry_run_jobs,
+    fields,
+    run_snakemake,
+    snakemake_cmd,
+    stage_of,
+    trained_models,
+)
 from .workflow_helpers import TINY_RUN, snakemake
 
 PRESETS = [*sorted((ROOT / "config" / "presets").glob("*.yaml")), ROOT / "config.yaml"]
@@ -404,11 +411,8 @@ def test_the_mnist_preset_on_a_gpu_is_nine_jobs_of_models(tmp_path):
     certifies and attacks in one job per setting; per model only the instances remain."""
     preset = ROOT / "config" / "presets" / "mnist.yaml"
     override = ROOT / "config" / "overrides" / "gpu.yaml"
-    proc = subprocess.run(
-        snakemake_cmd(tmp_path, "-n", "--configfile", str(preset), str(override)),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_snakemake(
+        snakemake_cmd(tmp_path, "-n", "--configfile", str(preset), str(override)), timeout=300
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = dry_run_jobs(proc.stdout)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
 
 import numpy as np
 import pytest
@@ -33,7 +32,7 @@ from crosslip.jobs.kernel_memory import (
 from crosslip.jobs.resources import job_resources
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 
-from .helpers import ROOT, dry_run_jobs, fields, snakemake_cmd
+from .helpers import ROOT, dry_run_jobs, fields, run_snakemake, snakemake_cmd
 
 PRESET = yaml.safe_load((ROOT / "config" / "presets" / "mnist_kernel.yaml").read_text())
 
@@ -130,9 +129,7 @@ def test_snakemake_stops_before_any_job_with_the_estimate(tmp_path):
     cfg["results"] = "results"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True, text=True, timeout=300
-    )
+    proc = run_snakemake(snakemake_cmd(tmp_path, "-n", configfile=path), timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "kernel models do not fit kernel.memory_gb" in out, out
@@ -246,9 +243,7 @@ def test_dry_run_shows_the_resources_of_kernel_jobs(tmp_path):
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        snakemake_cmd(tmp_path, "-n", configfile=path), capture_output=True, text=True, timeout=300
-    )
+    proc = run_snakemake(snakemake_cmd(tmp_path, "-n", configfile=path), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = {j["rule"]: fields(j["resources"]) for j in dry_run_jobs(proc.stdout)}
     spec = training_grid(validate(copy.deepcopy(cfg)))["kernel_cl-a1-lam0.1-seed0"]

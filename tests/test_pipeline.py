@@ -18,7 +18,14 @@ from crosslip.config.validate import validate
 from crosslip.report import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
-from .helpers import ROOT, dry_run_counts, dry_run_jobs, snakemake_cmd, trained_models
+from .helpers import (
+    ROOT,
+    dry_run_counts,
+    dry_run_jobs,
+    run_snakemake,
+    snakemake_cmd,
+    trained_models,
+)
 from .workflow_helpers import THREADS, TINY_RUN
 from .workflow_helpers import snakemake as snakemake_in
 
@@ -31,7 +38,7 @@ def snakemake(workdir: Path, *args: str, config: dict | None = None) -> subproce
         cfg = workdir / "config.yaml"
         cfg.write_text(yaml.safe_dump(config))
     cmd = snakemake_cmd(workdir, *args, configfile=cfg)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    return run_snakemake(cmd, timeout=900)
 
 
 @pytest.mark.slow
@@ -62,7 +69,7 @@ def test_default_config_dry_run(tmp_path):
 
 @pytest.mark.slow
 def test_lint_is_clean():
-    proc = subprocess.run(snakemake_cmd(ROOT, "--lint"), cwd=ROOT, capture_output=True, text=True)
+    proc = run_snakemake(snakemake_cmd(ROOT, "--lint"), cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
 

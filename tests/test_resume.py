@@ -34,7 +34,7 @@ from snakemake.cli import parse_args
 from crosslip.jobs import runlock
 from crosslip.jobs.runlock import RunLockBusy, acquire, probe_stale, snakemake_lock_files
 
-from .helpers import ROOT, require_slow, snakemake_cmd
+from .helpers import ROOT, require_slow, run_snakemake, snakemake_cmd
 from .test_interruptions import kill_group, marked_incomplete, mtimes, unfinished, wait_for_job
 from .workflow_helpers import (
     ONE_MODEL,
@@ -288,7 +288,7 @@ def setup(work: Path) -> None:
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=offline_env())
+    return run_snakemake(cmd, timeout=600, env=offline_env())
 
 
 def start(cmd: list[str]) -> subprocess.Popen:

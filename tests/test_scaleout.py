@@ -19,6 +19,7 @@ from .helpers import (
     dry_run_counts,
     dry_run_jobs,
     fields,
+    run_snakemake,
     snakemake_cmd,
     stage_of,
     trained_models,
@@ -64,7 +65,7 @@ def fake_slurm(tmp_path):
 
 def dry_run(workdir: Path, *args: str, env: dict) -> tuple[list[dict], str]:
     cmd = snakemake_cmd(workdir, "-n", *args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    proc = run_snakemake(cmd, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = dry_run_jobs(proc.stdout)
     assert len(jobs) == dry_run_counts(proc.stdout)["total"] > 0, proc.stdout[-3000:]
@@ -167,9 +168,7 @@ def test_slurm_profile_names_existing_rules():
     profile = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
     assert profile["executor"] == "slurm" and profile["rerun-incomplete"] is True
     assert {"jobs", "latency-wait", "retries", "default-resources"} <= set(profile)
-    proc = subprocess.run(
-        snakemake_cmd(ROOT, "--list-rules"), cwd=ROOT, capture_output=True, text=True
-    )
+    proc = run_snakemake(snakemake_cmd(ROOT, "--list-rules"), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     rules = set(proc.stdout.split())
     assert GPU_RULES <= rules and set(profile["set-resources"]) == GPU_RULES

@@ -5,12 +5,19 @@ form one pytest-xdist group, so that ``make test``'s workers make each run once.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from . import conftest
-from .helpers import snakemake_cmd
+from .helpers import dry_run_jobs, run_snakemake, runs_in_process, snakemake_cmd
+from .workflow_helpers import BASE, changed
 
 
 class FakeItem:
@@ -65,3 +72,49 @@ def test_in_this_session_the_tests_of_one_shared_run_share_one_xdist_group(reque
         assert item.get_closest_marker("xdist_group").args == (name,), item.nodeid
     if request.config.getoption("loadgroup", False):  # set in the workers of --dist loadgroup
         assert all(item.nodeid.endswith(f"@{name}") for item, name in grouped)
+
+
+def without_stamps(text: str) -> list[tuple[str, ...]]:
+    """The lines of a Snakemake output but those that differ between two starts (the time
+    stamps, and the date and workflow id of its header), sorted, each as its sorted items
+    (split after commas, semicolons and colons): Snakemake lists some sets (the jobs, a
+    job's reasons) in the order of Python's string hashes, which differ between processes."""
+    return sorted(
+        tuple(sorted(re.split(r"[,;:] ", line)))
+        for line in text.splitlines()
+        if not re.fullmatch(r"\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]", line)
+        and not line.lstrip().startswith(("Date:", "Workflow ID:"))
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(BASE, id="dry run"),
+        pytest.param(changed(BASE, train__epochs=0), id="rejected config"),
+    ],
+)
+def test_a_command_that_runs_no_job_runs_in_this_process_as_in_its_own(tmp_path, case):
+    """run_snakemake runs a dry run in the test process (snakemake.cli.main): the same exit
+    status, jobs and messages as the snakemake command in a process of its own, and the
+    test process as it was before (working directory, environment, sys.path, signals)."""
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    cmd = snakemake_cmd(tmp_path, "-n", configfile=tmp_path / "c.yaml")
+    assert runs_in_process(cmd) and not runs_in_process(cmd[:-1])
+    env = {**os.environ, "CROSSLIP_TEST_MARK": "1"}
+    import snakemake.cli  # noqa: F401  (its import appends to sys.path once, not a run)
+
+    state = (os.getcwd(), dict(os.environ), list(sys.path), signal.getsignal(signal.SIGTERM))
+    here = run_snakemake(cmd, env=env)
+    assert (os.getcwd(), dict(os.environ), list(sys.path), signal.getsignal(signal.SIGTERM)) == (
+        state
+    )
+    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert here.returncode == alone.returncode == (0 if case["train"]["epochs"] else 1)
+    assert without_stamps(here.stdout) == without_stamps(alone.stdout)
+    assert without_stamps(here.stderr) == without_stamps(alone.stderr)
+    if here.returncode == 0:
+        assert dry_run_jobs(here.stdout) and "This was a dry-run" in here.stdout
+    else:
+        assert "config key train.epochs: out of range (0)" in here.stdout + here.stderr

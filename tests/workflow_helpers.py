@@ -20,7 +20,7 @@ import yaml
 
 from crosslip.models.checkpoints import load_model
 
-from .helpers import ROOT, dry_run_jobs, snakemake_cmd
+from .helpers import ROOT, dry_run_jobs, run_snakemake, snakemake_cmd
 
 MNIST_MIRROR = ROOT.parent / "shared" / "data" / "mnist"
 MNIST_FILES = (
@@ -56,10 +56,8 @@ def snakemake(
 ) -> subprocess.CompletedProcess:
     if config is not None:
         write_config(work, config)
-    return subprocess.run(
+    return run_snakemake(
         snakemake_cmd(work, *args, configfile=work / "config.yaml"),
-        capture_output=True,
-        text=True,
         timeout=timeout,
         env=offline_env(),
     )
