@@ -66,12 +66,9 @@ NO_JOB_OPTIONS = frozenset(
 
 def runs_in_process(cmd: list[str]) -> bool:
     """Whether :func:`run_snakemake` runs ``cmd`` in this process: a :func:`snakemake_cmd`
-    of the repository's Snakefile with an option of :data:`NO_JOB_OPTIONS`. A copy of the
-    workflow (another Snakefile) runs in its own process: its Snakefile imports its own copy
-    of crosslip, where this process has the checkout's."""
-    return cmd[:3] == [SNAKEMAKE, "-s", str(ROOT / "Snakefile")] and not NO_JOB_OPTIONS.isdisjoint(
-        cmd
-    )
+    with an option of :data:`NO_JOB_OPTIONS`. Its Snakefile imports the installed crosslip
+    there as in a process of its own, also for a copy of the workflow (tests/test_rerun.py)."""
+    return cmd[0] == SNAKEMAKE and not NO_JOB_OPTIONS.isdisjoint(cmd)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT, dry_run_counts, dry_run_jobs, snakemake_cmd
+from .helpers import ROOT, dry_run_counts, dry_run_jobs, run_snakemake, snakemake_cmd
 from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID
 
 WORKFLOW_FILES = ("Snakefile", "config.yaml", "environment.yml", "workflow", "src", "config")
@@ -43,7 +43,7 @@ class Run:
         cfg = self.work / "config.yaml"
         cfg.write_text(yaml.safe_dump(config))
         cmd = snakemake_cmd(self.work, *args, configfile=cfg, snakefile=self.repo / "Snakefile")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = run_snakemake(cmd, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc
 

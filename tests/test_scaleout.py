@@ -93,6 +93,10 @@ def test_on_a_cluster_the_join_and_the_aggregation_run_where_snakemake_runs(
     assert joined  # the run's one model
     before = [p.read_bytes() for p in joined]
     cmd = snakemake_cmd(work, "--profile", str(SLURM_PROFILE), configfile=work / "config.yaml")
+    # The plugin's status thread sleeps its interval (40 s by default) between checks, even
+    # with no job submitted, and Snakemake waits for it at the end: 1 s, as the real
+    # cluster's test (tests/slurm_cluster.py), instead of 35 s idle.
+    cmd += ["--slurm-init-seconds-before-status-checks", "1"]
     cmd += ["--forcerun", *sorted(LOCAL_RULES)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     out = proc.stdout + proc.stderr
