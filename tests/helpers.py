@@ -71,18 +71,45 @@ def runs_in_process(cmd: list[str]) -> bool:
     return cmd[0] == SNAKEMAKE and not NO_JOB_OPTIONS.isdisjoint(cmd)
 
 
+#: The warning filters of a new Python process (``python -W`` unset, not a debug build),
+#: first match first: pytest's own (``always`` for deprecations) do not apply to a command.
+FRESH_WARNING_FILTERS = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python's way of showing a warning, to the ``sys.stderr`` of now."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 @contextlib.contextmanager
 def _as_a_command(argv: list[str], env: dict[str, str] | None, cwd: Path | str | None):
-    """This process as the process of ``argv`` (its arguments, environment and working
-    directory) within the block; afterwards everything a Snakemake run changes in its
-    process is as before: the working directory (``--directory``), ``sys.path`` (the
-    workflow's folders), the signal handlers (its scheduler's), the warning filters and the
-    levels and handlers of the loggers."""
+    """This process as the process of ``argv`` within the block: its arguments, environment
+    and working directory; no handler on the root logger (a message that Snakemake logs
+    before it has set up its own logging then goes to stderr by Python's last resort, as in
+    a new process, instead of to pytest's log capture); warnings filtered and printed to
+    stderr as in a new process. Afterwards the block's changes are undone: the working
+    directory (``--directory``), the environment, ``sys.path`` (the workflow's folders),
+    ``sys.argv``, the SIGINT and SIGTERM handlers (Snakemake's scheduler sets one), the
+    warning filters, the levels and handlers of the root logger and Snakemake's loggers, and
+    Snakemake's cache of script modification times (``snakemake.jobs.get_script_mtime``, a
+    process-wide cache that would hide a script edited between two commands). Snakemake
+    reads the run directory of its header once, at import (``Workflow._rundir``): within
+    the block it is the block's working directory, as in a new process."""
+    import snakemake.jobs
+    import snakemake.workflow
+
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_path, saved_argv = list(sys.path), list(sys.argv)
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     loggers = [logging.getLogger(), *map(logging.getLogger, ("snakemake", "snakemake.logging"))]
     saved_loggers = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
+    saved_rundir = snakemake.workflow.Workflow._rundir
     try:
         if env is not None:
             os.environ.clear()
@@ -90,7 +117,13 @@ def _as_a_command(argv: list[str], env: dict[str, str] | None, cwd: Path | str |
         if cwd is not None:
             os.chdir(cwd)
         sys.argv = list(argv)
+        snakemake.workflow.Workflow._rundir = str(Path.cwd().absolute())
+        logging.getLogger().handlers.clear()
         with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(FRESH_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = _print_warning
             yield
     finally:
         os.chdir(saved_cwd)
@@ -103,6 +136,8 @@ def _as_a_command(argv: list[str], env: dict[str, str] | None, cwd: Path | str |
         for lg, level, handlers in saved_loggers:
             lg.setLevel(level)
             lg.handlers[:] = handlers
+        snakemake.jobs.get_script_mtime.cache_clear()
+        snakemake.workflow.Workflow._rundir = saved_rundir
 
 
 def run_snakemake(
@@ -117,10 +152,12 @@ def run_snakemake(
 
     A command that runs no job (:func:`runs_in_process`) runs in this process: through
     ``snakemake.cli.main``, the function that the ``snakemake`` command calls, with the same
-    arguments, environment and working directory. It lists the same jobs and prints the same
-    messages, and costs about 1.4 s of CPU less than a new process (Snakemake's imports and
-    the workflow's, made once per test process). Every command that runs jobs runs in a
-    process of its own, as users run it, and only there does ``timeout`` apply."""
+    arguments, environment and working directory (:func:`_as_a_command`). It lists the same
+    jobs and prints the same messages to stdout and stderr, and costs about 1.4 s of CPU
+    less than a new process (Snakemake's imports and the workflow's, made once per test
+    process). Not the same: output that a child process writes to the file descriptors
+    itself (a dry run starts none), and ``timeout``, which applies only to a process of its
+    own. Every command that runs jobs runs in a process of its own, as users run it."""
     if not runs_in_process(cmd):
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd

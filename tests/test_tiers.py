@@ -5,11 +5,13 @@ form one pytest-xdist group, so that ``make test``'s workers make each run once.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -87,34 +89,95 @@ def without_stamps(text: str) -> list[tuple[str, ...]]:
     )
 
 
+def process_state() -> tuple:
+    """What a Snakemake run may change in its process (tests/helpers.py:_as_a_command)."""
+    return (
+        os.getcwd(),
+        dict(os.environ),
+        list(sys.path),
+        list(sys.argv),
+        signal.getsignal(signal.SIGINT),
+        signal.getsignal(signal.SIGTERM),
+        list(warnings.filters),
+        warnings.showwarning,
+        [(lg.level, list(lg.handlers)) for lg in map(logging.getLogger, ("", "snakemake"))],
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "case",
+    ("case", "args", "says"),
     [
-        pytest.param(BASE, id="dry run"),
-        pytest.param(changed(BASE, train__epochs=0), id="rejected config"),
+        pytest.param(BASE, [], "This was a dry-run", id="dry run"),
+        pytest.param(
+            changed(BASE, train__epochs=0),
+            [],
+            "config key train.epochs: out of range (0)",
+            id="rejected config",
+        ),
+        # an error before Snakemake has set up its logging: Python's last resort prints it
+        pytest.param(
+            BASE,
+            ["--set-resources", "train:notvalid"],
+            "Invalid resource definition",
+            id="early error",
+        ),
     ],
 )
-def test_a_command_that_runs_no_job_runs_in_this_process_as_in_its_own(tmp_path, case):
+def test_a_command_that_runs_no_job_runs_in_this_process_as_in_its_own(
+    tmp_path, monkeypatch, case, args, says
+):
     """run_snakemake runs a dry run in the test process (snakemake.cli.main): the same exit
     status, jobs and messages as the snakemake command in a process of its own, and the
-    test process as it was before (working directory, environment, sys.path, signals)."""
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
-    cmd = snakemake_cmd(tmp_path, "-n", configfile=tmp_path / "c.yaml")
-    assert runs_in_process(cmd) and not runs_in_process(cmd[:-1])
-    env = {**os.environ, "CROSSLIP_TEST_MARK": "1"}
-    import snakemake.cli  # noqa: F401  (its import appends to sys.path once, not a run)
+    test process as it was before."""
+    import snakemake.cli
 
-    state = (os.getcwd(), dict(os.environ), list(sys.path), signal.getsignal(signal.SIGTERM))
-    here = run_snakemake(cmd, env=env)
-    assert (os.getcwd(), dict(os.environ), list(sys.path), signal.getsignal(signal.SIGTERM)) == (
-        state
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    cmd = snakemake_cmd(tmp_path, "-n", *args, configfile=tmp_path / "c.yaml")
+    assert runs_in_process(cmd) and not runs_in_process([c for c in cmd if c != "-n"])
+    env = {**os.environ, "CROSSLIP_TEST_MARK": "1"}
+    calls = []
+    main = snakemake.cli.main
+    monkeypatch.setattr(snakemake.cli, "main", lambda argv: calls.append(argv) or main(argv))
+    state = process_state()
+    here = run_snakemake(cmd, env=env, cwd=tmp_path.parent)
+    assert calls == [cmd[1:]]  # in this process
+    assert process_state() == state
+    alone = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path.parent
     )
-    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert here.returncode == alone.returncode == (0 if case["train"]["epochs"] else 1)
+    assert here.returncode == alone.returncode == (0 if says == "This was a dry-run" else 1)
     assert without_stamps(here.stdout) == without_stamps(alone.stdout)
     assert without_stamps(here.stderr) == without_stamps(alone.stderr)
+    assert says in here.stdout + here.stderr
     if here.returncode == 0:
-        assert dry_run_jobs(here.stdout) and "This was a dry-run" in here.stdout
-    else:
-        assert "config key train.epochs: out of range (0)" in here.stdout + here.stderr
+        assert dry_run_jobs(here.stdout)
+
+
+TOY = """
+rule all:
+    input: "out.txt"
+
+rule make:
+    output: "out.txt"
+    script: "make.py"
+"""
+
+
+@pytest.mark.slow
+def test_a_script_edited_between_two_commands_in_this_process_is_seen(tmp_path):
+    """Snakemake reruns a job whose script is newer than its output; it caches the scripts'
+    modification times for the life of a process, which is a whole pytest worker here:
+    run_snakemake empties that cache after each command."""
+    (tmp_path / "Snakefile").write_text(TOY)
+    script = tmp_path / "make.py"
+    script.write_text("open(snakemake.output[0], 'w').write('made')\n")
+    cmd = snakemake_cmd(tmp_path, "--cores", "1", snakefile=tmp_path / "Snakefile")
+    assert run_snakemake(cmd).returncode == 0
+    planned = run_snakemake([*cmd, "-n"])
+    assert planned.returncode == 0 and "Nothing to be done" in planned.stdout + planned.stderr
+    later = (tmp_path / "out.txt").stat().st_mtime + 10
+    os.utime(script, (later, later))
+    planned = run_snakemake([*cmd, "-n"])
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert [job["rule"] for job in dry_run_jobs(planned.stdout)] == ["make", "all"]
