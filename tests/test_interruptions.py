@@ -110,7 +110,7 @@ def test_atomic_dir_replaces_a_folder_only_once_the_new_one_is_complete(tmp_path
 def test_atomic_dir_puts_back_a_folder_that_a_kill_left_aside(tmp_path):
     """A kill between the two renames (the old folder moved aside, the new one not yet in
     place) leaves ``.run.*.old``: the next write to ``run`` starts by putting it back, and a
-    failing write then leaves it there."""
+    failing write then leaves it there; one left beside a folder in place is removed."""
     (tmp_path / ".run.x1.old").mkdir()
     (tmp_path / ".run.x1.old" / "a.txt").write_text("first")
     with pytest.raises(RuntimeError), atomic_dir(tmp_path / "run"):
@@ -120,6 +120,10 @@ def test_atomic_dir_puts_back_a_folder_that_a_kill_left_aside(tmp_path):
     with atomic_dir(tmp_path / "file") as tmp:
         (tmp / "b.txt").write_text("b")
     assert files_under(tmp_path) == ["file", "file/b.txt", "run", "run/a.txt"]
+    (tmp_path / ".run.x2.old").mkdir()  # a kill after the second rename: the new one is in
+    with atomic_dir(tmp_path / "run") as tmp:
+        (tmp / "c.txt").write_text("c")
+    assert files_under(tmp_path) == ["file", "file/b.txt", "run", "run/c.txt"]
 
 
 @pytest.fixture

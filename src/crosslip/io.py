@@ -47,12 +47,18 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; on success it takes the name
     ``path``, and what was there is removed only once the new folder is in place. An error
     while writing leaves ``path`` as it was; a kill between the two renames leaves the old
-    folder as ``.<name>.*.old`` beside it, which the next call puts back first."""
+    folder as ``.<name>.*.old`` beside it, which the next call puts back first (and removes,
+    where a kill after the second rename left it beside the new folder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     orphans = sorted(path.parent.glob(f".{path.name}.*.old"), key=lambda p: p.stat().st_mtime)
     if orphans and not path.exists():
-        orphans[-1].rename(path)
+        orphans.pop().rename(path)
+    for orphan in orphans:  # older than the folder in place: a kill after the second rename
+        if orphan.is_dir():
+            shutil.rmtree(orphan, ignore_errors=True)
+        else:
+            orphan.unlink()
     tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
     tmp.mkdir()  # the umask's mode, as any folder (mkdtemp's would be 0700)
     old = tmp.with_suffix(".old")
