@@ -127,7 +127,7 @@ def _as_a_command(argv: list[str], env: dict[str, str] | None, cwd: Path | str |
             yield
     finally:
         os.chdir(saved_cwd)
-        if env is not None or dict(os.environ) != saved_env:
+        if dict(os.environ) != saved_env:
             os.environ.clear()
             os.environ.update(saved_env)
         sys.path[:], sys.argv = saved_path, saved_argv

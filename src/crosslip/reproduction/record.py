@@ -57,7 +57,7 @@ def load_runs(docs: Path) -> list[C.Run]:
     """Every run folder ``docs/reproduction/*/`` with a ``run.yaml``, by name; hidden
     folders (an export's temporaries, :func:`crosslip.io.atomic_dir`) are not runs."""
     base = docs / RUNS_DIR
-    found = base.glob(f"[!.]*/{RUN_FILE}") if base.is_dir() else []  # not an export's temporary
+    found = base.glob(f"[!.]*/{RUN_FILE}") if base.is_dir() else []
     folders = sorted(p.parent for p in found)
     return [C.Run.load(f) for f in folders]
 
@@ -341,7 +341,7 @@ def _kernel_tables(units: list[C.Run]) -> tuple[pd.DataFrame, list[tuple[str, st
     return C.cells(paper, TABLES["kernel_paper"], **KERNEL_COLUMNS), ours
 
 
-def _figures(runs: list[C.Run], ests: list[Missing | str]) -> list[tuple[str, str, list, list]]:
+def _figures(runs: list[C.Run], lacking: list[Missing | str]) -> list[tuple[str, str, list, list]]:
     """Per figure of the paper: the runs' matching figures (run, file, settings) and the
     runs not yet made that would draw it."""
     out = []
@@ -353,7 +353,7 @@ def _figures(runs: list[C.Run], ests: list[Missing | str]) -> list[tuple[str, st
             if (run.folder / "figures" / pattern).is_file()
             for t in [run.meta["config"]["train"]]
         ]
-        makers = [e for e in ests if not isinstance(e, str) and label in e.target.figures]
+        makers = [e for e in lacking if not isinstance(e, str) and label in e.target.figures]
         out.append((label, what, found, makers))
     return out
 
@@ -401,10 +401,10 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
     runs = load_runs(docs)
     units = C.pool_runs(runs)
     verdicts = C.evaluate(units)
-    ests = targets(docs, root)
+    lacking = targets(docs, root)
     kernel_paper, kernel_runs = _kernel_tables(units)
     unit_of = {p: u for u in units for p in u.parts}
-    makers = {k: e for e in ests if not isinstance(e, str) for k in e.target.claims}
+    makers = {k: e for e in lacking if not isinstance(e, str) for k in e.target.claims}
     claims = [
         {
             "paper": CLAIMS[key],
@@ -441,8 +441,8 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             bare=[
                 r.name for r in runs if not any(f.startswith("figures/") for f in r.meta["files"])
             ],
-            figures=_figures(runs, ests),
-            targets=ests,
+            figures=_figures(runs, lacking),
+            targets=lacking,
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == C.NOT_REPRODUCED],
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
