@@ -55,10 +55,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     if orphans and not path.exists():
         orphans.pop().rename(path)
     for orphan in orphans:  # older than the folder in place: a kill after the second rename
-        if orphan.is_dir():
-            shutil.rmtree(orphan, ignore_errors=True)
-        else:
-            orphan.unlink()
+        _remove(orphan)
     tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
     tmp.mkdir()  # the umask's mode, as any folder (mkdtemp's would be 0700)
     old = tmp.with_suffix(".old")
@@ -71,10 +68,15 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
         if old.exists() and not path.exists():
             old.rename(path)  # the new folder did not take its place: the old one back
         shutil.rmtree(tmp, ignore_errors=True)
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path``, a folder with what it holds or a file, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_json(obj: Any, path: Path | str) -> None:
