@@ -105,7 +105,10 @@ def process_state() -> tuple:
         signal.getsignal(signal.SIGTERM),
         list(warnings.filters),
         warnings.showwarning,
-        [(lg.level, list(lg.handlers)) for lg in map(logging.getLogger, ("", "snakemake"))],
+        [
+            (lg.level, list(lg.handlers))
+            for lg in map(logging.getLogger, ("", "snakemake", "snakemake.logging"))
+        ],
     )
 
 
