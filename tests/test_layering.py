@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.device",
         "crosslip.machine",
         "crosslip.progress",
-    ),  # vocabulary, files, machine, progress lines
+        "crosslip.forkserver",
+    ),  # vocabulary, files, machine, progress lines, the job server
     ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
     ("crosslip.config", "crosslip.jobs"),  # config, job planning
     (
@@ -59,6 +60,7 @@ TORCH_FREE = [
     "crosslip.report",
     "crosslip.results_schema",
     "crosslip.io",
+    "crosslip.forkserver",  # a job's process hands off to the server before any import
     "crosslip.machine",
     "crosslip.errors",
     "crosslip.norms",

@@ -1,0 +1,615 @@
+"""The job server: one process imports torch, pandas, matplotlib and crosslip's stages once,
+and each workflow job of a local run is forked from it instead of starting Python afresh.
+
+A job of this workflow computes for a fraction of a second on a small config, after about
+2 s of CPU spent importing (torch alone 1.4 s; docs/performance.md). Run Snakemake under the
+server (``make run`` does)::
+
+    python -m crosslip.forkserver -- snakemake --cores all ...
+
+It starts the server on a UNIX socket in a new temporary folder, runs the command with
+:data:`ENV` naming that socket, and stops the server when the command ends (its exit status
+is the command's). Each job's script still starts as its own process (Snakemake's ``script:``
+directive): :func:`crosslip.io.run_script` calls :func:`hand_off` before the script imports
+anything heavy, and :func:`hand_off` asks the server to run the same file with the same
+``sys.argv``, working folder, environment, ``sys.path``, umask and standard streams in a
+fresh fork, then waits and exits with the fork's status. The fork runs the script from its
+first line, so it is the same code as a job in its own process, minus the imports.
+
+What a served job does not share with a job in its own process:
+
+- **Signals.** The fork has a process group of its own. The job's process passes on the
+  signals it gets (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT) and
+  ends with the fork's status, or by the signal that ended the fork. A SIGKILL of the job's
+  process closes its connection, and the server then kills the fork's group (SIGKILL). If
+  the server dies, its forks die with it (``PR_SET_PDEATHSIG``). SIGSTOP, which no process
+  can pass on, stops only the job's process.
+- **Measurements of the job's process.** Snakemake's ``benchmark:`` files time the job's
+  process: the wall time (``s``, the only column crosslip reads) is the job's; its CPU and
+  memory columns are the waiting process's, not the fork's.
+- **State imported before the fork.** Modules are imported with the server's environment;
+  the job's environment is set before its script runs. numpy's global random state is the
+  server's in every fork (crosslip draws only from generators it seeds; Python's
+  ``random`` reseeds after a fork).
+
+A job runs in its own process, as without the server, when the server is not reachable
+(on another node), when the job runs in a batch job (SLURM and others) that the server does
+not run in, when the job's interpreter, ``sys.prefix`` or crosslip differ from the server's
+(a ``conda:`` environment of another Python), or when the server has initialized CUDA (a
+fork cannot use it; the server never computes, so this is a guard); a line on its stderr
+says why. The server needs Linux (``os.pidfd_open``); elsewhere the command runs without
+it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import io
+import json
+import logging
+import os
+import runpy
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The environment variable that names the server's socket for the jobs of a run.
+ENV = "CROSSLIP_FORKSERVER"
+
+#: What the server imports before it accepts a job: every module that a workflow script
+#: imports (workflow/scripts/), so that no served job imports anything heavy.
+PRELOAD: tuple[str, ...] = (
+    "torch",
+    "pandas",
+    "pyarrow.parquet",
+    "matplotlib.pyplot",
+    "snakemake.script",
+    "crosslip.stages.attack",
+    "crosslip.stages.certification",
+    "crosslip.stages.data",
+    "crosslip.stages.external",
+    "crosslip.stages.instances",
+    "crosslip.stages.training",
+    "crosslip.report",
+    "crosslip.jobs.selection",
+    "crosslip.config.specs",
+)
+
+#: The signals that a served job's process passes on to its fork.
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTSTP,
+    signal.SIGCONT,
+)
+
+#: A batch system's job id: a job that runs in a batch job runs where that job's limits and
+#: accounting apply, never in a server outside it (SLURM, PBS/Torque, LSF, Grid Engine).
+BATCH_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
+
+#: The server's replies to a request: it forks the job, or refuses it (a reason follows).
+ACCEPTED, REFUSED = b"A", b"R"
+
+#: The longest path of a UNIX socket on Linux (``sun_path``, 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+
+_HEADER = struct.Struct("!I")
+_STATUS = struct.Struct("!i")
+_PR_SET_PDEATHSIG = 1
+
+#: True in a fork of the server: its :func:`hand_off` runs the job there.
+_IN_FORK = False
+
+
+def supported() -> bool:
+    """Whether this platform can run the server: Linux, for ``os.pidfd_open``, fork and
+    ``PR_SET_PDEATHSIG``."""
+    return sys.platform == "linux" and hasattr(os, "pidfd_open")
+
+
+# --- the job's side --------------------------------------------------------------------------
+
+
+def _identity() -> dict[str, str]:
+    """What must be the same in the server and a job it runs: the interpreter, the
+    environment's prefix and the crosslip package imported."""
+    import crosslip
+
+    return {
+        "python": os.path.realpath(sys.executable),
+        "prefix": os.path.realpath(sys.prefix),
+        "crosslip": os.path.realpath(os.path.dirname(crosslip.__file__)),
+    }
+
+
+def _request(ignored: list[int]) -> dict[str, Any]:
+    """What a fork needs to be this process: ``sys.argv``, ``sys.path``, working folder,
+    environment, umask, the signals this process ignores, and :func:`_identity`."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return {
+        "argv": list(sys.argv),
+        "path": list(sys.path),
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "umask": umask,
+        "ignored": ignored,
+        "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
+        "identity": _identity(),
+        "pid": os.getpid(),
+    }
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``, or fewer if it closes first."""
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def hand_off() -> None:
+    """Run this script in a fork of the job server named by :data:`ENV`, and exit as that
+    fork exits; return (run here) if no server is named, in a fork of the server, or when
+    the server cannot take the job (a message on stderr says why, except when none is
+    named). Call it before the script imports anything heavy: :func:`crosslip.io.run_script`
+    does, so a workflow script imports torch, pandas and crosslip's stages in ``main()``.
+
+    The fork runs ``sys.argv[0]`` from its first line as ``__main__``; this process waits,
+    passes on the signals of :data:`FORWARDED`, then exits with the fork's exit status or
+    is ended by the signal that ended the fork."""
+    address = os.environ.get(ENV)
+    if not address or _IN_FORK or not supported():
+        return
+    script = sys.argv[0] if sys.argv else ""
+    if not script or not os.path.isfile(script):
+        return
+    ignored = [int(s) for s in FORWARDED if signal.getsignal(s) is signal.SIG_IGN]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+        payload = json.dumps(_request(ignored)).encode()
+        socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
+        sock.sendall(payload)
+        reply = _recv_exactly(sock, 1)
+    except OSError as err:
+        sock.close()
+        print(
+            f"crosslip: the job server {address} ({ENV}) is not reachable ({err}); "
+            "this job runs in its own process",
+            file=sys.stderr,
+        )
+        return
+    if reply != ACCEPTED:
+        reason = sock.recv(4096).decode(errors="replace") if reply == REFUSED else "no reply"
+        sock.close()
+        print(
+            f"crosslip: the job server {address} ({ENV}) did not take this job: {reason}; "
+            "it runs in its own process",
+            file=sys.stderr,
+        )
+        return
+    _wait_for_fork(sock, ignored)
+
+
+def _wait_for_fork(sock: socket.socket, ignored: list[int]) -> None:
+    """Pass on signals to the fork until the server sends its status, then exit with it."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            sock.send(bytes([signum]))
+
+    for s in FORWARDED:
+        if int(s) not in ignored:
+            signal.signal(s, forward)
+    data = _recv_exactly(sock, _STATUS.size)
+    if len(data) < _STATUS.size:  # the server died: its forks die with it
+        print(f"crosslip: the job server {os.environ.get(ENV)} ended", file=sys.stderr)
+        os._exit(1)
+    (status,) = _STATUS.unpack(data)
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        if -status == signal.SIGTSTP:  # stopped, not ended: cannot happen (waitpid)
+            os._exit(1)
+        os.kill(os.getpid(), -status)
+        os._exit(128 - status)
+    os._exit(status)
+
+
+def _end_by(signum: int) -> None:
+    """End this process by ``signum``, as the fork it waited for ended."""
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+# --- the server's side -----------------------------------------------------------------------
+
+
+def _refusal(request: dict[str, Any], forks: set[int]) -> str | None:
+    """Why the server cannot run this job in a fork, or None if it can; ``forks``: the
+    process ids of the server's running forks."""
+    if request.get("pid") in forks:
+        return "the job already runs in a fork of this server"
+    env = request.get("env", {})
+    for var in BATCH_JOB_VARS:
+        if env.get(var) != os.environ.get(var):
+            where = f"in {var}={os.environ[var]}" if var in os.environ else "outside it"
+            return f"the job runs in the batch job {var}={env.get(var)}, the server {where}"
+    ours = _identity()
+    for key, theirs in request.get("identity", {}).items():
+        if ours.get(key) != theirs:
+            return f"the job's {key} is {theirs}, the server's {ours.get(key)}"
+    if set(ours) != set(request.get("identity", {})):
+        return "the job did not say which interpreter and crosslip it runs"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "the server has initialized CUDA, which a fork cannot use"
+    return None
+
+
+def _die_with_parent(signum: int) -> None:
+    """Ask Linux to send ``signum`` to this process when its parent dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
+def _new_stdio(unbuffered: bool) -> None:
+    """New ``sys.stdin``/``stdout``/``stderr`` on file descriptors 0-2, buffered as Python
+    buffers them at start-up (stdout by line on a terminal, stderr by line)."""
+    enc, errs = sys.stdout.encoding, sys.stdout.errors
+
+    def text(fd: int, mode: str, line: bool, errors: str) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        return io.TextIOWrapper(
+            buffered,
+            encoding=enc,
+            errors=errors,
+            line_buffering=line,
+            write_through=unbuffered and mode == "w",
+        )
+
+    sys.stdin = text(0, "r", False, errs)
+    sys.stdout = text(1, "w", os.isatty(1), errs)
+    sys.stderr = text(2, "w", True, "backslashreplace")
+
+
+def _exit_status(code: Any) -> int:
+    """The exit status of ``sys.exit(code)``, printing a message as Python does."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_job(request: dict[str, Any], fds: list[int]) -> int:
+    """In the fork: become the job's process and run its script; the exit status."""
+    global _IN_FORK
+    _IN_FORK = True
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    for s in FORWARDED:
+        if int(s) in request["ignored"]:
+            signal.signal(s, signal.SIG_IGN)
+        elif s == signal.SIGINT:
+            signal.signal(s, signal.default_int_handler)
+        else:
+            signal.signal(s, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    sys.argv[:] = request["argv"]
+    sys.path[:] = request["path"]
+    _new_stdio(request["unbuffered"])
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        status = -signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    return status
+
+
+@dataclass
+class _Job:
+    """A forked job: its process, its pidfd and its job's connection (None once closed)."""
+
+    pid: int
+    pidfd: int
+    conn: socket.socket | None
+
+
+@dataclass
+class Server:
+    """The server's state: its listening socket, the selector it waits on, and the running
+    jobs by pidfd."""
+
+    listener: socket.socket
+    selector: selectors.DefaultSelector = field(default_factory=selectors.DefaultSelector)
+    jobs: dict[int, _Job] = field(default_factory=dict)
+    served: int = 0
+
+    def serve_forever(self) -> None:
+        """Accept jobs, fork them, pass on their signals and send their statuses, until
+        SIGTERM (:class:`_Stop`)."""
+        self.listener.setblocking(True)
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    self._accept()
+                elif key.data[0] == "exit":
+                    self._reap(key.data[1])
+                else:
+                    self._signal(key.data[1])
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(10)
+        try:
+            header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+            if len(header) < _HEADER.size or len(fds) != 3:
+                raise OSError("an incomplete request")
+            (size,) = _HEADER.unpack(header)
+            request = json.loads(_recv_exactly(conn, size))
+        except (OSError, ValueError) as err:
+            print(f"crosslip job server: a bad request ({err})", file=sys.stderr)
+            conn.close()
+            return
+        reason = _refusal(request, {job.pid for job in self.jobs.values()})
+        if reason is not None:
+            with contextlib.suppress(OSError):
+                conn.sendall(REFUSED + reason.encode())
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the fork: never returns into the server
+            status = 1
+            try:
+                os.setpgid(0, 0)
+                _die_with_parent(signal.SIGKILL)
+                self._close_in_fork(conn)
+                status = _run_job(request, fds)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                if status < 0:
+                    _end_by(-status)
+                os._exit(status if status >= 0 else 1)
+        for fd in fds:
+            os.close(fd)
+        self.served += 1
+        conn.settimeout(None)
+        pidfd = os.pidfd_open(pid)
+        job = _Job(pid, pidfd, conn)
+        self.jobs[pidfd] = job
+        self.selector.register(pidfd, selectors.EVENT_READ, ("exit", pidfd))
+        self.selector.register(conn, selectors.EVENT_READ, ("signal", pidfd))
+        try:
+            conn.sendall(ACCEPTED)
+        except OSError:
+            self._drop(job, signal.SIGKILL)
+
+    def _close_in_fork(self, keep: socket.socket) -> None:
+        """In a fork: close what belongs to the server (its socket, its selector and the
+        connections of the other jobs)."""
+        for job in self.jobs.values():
+            if job.conn is not None:
+                job.conn.close()
+            os.close(job.pidfd)
+        self.selector.close()
+        self.listener.close()
+        keep.close()
+
+    def _signal(self, pidfd: int) -> None:
+        """Pass on the signals that the job's process sent; on its end, kill the fork."""
+        job = self.jobs.get(pidfd)
+        if job is None or job.conn is None:  # ended in the same wake-up
+            return
+        try:
+            data = job.conn.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(job, signal.SIGKILL)
+            return
+        for signum in data:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.pid, signum)
+
+    def _drop(self, job: _Job, signum: int | None) -> None:
+        """Close the connection to the job's process and, unless ``signum`` is None, send
+        ``signum`` to its fork's process group."""
+        if job.conn is not None:
+            self.selector.unregister(job.conn)
+            job.conn.close()
+            job.conn = None
+        if signum is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.pid, signum)
+
+    def _reap(self, pidfd: int) -> None:
+        """The fork ended: send its status (the exit status, or minus the signal that ended
+        it) to the job's process."""
+        job = self.jobs.pop(pidfd)
+        self.selector.unregister(pidfd)
+        _, wait_status = os.waitpid(job.pid, 0)
+        os.close(pidfd)
+        if os.WIFSIGNALED(wait_status):
+            status = -os.WTERMSIG(wait_status)
+        else:
+            status = os.waitstatus_to_exitcode(wait_status)
+        if job.conn is not None:
+            with contextlib.suppress(OSError):
+                job.conn.sendall(_STATUS.pack(status))
+            self._drop(job, None)
+
+    def stop(self) -> None:
+        """Kill the forks that still run (SIGKILL to their groups) and reap them."""
+        for job in list(self.jobs.values()):
+            self._drop(job, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(job.pid, 0)
+            os.close(job.pidfd)
+        self.jobs.clear()
+        self.selector.close()
+        self.listener.close()
+
+
+class _Stop(Exception):
+    """SIGTERM to the server."""
+
+
+def _stop(_signum: int, _frame: Any) -> None:
+    raise _Stop
+
+
+def serve(path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD) -> int:
+    """Listen on the UNIX socket ``path``, import ``preload``, then serve jobs until SIGTERM
+    (or until this process's parent dies). Jobs that connect while it imports wait in the
+    socket's queue. The socket file is removed at the end. Returns 0."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the jobs through their own
+    signal.signal(signal.SIGTERM, _stop)
+    _die_with_parent(signal.SIGTERM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(128)
+    server = Server(listener)
+    try:
+        start = time.perf_counter()
+        for name in preload:
+            importlib.import_module(name)
+        print(
+            f"crosslip job server: {len(preload)} modules imported in "
+            f"{time.perf_counter() - start:.1f} s; serving at {path}",
+            file=sys.stderr,
+        )
+        server.serve_forever()
+    except _Stop:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        server.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return 0
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def run_under_server(command: list[str], preload: tuple[str, ...] | list[str] = PRELOAD) -> int:
+    """Run ``command`` with a job server for its jobs (:data:`ENV` names its socket) and
+    return its exit status (128 + N if a signal N ended it). SIGINT (Ctrl-C, which the
+    terminal sends to the command too) is ignored here while the command runs; SIGTERM and
+    SIGHUP are passed on to it. Without :func:`supported`, or where the socket's path would
+    be too long, the command runs without a server (a message says so)."""
+    folder = tempfile.mkdtemp(prefix="crosslip-forkserver-")
+    path = os.path.join(folder, "socket")
+    server = None
+    env = dict(os.environ)
+    try:
+        if not supported():
+            print(f"crosslip: no job server on {sys.platform}; jobs start alone", file=sys.stderr)
+        elif len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            print(
+                f"crosslip: no job server: the socket path {path} is longer than "
+                f"{MAX_SOCKET_PATH} bytes (set TMPDIR to a shorter folder)",
+                file=sys.stderr,
+            )
+        else:
+            serve_cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
+            server = subprocess.Popen([*serve_cmd, "--preload", ",".join(preload)])
+            env[ENV] = path
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as err:
+            print(f"crosslip: cannot run {command[0]!r}: {err}", file=sys.stderr)
+            return 127
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, lambda signum, _frame: child.send_signal(signum))
+        try:
+            code = child.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return code if code >= 0 else 128 - code
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m crosslip.forkserver",
+        description="Run a command (Snakemake) whose jobs fork from a job server that has "
+        "imported torch and crosslip once: python -m crosslip.forkserver -- snakemake "
+        "--cores all. With --serve SOCKET, run the server alone.",
+    )
+    parser.add_argument("--serve", metavar="SOCKET", help="run the server alone on SOCKET")
+    parser.add_argument(
+        "--preload", default=",".join(PRELOAD), help="the modules to import, comma-separated"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args(argv)
+    preload = [m for m in args.preload.split(",") if m]
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.serve:
+        if command:
+            parser.error("--serve runs the server alone: give no command")
+        return serve(args.serve, preload)
+    if not command:
+        parser.error("give a command to run, e.g. -- snakemake --cores all")
+    return run_under_server(command, preload)
+
+
+if __name__ == "__main__":
+    # through the imported module, whose state (_IN_FORK) the forks' hand_off reads
+    from crosslip.forkserver import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,236 @@
+"""The job server (crosslip.forkserver): a job that its server runs is the same process
+as one that runs alone (argv, working folder, environment, umask, sys.path, standard streams,
+exit status), only forked; signals reach the fork; a killed job's process or server leaves
+no fork behind; a job that the server cannot take runs alone and says why. Real processes
+and a real UNIX socket; the server imports only what these scripts need."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crosslip import forkserver
+
+pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
+
+#: A workflow-like script: run_script hands it off; main() writes what it sees, then acts.
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    from crosslip.io import run_script
+
+    def main():
+        out, mode = Path(sys.argv[1]), sys.argv[2]
+        umask = os.umask(0)
+        os.umask(umask)
+        facts = {
+            "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
+            "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
+            "umask": umask, "path0": sys.path[0], "name": __name__,
+            "torch": "torch" in sys.modules,
+        }
+        out.with_suffix(".tmp").write_text(json.dumps(facts))
+        out.with_suffix(".tmp").rename(out)
+        print("out:", sys.argv[2])
+        print("err:", sys.argv[2], file=sys.stderr)
+        if mode == "exit3":
+            sys.exit(3)
+        if mode == "error":
+            raise ValueError("boom")
+        if mode in ("sleep", "sigint"):
+            try:
+                time.sleep(120)
+            except KeyboardInterrupt:
+                out.with_name("interrupted").write_text("yes")
+                sys.exit(7)
+
+    run_script(sys.argv[3], main)
+    """
+)
+
+#: Generous: the events waited for take milliseconds; the deadline only ends a broken test.
+DEADLINE = 60.0
+
+
+def wait_until(condition, what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {DEADLINE} s for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A job server on a socket in ``tmp_path`` that imports crosslip.io only."""
+    path = str(tmp_path / "socket")
+    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
+    proc = subprocess.Popen([*cmd, "--preload", "crosslip.io"], stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: os.path.exists(path), "the server's socket")
+    yield path, proc
+    proc.terminate()
+    proc.wait(timeout=DEADLINE)
+
+
+def start_job(tmp_path: Path, mode: str, socket: str | None, name: str = "job"):
+    """The script in its own folder, run as Snakemake runs a job: ``python file args``."""
+    folder = tmp_path / name
+    folder.mkdir()
+    script = folder / "script.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+    env["PROBE"] = f"probe-{name}"
+    if socket is not None:
+        env[forkserver.ENV] = socket
+    out = folder / "facts.json"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(out), mode, str(folder / "job.log")],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        umask=0o027,
+    )
+    return proc, out
+
+
+def facts_of(out: Path) -> dict:
+    wait_until(out.exists, f"{out}")
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("mode", ["plain", "exit3", "error"])
+def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, server, mode):
+    path, srv = server
+    alone, alone_out = start_job(tmp_path, mode, None, "alone")
+    served, served_out = start_job(tmp_path, mode, path, "served")
+    results = {}
+    for key, (proc, out) in {"alone": (alone, alone_out), "served": (served, served_out)}.items():
+        stdout, stderr = proc.communicate(timeout=DEADLINE)
+        results[key] = (proc, facts_of(out), stdout, stderr)
+    (p1, a, out1, err1), (p2, s, out2, err2) = results["alone"], results["served"]
+    assert p1.returncode == p2.returncode == {"plain": 0, "exit3": 3, "error": 1}[mode]
+    assert out1 == out2 == f"out: {mode}\n"
+    # run_script logs an error to stderr too, with its time: compare without it
+    err1 = err1.replace("/alone/", "/served/")
+    assert [ln[24:] for ln in err1.splitlines()[1:]] == [ln[24:] for ln in err2.splitlines()[1:]]
+    assert err1.startswith(f"err: {mode}\n") and err2.startswith(f"err: {mode}\n")
+    assert ("ValueError: boom" in err2) == (mode == "error")
+    # the same process, seen from inside, but for where it came from
+    assert s["argv"] == [arg.replace("/alone/", "/served/") for arg in a["argv"]]
+    assert (a["umask"], a["name"]) == (s["umask"], s["name"])
+    assert a["argv"][2] == mode and a["name"] == "__main__" and a["umask"] == 0o027
+    assert (a["probe"], s["probe"]) == ("probe-alone", "probe-served")
+    assert (a["cwd"], s["cwd"]) == (str(tmp_path / "alone"), str(tmp_path / "served"))
+    assert (a["path0"], s["path0"]) == (a["cwd"], s["cwd"])
+    # alone: the job's own process; served: a fork of the server, in its own process group
+    assert a["pid"] == p1.pid and s["pid"] != p2.pid
+    assert s["ppid"] == srv.pid and s["pgid"] == s["pid"]
+    assert not s["torch"]  # the script's own imports, nothing more (torch is not preloaded)
+    logs = [(tmp_path / k / "job.log").read_text() for k in ("alone", "served")]
+    if mode == "error":  # run_script logged the traceback in the fork as it does alone
+        assert all("ValueError: boom" in log and "Traceback" in log for log in logs), logs
+
+
+def test_signals_to_the_job_reach_the_fork(tmp_path, server):
+    path, _ = server
+    # SIGTERM: the fork ends by it, and so does the job's process
+    proc, out = start_job(tmp_path, "sleep", path, "term")
+    fork = facts_of(out)["pid"]
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=DEADLINE)
+    assert proc.returncode == -signal.SIGTERM
+    wait_until(lambda: not alive(fork), "the fork to end")
+    # SIGINT: KeyboardInterrupt in the fork, which handles it and exits with 7
+    proc, out = start_job(tmp_path, "sigint", path, "int")
+    fork = facts_of(out)["pid"]
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=DEADLINE)
+    assert proc.returncode == 7
+    assert (tmp_path / "int" / "interrupted").read_text() == "yes"
+
+
+def test_a_killed_job_process_or_server_leaves_no_fork(tmp_path, server):
+    path, srv = server
+    proc, out = start_job(tmp_path, "sleep", path, "killed-job")
+    fork = facts_of(out)["pid"]
+    proc.kill()
+    proc.wait(timeout=DEADLINE)
+    wait_until(lambda: not alive(fork), "the server to kill the fork of a killed job")
+    assert srv.poll() is None  # the server goes on
+    proc, out = start_job(tmp_path, "sleep", path, "killed-server")
+    fork = facts_of(out)["pid"]
+    srv.kill()
+    srv.wait(timeout=DEADLINE)
+    proc.wait(timeout=DEADLINE)
+    assert proc.returncode == 1 and "the job server" in proc.stderr.read()
+    wait_until(lambda: not alive(fork), "the fork to die with its server")
+
+
+def test_a_job_runs_alone_when_no_server_listens(tmp_path):
+    proc, out = start_job(tmp_path, "plain", str(tmp_path / "no-socket"))
+    _, stderr = proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == 0 and facts_of(out)["pid"] == proc.pid
+    assert f"job server {tmp_path / 'no-socket'} ({forkserver.ENV}) is not reachable" in stderr
+    assert "this job runs in its own process" in stderr
+
+
+def test_the_server_refuses_another_interpreter_crosslip_or_batch_job_and_its_forks(monkeypatch):
+    ours = forkserver._identity()
+    assert forkserver._refusal({"identity": ours, "pid": 1}, set()) is None
+    other = dict(ours, crosslip="/elsewhere/crosslip")
+    reason = forkserver._refusal({"identity": other, "pid": 1}, set())
+    assert reason is not None and "crosslip is /elsewhere/crosslip" in reason
+    assert "did not say" in forkserver._refusal({"identity": {}, "pid": 1}, set())
+    assert "already runs in a fork" in forkserver._refusal({"identity": ours, "pid": 5}, {5})
+    # a job of a batch job runs inside it, not in a server outside it
+    in_slurm = {"identity": ours, "pid": 1, "env": {"SLURM_JOB_ID": "42"}}
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    reason = forkserver._refusal(in_slurm, set())
+    assert reason == "the job runs in the batch job SLURM_JOB_ID=42, the server outside it"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert forkserver._refusal(in_slurm, set()) is None
+
+
+def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "facts.json"
+    probe = (
+        f"import os, subprocess, sys; print(os.environ['{forkserver.ENV}'], flush=True); "
+        f"sys.exit(subprocess.call([sys.executable, {str(script)!r}, {str(out)!r}, 'exit3', "
+        f"{str(tmp_path / 'log')!r}]))"
+    )
+    cmd = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io"]
+    proc = subprocess.run(
+        [*cmd, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 3, proc.stderr
+    socket = proc.stdout.splitlines()[0]
+    assert facts_of(out)["ppid"] != os.getpid()  # forked by the server
+    assert not Path(socket).parent.exists()  # its folder is gone with it
+    killed = subprocess.run(
+        [*cmd, "--", "sh", "-c", "kill -TERM $$"], capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == 128 + signal.SIGTERM
+    usage = subprocess.run([*cmd], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "give a command" in usage.stderr
