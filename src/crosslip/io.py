@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import CrosslipError
+from .forkserver import hand_off
 
 if TYPE_CHECKING:
     import numpy as np
@@ -231,7 +232,13 @@ def run_script(
     outputs are never half-written: every writer renames a finished temporary file).
     ``threads`` sets torch's intra-op threads; torch is imported only then, so that a script
     that does not compute with it (tables, figures) does not load it.
+
+    First, where a job server runs the jobs (:mod:`crosslip.forkserver`), the whole
+    script runs again in a fork of it, and this process exits as the fork does
+    (:func:`~crosslip.forkserver.hand_off`): a workflow script imports what it computes
+    with in ``main()``, after this hand-off.
     """
+    hand_off()
     log = setup_logging(log_file)
     if threads:
         import torch

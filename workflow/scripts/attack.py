@@ -6,11 +6,12 @@ import logging
 from pathlib import Path
 
 from crosslip.io import run_script
-from crosslip.jobs.files import as_list
-from crosslip.stages.attack import attack_models_stage
 
 
 def main() -> None:
+    from crosslip.jobs.files import as_list
+    from crosslip.stages.attack import attack_models_stage
+
     models = as_list(snakemake.input.model)
     outputs = zip(
         models,

@@ -6,11 +6,12 @@ import logging
 from pathlib import Path
 
 from crosslip.io import run_script
-from crosslip.jobs.files import as_list
-from crosslip.stages.certification import certify_models_stage
 
 
 def main() -> None:
+    from crosslip.jobs.files import as_list
+    from crosslip.stages.certification import certify_models_stage
+
     models = as_list(snakemake.input.model)
     jobs = [
         (Path(m).parent.name, m, metrics, out)

@@ -1,10 +1,11 @@
 """The illustration of adversarial samples (Section 5), and the record of what it shows."""
 
 from crosslip.io import run_script
-from crosslip.report import load_examples, plot_adversarial_samples, read_summary
 
 
 def main() -> None:
+    from crosslip.report import load_examples, plot_adversarial_samples, read_summary
+
     plot_adversarial_samples(
         read_summary(snakemake.input.summary),
         load_examples(snakemake.input.examples),

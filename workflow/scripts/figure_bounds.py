@@ -3,10 +3,11 @@ setting, or the bracket between guarantees and upper bounds, a panel per setting
 (params.figure names it: crosslip.report.FAMILY_FIGURES)."""
 
 from crosslip.io import run_script
-from crosslip.report import FAMILY_FIGURES, read_summary
 
 
 def main() -> None:
+    from crosslip.report import FAMILY_FIGURES, read_summary
+
     wc = snakemake.wildcards
     FAMILY_FIGURES[snakemake.params.figure](
         read_summary(snakemake.input.summary),

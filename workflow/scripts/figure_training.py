@@ -2,10 +2,11 @@
 evaluation for kernel models) of one dataset and model family."""
 
 from crosslip.io import read_json, run_script
-from crosslip.report import plot_training_curves
 
 
 def main() -> None:
+    from crosslip.report import plot_training_curves
+
     wc = snakemake.wildcards
     plot_training_curves(
         [read_json(p) for p in snakemake.input.metrics],

@@ -3,10 +3,11 @@
 import logging
 
 from crosslip.io import run_script
-from crosslip.stages.external import import_model_stage
 
 
 def main() -> None:
+    from crosslip.stages.external import import_model_stage
+
     met = import_model_stage(
         snakemake.input.data,
         dict(snakemake.params.entry),

@@ -1,10 +1,11 @@
 """Join guarantees, upper bounds and model identifiers into the per-instance Parquet."""
 
 from crosslip.io import run_script
-from crosslip.stages.instances import instances_stage
 
 
 def main() -> None:
+    from crosslip.stages.instances import instances_stage
+
     instances_stage(
         snakemake.input.certify,
         snakemake.input.attack,

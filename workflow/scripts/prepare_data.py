@@ -1,12 +1,13 @@
 """Fetch (mirror / cache / download, checksum-verified) a registered dataset, or read and
 check a dataset of your own, and store it."""
 
-from crosslip.config.grid import families
 from crosslip.io import run_script
-from crosslip.stages.data import prepare_data
 
 
 def main() -> None:
+    from crosslip.config.grid import families
+    from crosslip.stages.data import prepare_data
+
     # What training will ask of the images, read from the config and not passed as params: a
     # change of the settings must not prepare the data again (the train jobs check it too).
     cfg = snakemake.config

@@ -3,10 +3,11 @@
 import logging
 
 from crosslip.io import read_json, run_script
-from crosslip.jobs.selection import select_best, write_selected
 
 
 def main() -> None:
+    from crosslip.jobs.selection import select_best, write_selected
+
     chosen = select_best(read_json(p) for p in snakemake.input.metrics)
     write_selected(chosen, snakemake.output[0])
     logging.getLogger("crosslip").info("%d models chosen: %s", len(chosen), chosen)

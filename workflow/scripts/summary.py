@@ -1,12 +1,13 @@
 """Per-model summary of the per-instance results (CSV, Markdown, LaTeX)."""
 
-import pandas as pd
-
 from crosslip.io import read_json, run_script
-from crosslip.report import add_diverged, summarize, write_tables
 
 
 def main() -> None:
+    import pandas as pd
+
+    from crosslip.report import add_diverged, summarize, write_tables
+
     instances = pd.concat([pd.read_parquet(p) for p in snakemake.input.instances])
     summary = add_diverged(summarize(instances), [read_json(p) for p in snakemake.input.metrics])
     write_tables(summary, snakemake.output.csv, snakemake.output.md, snakemake.output.tex)

@@ -3,13 +3,14 @@
 import logging
 from pathlib import Path
 
-from crosslip.config.specs import spec_from_tracked, spec_params
 from crosslip.io import run_script
-from crosslip.jobs.files import as_list
-from crosslip.stages.training import train_grid_stage, train_stage
 
 
 def main() -> None:
+    from crosslip.config.specs import spec_from_tracked, spec_params
+    from crosslip.jobs.files import as_list
+    from crosslip.stages.training import train_grid_stage, train_stage
+
     models, metrics = as_list(snakemake.output.model), as_list(snakemake.output.metrics)
     ids = [Path(m).parent.name for m in models]
     # what Snakemake tracks (params.tracked) and the id state the whole spec
