@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # A killed run resumes with the same command (docs/troubleshooting-resume.md). ARGS: more
-# Snakemake arguments, e.g. make run ARGS="--configfile config/presets/mnist.yaml"
+# Snakemake arguments, e.g. make run ARGS="--configfile config/presets/mnist.yaml". The jobs
+# fork from a job server that has imported torch once (crosslip.forkserver).
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
+	$(BIN)/python -m crosslip.forkserver -- $(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST)

@@ -7,6 +7,12 @@ tests of one shared run form one ``xdist_group``, so that one worker makes the r
 other worker repeats it. Each worker is a separate process with its own session fixtures
 and temporary folders, so the grouping saves time and changes no result.
 
+The jobs of the Snakemake runs fork from a job server (crosslip.forkserver) that each
+process starts before its first ``slow`` test, as ``make run`` does: it saves the 2 s of
+imports of each job. ``CROSSLIP_FORKSERVER=`` (set and empty) runs every job in a process of
+its own; the tests of what only such a process does (signals to a run, tests/test_resume.py
+and tests/test_interruptions.py) take the server out of their own runs.
+
 The SLURM test's first run, which mostly waits, starts in the background as soon as the
 session has selected that test (tests/slurm_cluster.py), in a folder that the controller
 makes, gives to every worker and removes at the end."""
@@ -16,6 +22,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -25,6 +33,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from crosslip import forkserver
 
 from . import helpers, slurm_cluster
 
@@ -60,9 +70,50 @@ def pytest_collection_finish(session):
         slurm_cluster.start(slurm_cluster.session_folder(session.config))
 
 
+#: This process's job server (started before its first ``slow`` test), and its folder.
+JOB_SERVER: dict[str, object] = {}
+
+
+def pytest_runtest_setup(item):
+    """Before this process's first ``slow`` test: start a job server for the jobs of its
+    Snakemake runs, unless the environment names one already (or is set empty: no server)."""
+    if JOB_SERVER or forkserver.ENV in os.environ or not forkserver.supported():
+        return
+    if not item.get_closest_marker("slow"):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="crosslip-jobs-"))
+    path = folder / "socket"
+    log = (folder / "server.log").open("w")
+    JOB_SERVER.update(
+        folder=folder,
+        log=log,
+        process=subprocess.Popen(
+            [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
+    )
+    os.environ[forkserver.ENV] = str(path)
+
+
+@pytest.fixture
+def jobs_in_own_processes(monkeypatch):
+    """The test's Snakemake runs start each job in a process of its own, without the job
+    server: for the tests of what signals to a run do to its jobs' processes."""
+    monkeypatch.delenv(forkserver.ENV, raising=False)
+
+
 def pytest_unconfigure(config):
-    """The controller, once every worker has ended: stop the SLURM cluster and its run
-    (if the session started them) and remove their folder."""
+    """This process's job server, if it started one: stop it, remove its folder. The
+    controller, once every worker has ended: stop the SLURM cluster and its run (if the
+    session started them) and remove their folder."""
+    if JOB_SERVER:
+        JOB_SERVER["process"].terminate()
+        JOB_SERVER["process"].wait()
+        JOB_SERVER["log"].close()
+        shutil.rmtree(JOB_SERVER["folder"], ignore_errors=True)
+        os.environ.pop(forkserver.ENV, None)
+        JOB_SERVER.clear()
     if not hasattr(config, "workerinput") and slurm_cluster.FOLDER in config.stash:
         folder = config.stash[slurm_cluster.FOLDER]
         slurm_cluster.stop(folder)

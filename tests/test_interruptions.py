@@ -43,6 +43,9 @@ from .workflow_helpers import (
     temporaries,
 )
 
+#: signals to a run reach its jobs' own processes: no job server (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("jobs_in_own_processes")
+
 # --------------------------------------------------------------------------------------
 # 3a. atomic outputs: temporary name, then rename
 # --------------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ from .workflow_helpers import (
     planned_jobs,
 )
 
+#: signals to a run reach its jobs' own processes: no job server (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("jobs_in_own_processes")
+
 # --------------------------------------------------------------------------------------
 # 1. the run lock, with real processes
 # --------------------------------------------------------------------------------------
