@@ -73,27 +73,32 @@ def pytest_collection_finish(session):
 #: This process's job server (started before its first ``slow`` test), and its folder.
 JOB_SERVER: dict[str, object] = {}
 
+#: Whether the environment named a job server (or none, set empty) before the session.
+USER_JOB_SERVER = forkserver.ENV in os.environ
+
 
 def pytest_runtest_setup(item):
-    """Before this process's first ``slow`` test: start a job server for the jobs of its
-    Snakemake runs, unless the environment names one already (or is set empty: no server)."""
-    if JOB_SERVER or forkserver.ENV in os.environ or not forkserver.supported():
+    """Before each test, and so for its session fixtures' runs too: a ``slow`` test's
+    Snakemake runs get this process's job server (started before the first), the other
+    tests' subprocesses none; unless the environment named one (or none) already."""
+    if USER_JOB_SERVER or not forkserver.supported():
         return
     if not item.get_closest_marker("slow"):
+        os.environ.pop(forkserver.ENV, None)
         return
-    folder = Path(tempfile.mkdtemp(prefix="crosslip-jobs-"))
-    path = folder / "socket"
-    log = (folder / "server.log").open("w")
-    JOB_SERVER.update(
-        folder=folder,
-        log=log,
-        process=subprocess.Popen(
-            [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        ),
-    )
-    os.environ[forkserver.ENV] = str(path)
+    if not JOB_SERVER:
+        folder = Path(tempfile.mkdtemp(prefix="crosslip-jobs-"))
+        log = (folder / "server.log").open("w")
+        JOB_SERVER.update(
+            folder=folder,
+            log=log,
+            process=subprocess.Popen(
+                [sys.executable, "-m", "crosslip.forkserver", "--serve", str(folder / "socket")],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ),
+        )
+    os.environ[forkserver.ENV] = str(JOB_SERVER["folder"] / "socket")
 
 
 @pytest.fixture

@@ -20,12 +20,14 @@ import pytest
 
 from crosslip import forkserver
 
+from .test_interruptions import interruptible
+
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
 
 #: A workflow-like script: run_script hands it off; main() writes what it sees, then acts.
 SCRIPT = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, os, signal, sys, time
     from pathlib import Path
     from crosslip.io import run_script
 
@@ -38,6 +40,7 @@ SCRIPT = textwrap.dedent(
             "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
             "umask": umask, "path0": sys.path[0], "name": __name__,
             "torch": "torch" in sys.modules,
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
         }
         out.with_suffix(".tmp").write_text(json.dumps(facts))
         out.with_suffix(".tmp").rename(out)
@@ -90,8 +93,12 @@ def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     proc.wait(timeout=DEADLINE)
 
 
-def start_job(tmp_path: Path, mode: str, socket: str | None, name: str = "job"):
-    """The script in its own folder, run as Snakemake runs a job: ``python file args``."""
+def start_job(
+    tmp_path: Path, mode: str, socket: str | None, name: str = "job", sigint: bool = True
+):
+    """The script in its own folder, run as Snakemake runs a job: ``python file args``;
+    SIGINT at its default action (Ctrl-C), or ignored (``sigint=False``: a background job of
+    a non-interactive shell)."""
     folder = tmp_path / name
     folder.mkdir()
     script = folder / "script.py"
@@ -109,8 +116,13 @@ def start_job(tmp_path: Path, mode: str, socket: str | None, name: str = "job"):
         stderr=subprocess.PIPE,
         text=True,
         umask=0o027,
+        preexec_fn=interruptible if sigint else ignore_sigint,
     )
     return proc, out
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def facts_of(out: Path) -> dict:
@@ -118,11 +130,11 @@ def facts_of(out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("mode", ["plain", "exit3", "error"])
-def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, server, mode):
+@pytest.mark.parametrize(("mode", "sigint"), [("plain", True), ("exit3", False), ("error", True)])
+def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, server, mode, sigint):
     path, srv = server
-    alone, alone_out = start_job(tmp_path, mode, None, "alone")
-    served, served_out = start_job(tmp_path, mode, path, "served")
+    alone, alone_out = start_job(tmp_path, mode, None, "alone", sigint)
+    served, served_out = start_job(tmp_path, mode, path, "served", sigint)
     results = {}
     for key, (proc, out) in {"alone": (alone, alone_out), "served": (served, served_out)}.items():
         stdout, stderr = proc.communicate(timeout=DEADLINE)
@@ -138,6 +150,7 @@ def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, serve
     # the same process, seen from inside, but for where it came from
     assert s["argv"] == [arg.replace("/alone/", "/served/") for arg in a["argv"]]
     assert (a["umask"], a["name"]) == (s["umask"], s["name"])
+    assert a["sigint_ignored"] == s["sigint_ignored"] == (not sigint)  # as the process got it
     assert a["argv"][2] == mode and a["name"] == "__main__" and a["umask"] == 0o027
     assert (a["probe"], s["probe"]) == ("probe-alone", "probe-served")
     assert (a["cwd"], s["cwd"]) == (str(tmp_path / "alone"), str(tmp_path / "served"))

@@ -284,7 +284,7 @@ def plan_now(work: Path) -> set[tuple[str, str]]:
     return planned_jobs(proc.stdout)
 
 
-def _interruptible() -> None:
+def interruptible() -> None:
     """In the child before Snakemake starts: Ctrl-C's default action, as in a terminal. A
     test session started in the background by a non-interactive shell (``cmd &``) inherits
     SIGINT ignored, and Python then never installs its KeyboardInterrupt handler."""
@@ -300,7 +300,7 @@ def start(work: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        preexec_fn=_interruptible,
+        preexec_fn=interruptible,
     )
 
 
@@ -308,15 +308,23 @@ def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process
     """Wait until a ``rule`` job has started: its script has opened its log file (right
     before its main function); stop it there (SIGSTOP) and return its model and process.
     Held, it cannot finish before the test interrupts it, however fast or loaded the machine
-    (a SIGKILL ends it as it is; send it any other signal, then ``resume()`` it)."""
+    (a SIGKILL ends it as it is; send it any other signal, then ``resume()`` it). A job that
+    a job server runs (``make run``: crosslip.forkserver) is the server's fork that has
+    opened the rule's log: the process that computes."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"finished before a {rule} job ran:\n{proc.stdout.read()}"
         for child in psutil.Process(proc.pid).children(recursive=True):
             try:
-                if not any(a.endswith(f".{rule}.py") for a in child.cmdline()):
+                cmd = child.cmdline()
+                served = "crosslip.forkserver" in cmd and "--serve" in cmd
+                if not served and not any(a.endswith(f".{rule}.py") for a in cmd):
                     continue
-                logs = [Path(f.path) for f in child.open_files() if f.path.endswith(".log")]
+                logs = [
+                    Path(f.path)
+                    for f in child.open_files()
+                    if f.path.endswith(".log") and (not served or f"/logs/{rule}/" in f.path)
+                ]
             except psutil.NoSuchProcess:
                 continue
             if logs:
