@@ -20,6 +20,7 @@ import pytest
 
 from crosslip import forkserver
 
+from .helpers import snakemake_cmd
 from .test_interruptions import interruptible
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
@@ -180,6 +181,11 @@ def test_signals_to_the_job_reach_the_fork(tmp_path, server):
     proc.wait(timeout=DEADLINE)
     assert proc.returncode == 7
     assert (tmp_path / "int" / "interrupted").read_text() == "yes"
+    # the fork killed from outside (the kernel's OOM killer): the job's process ends the same
+    proc, out = start_job(tmp_path, "sleep", path, "oom")
+    os.kill(facts_of(out)["pid"], signal.SIGKILL)
+    proc.wait(timeout=DEADLINE)
+    assert proc.returncode == -signal.SIGKILL
 
 
 def test_a_killed_job_process_or_server_leaves_no_fork(tmp_path, server):
@@ -247,3 +253,49 @@ def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
     assert killed.returncode == 128 + signal.SIGTERM
     usage = subprocess.run([*cmd], capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "give a command" in usage.stderr
+
+
+TOY_SNAKEFILE = """
+rule all:
+    input:
+        expand("out/{i}.json", i=range(3)),
+
+
+rule job:
+    output:
+        "out/{i}.json",
+    log:
+        "logs/{i}.log",
+    script:
+        "job.py"
+"""
+
+TOY_JOB = """
+import json, os
+from crosslip.io import run_script
+
+def main():
+    facts = {"pid": os.getpid(), "ppid": os.getppid(), "file": __file__}
+    with open(snakemake.output[0], "w") as f:
+        json.dump(facts, f)
+
+run_script(snakemake.log[0], main)
+"""
+
+
+@pytest.mark.slow
+def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
+    """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command."""
+    (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
+    (tmp_path / "job.py").write_text(TOY_JOB)
+    cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile")
+    serve = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io", "--"]
+    env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+    proc = subprocess.run([*serve, *cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    facts = [json.loads((tmp_path / "out" / f"{i}.json").read_text()) for i in range(3)]
+    servers = {f["ppid"] for f in facts}
+    assert len(servers) == 1 and servers.isdisjoint(f["pid"] for f in facts)
+    assert all(f["file"] == str(tmp_path / "job.py") for f in facts)
+    assert "crosslip job server: 3 jobs served" in proc.stderr
+    assert "runs in its own process" not in proc.stderr

@@ -185,7 +185,7 @@ def hand_off() -> None:
     script = sys.argv[0] if sys.argv else ""
     if not script or not os.path.isfile(script):
         return
-    ignored = [int(s) for s in FORWARDED if signal.getsignal(s) is signal.SIG_IGN]
+    ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
@@ -229,10 +229,7 @@ def _wait_for_fork(sock: socket.socket, ignored: list[int]) -> None:
         os._exit(1)
     (status,) = _STATUS.unpack(data)
     if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
-        if -status == signal.SIGTSTP:  # stopped, not ended: cannot happen (waitpid)
-            os._exit(1)
-        os.kill(os.getpid(), -status)
+        _end_by(-status)
         os._exit(128 - status)
     os._exit(status)
 
@@ -403,12 +400,15 @@ class Server:
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:  # the fork: never returns into the server
             status = 1
             try:
                 os.setpgid(0, 0)
                 _die_with_parent(signal.SIGKILL)
+                if os.getppid() != server:  # the server died before the line above
+                    os._exit(1)
                 self._close_in_fork(conn)
                 status = _run_job(request, fds)
             except BaseException:
@@ -531,6 +531,7 @@ def serve(path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD) -> i
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         server.stop()
+        print(f"crosslip job server: {server.served} jobs served", file=sys.stderr)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return 0
