@@ -6,6 +6,7 @@ and a real UNIX socket; the server imports only what these scripts need."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -16,11 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from crosslip import forkserver
 
-from .helpers import snakemake_cmd
+from .helpers import ROOT, snakemake_cmd
 from .test_interruptions import interruptible
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
@@ -34,29 +36,29 @@ SCRIPT = textwrap.dedent(
 
     def main():
         out, mode = Path(sys.argv[1]), sys.argv[2]
-        umask = os.umask(0)
-        os.umask(umask)
-        facts = {
-            "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
-            "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
-            "umask": umask, "path0": sys.path[0], "name": __name__,
-            "torch": "torch" in sys.modules,
-            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
-        }
-        out.with_suffix(".tmp").write_text(json.dumps(facts))
-        out.with_suffix(".tmp").rename(out)
-        print("out:", sys.argv[2])
-        print("err:", sys.argv[2], file=sys.stderr)
-        if mode == "exit3":
-            sys.exit(3)
-        if mode == "error":
-            raise ValueError("boom")
-        if mode in ("sleep", "sigint"):
-            try:
+        try:  # from before the facts are written: the test signals once it reads them
+            umask = os.umask(0)
+            os.umask(umask)
+            facts = {
+                "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
+                "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
+                "umask": umask, "path0": sys.path[0], "name": __name__,
+                "torch": "torch" in sys.modules,
+                "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+            }
+            out.with_suffix(".tmp").write_text(json.dumps(facts))
+            out.with_suffix(".tmp").rename(out)
+            print("out:", sys.argv[2])
+            print("err:", sys.argv[2], file=sys.stderr)
+            if mode == "exit3":
+                sys.exit(3)
+            if mode == "error":
+                raise ValueError("boom")
+            if mode in ("sleep", "sigint"):
                 time.sleep(120)
-            except KeyboardInterrupt:
-                out.with_name("interrupted").write_text("yes")
-                sys.exit(7)
+        except KeyboardInterrupt:
+            out.with_name("interrupted").write_text("yes")
+            sys.exit(7)
 
     run_script(sys.argv[3], main)
     """
@@ -188,6 +190,29 @@ def test_signals_to_the_job_reach_the_fork(tmp_path, server):
     assert proc.returncode == -signal.SIGKILL
 
 
+def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path):
+    """The job's process connects while the server still imports; SIGTERM then waits until
+    the fork exists and ends it before the script runs, as it ends a job that starts."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+    path = str(tmp_path / "socket")
+    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    srv = subprocess.Popen([*cmd, "--preload", "slow_import,crosslip.io"], env=env)
+    try:
+        wait_until(lambda: os.path.exists(path), "the server's socket")
+        proc, out = start_job(tmp_path, "sleep", path)
+        job = psutil.Process(proc.pid)
+        wait_until(lambda: job.net_connections(kind="unix"), "the job to connect")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=DEADLINE)
+        assert proc.returncode == -signal.SIGTERM
+        assert not out.exists()  # the script never ran
+        assert srv.poll() is None
+    finally:
+        srv.terminate()
+        srv.wait(timeout=DEADLINE)
+
+
 def test_a_killed_job_process_or_server_leaves_no_fork(tmp_path, server):
     path, srv = server
     proc, out = start_job(tmp_path, "sleep", path, "killed-job")
@@ -299,3 +324,22 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
     assert all(f["file"] == str(tmp_path / "job.py") for f in facts)
     assert "crosslip job server: 3 jobs served" in proc.stderr
     assert "runs in its own process" not in proc.stderr
+
+
+def test_workflow_scripts_import_nothing_heavy_before_the_hand_off():
+    """A workflow script's own process imports only the standard library and crosslip.io
+    at its top: the rest (torch, pandas, the stages) in ``main()``, which only the fork runs
+    when a server takes the job (run_script's hand-off)."""
+    scripts = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
+    assert len(scripts) >= 10
+    for script in scripts:
+        for node in ast.parse(script.read_text()).body:
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                ok = name == "crosslip.io" or name.split(".")[0] in sys.stdlib_module_names
+                assert ok, f"{script.name} imports {name} at its top: import it in main()"

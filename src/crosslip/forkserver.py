@@ -139,9 +139,10 @@ def _identity() -> dict[str, str]:
     }
 
 
-def _request(ignored: list[int]) -> dict[str, Any]:
+def _request(ignored: list[int], mask: set[signal.Signals]) -> dict[str, Any]:
     """What a fork needs to be this process: ``sys.argv``, ``sys.path``, working folder,
-    environment, umask, the signals this process ignores, and :func:`_identity`."""
+    environment, umask, the signals this process ignores and blocks, and
+    :func:`_identity`."""
     umask = os.umask(0)
     os.umask(umask)
     return {
@@ -151,6 +152,7 @@ def _request(ignored: list[int]) -> dict[str, Any]:
         "env": dict(os.environ),
         "umask": umask,
         "ignored": ignored,
+        "blocked": sorted(int(sig) for sig in mask),
         "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
         "identity": _identity(),
         "pid": os.getpid(),
@@ -186,35 +188,42 @@ def hand_off() -> None:
     if not script or not os.path.isfile(script):
         return
     ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
+    # A signal that comes before the fork is known waits (blocked) until this process either
+    # passes it on or, running the job itself, takes it as it would have.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(address)
-        payload = json.dumps(_request(ignored)).encode()
-        socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
-        sock.sendall(payload)
-        reply = _recv_exactly(sock, 1)
-    except OSError as err:
-        sock.close()
-        print(
-            f"crosslip: the job server {address} ({ENV}) is not reachable ({err}); "
-            "this job runs in its own process",
-            file=sys.stderr,
-        )
-        return
-    if reply != ACCEPTED:
-        reason = sock.recv(4096).decode(errors="replace") if reply == REFUSED else "no reply"
-        sock.close()
-        print(
-            f"crosslip: the job server {address} ({ENV}) did not take this job: {reason}; "
-            "it runs in its own process",
-            file=sys.stderr,
-        )
-        return
-    _wait_for_fork(sock, ignored)
+        try:
+            sock.connect(address)
+            payload = json.dumps(_request(ignored, mask)).encode()
+            socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
+            sock.sendall(payload)
+            reply = _recv_exactly(sock, 1)
+        except OSError as err:
+            sock.close()
+            print(
+                f"crosslip: the job server {address} ({ENV}) is not reachable ({err}); "
+                "this job runs in its own process",
+                file=sys.stderr,
+            )
+            return
+        if reply != ACCEPTED:
+            reason = sock.recv(4096).decode(errors="replace") if reply == REFUSED else "no reply"
+            sock.close()
+            print(
+                f"crosslip: the job server {address} ({ENV}) did not take this job: {reason}; "
+                "it runs in its own process",
+                file=sys.stderr,
+            )
+            return
+        _install_forwarders(sock, ignored)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _wait_for_fork(sock)
 
 
-def _wait_for_fork(sock: socket.socket, ignored: list[int]) -> None:
-    """Pass on signals to the fork until the server sends its status, then exit with it."""
+def _install_forwarders(sock: socket.socket, ignored: list[int]) -> None:
+    """Pass on the signals of :data:`FORWARDED` that this process does not ignore."""
 
     def forward(signum: int, _frame: Any) -> None:
         with contextlib.suppress(OSError):
@@ -223,6 +232,10 @@ def _wait_for_fork(sock: socket.socket, ignored: list[int]) -> None:
     for s in FORWARDED:
         if int(s) not in ignored:
             signal.signal(s, forward)
+
+
+def _wait_for_fork(sock: socket.socket) -> None:
+    """Wait for the fork's status from the server, then exit with it."""
     data = _recv_exactly(sock, _STATUS.size)
     if len(data) < _STATUS.size:  # the server died: its forks die with it
         print(f"crosslip: the job server {os.environ.get(ENV)} ended", file=sys.stderr)
@@ -319,6 +332,8 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> int:
             signal.signal(s, signal.default_int_handler)
         else:
             signal.signal(s, signal.SIG_DFL)
+    # the server forked with these blocked: a signal passed on before here arrives now
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["blocked"])
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
@@ -401,8 +416,11 @@ class Server:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         server = os.getpid()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until the fork is the job
         pid = os.fork()
-        if pid == 0:  # the fork: never returns into the server
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        else:  # the fork: never returns into the server
             status = 1
             try:
                 os.setpgid(0, 0)
@@ -411,6 +429,9 @@ class Server:
                     os._exit(1)
                 self._close_in_fork(conn)
                 status = _run_job(request, fds)
+            except KeyboardInterrupt:  # Ctrl-C passed on before the script ran
+                traceback.print_exc()
+                status = -signal.SIGINT
             except BaseException:
                 traceback.print_exc()
             finally:
