@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -92,10 +91,8 @@ def pytest_runtest_setup(item):
         JOB_SERVER.update(
             folder=folder,
             log=log,
-            process=subprocess.Popen(
-                [sys.executable, "-m", "crosslip.forkserver", "--serve", str(folder / "socket")],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+            process=forkserver.start_server(
+                folder / "socket", stdout=log, stderr=subprocess.STDOUT
             ),
         )
     os.environ[forkserver.ENV] = str(JOB_SERVER["folder"] / "socket")

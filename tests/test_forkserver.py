@@ -88,8 +88,7 @@ def alive(pid: int) -> bool:
 def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A job server on a socket in ``tmp_path`` that imports crosslip.io only."""
     path = str(tmp_path / "socket")
-    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
-    proc = subprocess.Popen([*cmd, "--preload", "crosslip.io"], stderr=subprocess.PIPE, text=True)
+    proc = forkserver.start_server(path, ["crosslip.io"], stderr=subprocess.PIPE, text=True)
     wait_until(lambda: os.path.exists(path), "the server's socket")
     yield path, proc
     proc.terminate()
@@ -195,9 +194,8 @@ def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path):
     the fork exists and ends it before the script runs, as it ends a job that starts."""
     (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
     path = str(tmp_path / "socket")
-    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    srv = subprocess.Popen([*cmd, "--preload", "slow_import,crosslip.io"], env=env)
+    srv = forkserver.start_server(path, ["slow_import", "crosslip.io"], env=env)
     try:
         wait_until(lambda: os.path.exists(path), "the server's socket")
         proc, out = start_job(tmp_path, "sleep", path)
@@ -261,6 +259,7 @@ def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
     out = tmp_path / "facts.json"
     probe = (
         f"import os, subprocess, sys; print(os.environ['{forkserver.ENV}'], flush=True); "
+        "print(os.getpid(), flush=True); "
         f"sys.exit(subprocess.call([sys.executable, {str(script)!r}, {str(out)!r}, 'exit3', "
         f"{str(tmp_path / 'log')!r}]))"
     )
@@ -269,8 +268,10 @@ def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
         [*cmd, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 3, proc.stderr
-    socket = proc.stdout.splitlines()[0]
-    assert facts_of(out)["ppid"] != os.getpid()  # forked by the server
+    socket, probe_pid = proc.stdout.splitlines()[:2]
+    facts = facts_of(out)  # the job ran in a fork of the server, not as the probe's child
+    assert facts["ppid"] != int(probe_pid) and facts["pgid"] == facts["pid"]
+    assert "crosslip job server: 1 jobs served" in proc.stderr
     assert not Path(socket).parent.exists()  # its folder is gone with it
     killed = subprocess.run(
         [*cmd, "--", "sh", "-c", "kill -TERM $$"], capture_output=True, text=True, timeout=120
@@ -343,3 +344,26 @@ def test_workflow_scripts_import_nothing_heavy_before_the_hand_off():
             for name in names:
                 ok = name == "crosslip.io" or name.split(".")[0] in sys.stdlib_module_names
                 assert ok, f"{script.name} imports {name} at its top: import it in main()"
+
+
+def test_the_server_imports_every_module_that_a_workflow_script_imports():
+    """PRELOAD covers what the scripts import in ``main()``: after it, in a new interpreter,
+    every module that a workflow script names is loaded, so a served job imports none."""
+    named = set()
+    for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                named.add(node.module)
+            elif isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+    named = {n for n in named if n.split(".")[0] not in sys.stdlib_module_names}
+    assert {"pandas", "crosslip.stages.training", "crosslip.report"} <= named
+    check = (
+        "import importlib, json, sys\n"
+        "from crosslip.forkserver import PRELOAD\n"
+        "for name in PRELOAD: importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(set({sorted(named)!r}) - set(sys.modules))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [], "add these to forkserver.PRELOAD"

@@ -2,8 +2,8 @@
 and each workflow job of a local run is forked from it instead of starting Python afresh.
 
 A job of this workflow computes for a fraction of a second on a small config, after about
-2 s of CPU spent importing (torch alone 1.4 s; docs/performance.md). Run Snakemake under the
-server (``make run`` does)::
+2 s of CPU spent importing (torch alone 1.4 s; docs/testing.md, "The job server"). Run
+Snakemake under the server (``make run`` does)::
 
     python -m crosslip.forkserver -- snakemake --cores all ...
 
@@ -85,6 +85,7 @@ PRELOAD: tuple[str, ...] = (
     "crosslip.stages.training",
     "crosslip.report",
     "crosslip.jobs.selection",
+    "crosslip.jobs.files",
     "crosslip.config.specs",
 )
 
@@ -558,6 +559,15 @@ def serve(path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD) -> i
     return 0
 
 
+def start_server(
+    path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD, **popen: Any
+) -> subprocess.Popen:
+    """Start :func:`serve` on the UNIX socket ``path`` in a new process (``popen``: more
+    arguments of :class:`subprocess.Popen`, e.g. where its output goes)."""
+    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)]
+    return subprocess.Popen([*cmd, "--preload", ",".join(preload)], **popen)
+
+
 # --- the command -----------------------------------------------------------------------------
 
 
@@ -581,8 +591,7 @@ def run_under_server(command: list[str], preload: tuple[str, ...] | list[str] = 
                 file=sys.stderr,
             )
         else:
-            serve_cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", path]
-            server = subprocess.Popen([*serve_cmd, "--preload", ",".join(preload)])
+            server = start_server(path, preload)
             env[ENV] = path
         try:
             child = subprocess.Popen(command, env=env)
