@@ -420,6 +420,9 @@ class Server:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until the fork is the job
         pid = os.fork()
         if pid != 0:
+            # the fork's group exists before any signal is passed on to it (the fork sets it
+            # too, whichever runs first)
+            os.setpgid(pid, pid)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         else:  # the fork: never returns into the server
             status = 1
