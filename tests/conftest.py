@@ -9,9 +9,11 @@ and temporary folders, so the grouping saves time and changes no result.
 
 The jobs of the Snakemake runs fork from a job server (crosslip.forkserver) that each
 process starts before its first ``slow`` test, as ``make run`` does: it saves the 2 s of
-imports of each job. ``CROSSLIP_FORKSERVER=`` (set and empty) runs every job in a process of
-its own; the tests of what only such a process does (signals to a run, tests/test_resume.py
-and tests/test_interruptions.py) take the server out of their own runs.
+imports of each job. The runs' Snakemake itself forks from it too
+(tests/served_snakemake.py, ``helpers.snakemake_cmd``). ``CROSSLIP_FORKSERVER=`` (set and
+empty) runs every job and run in a process of its own; the tests of what only such a
+process does (signals to a run, tests/test_resume.py and tests/test_interruptions.py) take
+the server out of their own runs.
 
 The SLURM test's first run, which mostly waits, starts in the background as soon as the
 session has selected that test (tests/slurm_cluster.py), in a folder that the controller
@@ -75,6 +77,10 @@ JOB_SERVER: dict[str, object] = {}
 #: Whether the environment named a job server (or none, set empty) before the session.
 USER_JOB_SERVER = forkserver.ENV in os.environ
 
+#: What this process's job server imports: the jobs' modules, and Snakemake's, for the runs
+#: that start as ``helpers.SERVED_SNAKEMAKE`` (tests/served_snakemake.py).
+PRELOAD = (*forkserver.PRELOAD, "snakemake.cli")
+
 
 def pytest_runtest_setup(item):
     """Before each test, and so for its session fixtures' runs too: a ``slow`` test's
@@ -92,7 +98,7 @@ def pytest_runtest_setup(item):
             folder=folder,
             log=log,
             process=forkserver.start_server(
-                folder / "socket", stdout=log, stderr=subprocess.STDOUT
+                folder / "socket", PRELOAD, stdout=log, stderr=subprocess.STDOUT
             ),
         )
     os.environ[forkserver.ENV] = str(JOB_SERVER["folder"] / "socket")

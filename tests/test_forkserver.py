@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 from crosslip import forkserver
 
-from .helpers import ROOT, snakemake_cmd
+from .helpers import ROOT, SERVED_SNAKEMAKE, SNAKEMAKE, snakemake_cmd
 from .test_interruptions import interruptible
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
@@ -314,7 +315,7 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
     """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command."""
     (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
     (tmp_path / "job.py").write_text(TOY_JOB)
-    cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile")
+    cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile", served=False)
     serve = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io", "--"]
     env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
     proc = subprocess.run([*serve, *cmd], capture_output=True, text=True, env=env, timeout=300)
@@ -325,6 +326,100 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
     assert all(f["file"] == str(tmp_path / "job.py") for f in facts)
     assert "crosslip job server: 3 jobs served" in proc.stderr
     assert "runs in its own process" not in proc.stderr
+
+
+#: The toy workflow's Snakefile, which also writes what its Snakemake process sees, and
+#: leaves a thread (not a daemon) and an ``atexit`` function that write when it exits.
+SEEN_SNAKEFILE = (
+    textwrap.dedent(
+        """
+        import atexit, json, os, sys, threading, time
+        from pathlib import Path
+
+        Path("snakemake.json").write_text(json.dumps({
+            "pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
+            "rundir": workflow.rundir, "probe": os.environ.get("PROBE"), "path": sys.path,
+        }))
+        threading.Thread(target=lambda: (time.sleep(0.5), Path("thread").write_text("y"))).start()
+        atexit.register(lambda: Path("atexit").write_text("y"))
+        """
+    )
+    + TOY_SNAKEFILE
+)
+
+
+def snakemake_lines(text: str, way: str) -> list[str]:
+    """Snakemake's output lines as sorted items, without times, dates, the run's id and the
+    folder's own name: jobs end in any order, and Snakemake prints some sets (a job's
+    reasons) in the order of the string hashes of its process."""
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d{6}\.\d+", "TIME", re.sub(rf"/{way}\b", "/WAY", text))
+    stamps = r"\[.*\d{4}\]|  (Date|Workflow ID): .*|Elapsed time: .*"  # times, the run's id
+    lines = [ln for ln in text.splitlines() if not re.fullmatch(stamps, ln)]
+    return sorted(head + ", ".join(sorted(items.split(", "))) for head, items in map(split, lines))
+
+
+def split(line: str) -> tuple[str, str]:
+    """A line's head (to its last ``": "``) and the list after it."""
+    head, colon, items = line.rpartition(": ")
+    return head + colon, items
+
+
+@pytest.mark.slow
+def test_snakemake_served_is_the_snakemake_command(tmp_path):
+    """tests/served_snakemake.py, which the slow tests' runs start as (helpers.snakemake_cmd),
+    is the ``snakemake`` command: in a fork of the server it sees the same arguments,
+    folders and environment (the run directory of its header too), prints the same lines,
+    runs its jobs (forked from the same server), waits for its threads and runs its
+    ``atexit`` functions as a process of its own does, and exits with the same status."""
+    path = str(tmp_path / "socket")
+    srv = forkserver.start_server(path, ["crosslip.io", "snakemake.cli"])
+    try:
+        wait_until(lambda: os.path.exists(path), "the server's socket")
+        runs = {}
+        for way, head in (("alone", [SNAKEMAKE]), ("served", list(SERVED_SNAKEMAKE))):
+            work = tmp_path / way
+            work.mkdir()
+            (work / "Snakefile").write_text(SEEN_SNAKEFILE)
+            (work / "job.py").write_text(TOY_JOB)
+            env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+            env["PROBE"] = way
+            if way == "served":
+                env[forkserver.ENV] = path
+            cmd = [*head, "-s", str(work / "Snakefile"), "--cores", "2"]
+            pid, done = run_command(cmd, work, env)
+            seen = json.loads((work / "snakemake.json").read_text())
+            runs[way] = (pid, done, seen, run_command([*cmd, "no/such/file"], work, env)[1])
+    finally:
+        srv.terminate()
+        srv.wait(timeout=DEADLINE)
+    for way, (pid, done, seen, missing) in runs.items():
+        work = tmp_path / way
+        assert done.returncode == 0, done.stderr
+        assert missing.returncode == 1 and "MissingRuleException" in missing.stderr
+        assert (seen["cwd"], seen["rundir"], seen["probe"]) == (str(work), str(work), way)
+        assert (work / "thread").exists() and (work / "atexit").exists()
+        jobs = [json.loads((work / "out" / f"{i}.json").read_text()) for i in range(3)]
+        if way == "alone":  # snakemake's own process; its jobs not the server's
+            assert seen["pid"] == pid and srv.pid not in {j["ppid"] for j in jobs}
+        else:  # a fork of the server, and so are its jobs
+            assert seen["ppid"] == srv.pid and seen["pid"] != pid
+            assert {j["ppid"] for j in jobs} == {srv.pid}
+    (_, alone, seen, alone_missing), (_, served, seen_served, served_missing) = runs.values()
+    assert [re.sub("/alone$", "/served", d) for d in seen["path"]] == seen_served["path"]
+    assert snakemake_lines(alone.stderr, "alone") == snakemake_lines(served.stderr, "served")
+    assert snakemake_lines(alone_missing.stderr, "alone") == snakemake_lines(
+        served_missing.stderr, "served"
+    )
+    assert alone.stdout == served.stdout
+
+
+def run_command(
+    cmd: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[int, subprocess.CompletedProcess]:
+    """Run ``cmd``, capturing its output: its process id and its result."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=300)
+    return proc.pid, subprocess.CompletedProcess(cmd, proc.returncode, out.decode(), err.decode())
 
 
 def test_workflow_scripts_import_nothing_heavy_before_the_hand_off():

@@ -30,7 +30,11 @@ What a served job does not share with a job in its own process:
 - **State imported before the fork.** Modules are imported with the server's environment;
   the job's environment is set before its script runs. numpy's global random state is the
   server's in every fork (crosslip draws only from generators it seeds; Python's
-  ``random`` reseeds after a fork).
+  ``random`` reseeds after a fork), and so is the seed of Python's string hashes (a set of
+  strings iterates in the same order in every served job; alone, in each process's own).
+
+At its end the fork does what Python does at exit: it waits for its threads that are not
+daemons, runs the ``atexit`` functions and flushes its streams.
 
 A job runs in its own process, as without the server, when the server is not reachable
 (on another node), when the job runs in a batch job (SLURM and others) that the server does
@@ -44,12 +48,12 @@ it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import ctypes
 import importlib
 import io
 import json
-import logging
 import os
 import runpy
 import selectors
@@ -60,6 +64,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -353,11 +358,21 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> int:
     except BaseException:
         sys.excepthook(*sys.exc_info())
         status = 1
-    logging.shutdown()
+    _finalize()
+    return status
+
+
+def _finalize() -> None:
+    """What Python does at exit and ``os._exit`` skips: wait for the threads that are not
+    daemons (``threading._shutdown``, as ``Py_FinalizeEx`` does), run the ``atexit``
+    functions (the job's own and those of the modules that the server imported, which a
+    process of its own runs too: ``logging.shutdown`` among them), flush the streams."""
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    return status
 
 
 @dataclass
