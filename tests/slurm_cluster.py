@@ -1,26 +1,24 @@
-"""The SLURM test's cluster (tests/cluster/slurm.sh), its first run through
-``--profile profiles/slurm`` and its failing run, made by a background process that the
-test session starts as soon as it has collected the SLURM test (``tests/conftest.py``).
+"""The SLURM test's cluster (tests/cluster/slurm.sh) and its first run through
+``--profile profiles/slurm``, made by a background process that the test session starts as
+soon as it has collected the SLURM test (``tests/conftest.py``).
 
-The runs spend most of their time waiting (the first about 100 s, the failing one about
-30 s): the executor plugin checks the status of its jobs at an interval that grows by 10 s
-after each check that sees no job finish. Run inside the test, they held a pytest worker,
-and so a core, idle for that time. In the background they overlap the other tests; the
-test waits for their record (:func:`wait`) and checks it as it checked the runs it made
-itself, then makes the second run (nothing to do) and starts the cluster again.
+The first run spends most of its 100 s waiting: the executor plugin checks the status of
+its jobs at an interval that grows by 10 s after each check that sees no job finish. Run
+inside the test, it held a pytest worker, and so a core, idle for that time. In the
+background it overlaps the other tests; the test waits for its record (:func:`wait`) and
+checks it as it checked the run it made itself, then makes the second and the failing run.
 
-The record (``first_run.json`` in the session's folder, written once the runs have ended):
-``skip`` (why no cluster could start), or the first run's return code, output and seconds,
+The record (``first_run.json`` in the session's folder, written once the run has ended):
+``skip`` (why no cluster could start), or the run's return code, output and seconds, and
 ``scontrol show job`` of every job it submitted, taken at once (the cluster forgets a job
-``MinJobAge`` seconds after it ended), and ``failing``, the failing run's
-(:func:`failing_run`). ``python -m tests.slurm_cluster FOLDER`` is the background process.
+``MinJobAge`` seconds after it ended). ``python -m tests.slurm_cluster FOLDER`` is the
+background process.
 
 ``python -m tests.slurm_cluster node-failure DIR`` is the node-failure check of
 docs/scaling.md, made by hand (:func:`node_failure`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,7 +34,7 @@ import pytest
 import yaml
 
 from .helpers import ROOT, snakemake_cmd
-from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID, THREADS, changed, offline_env
+from .workflow_helpers import ONE_MODEL, THREADS, changed, offline_env
 
 CLUSTER = ROOT / "tests" / "cluster" / "slurm.sh"
 #: The test that uses the cluster: the session starts the first run when it selects it.
@@ -132,43 +130,7 @@ def first_run(session: Path) -> dict:
     seconds = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
     jobs = {slurm_id: show_job(env, slurm_id) for slurm_id, _ in submitted(out)}
-    record = {"returncode": proc.returncode, "output": out, "seconds": seconds, "jobs": jobs}
-    if proc.returncode == 0:
-        record["failing"] = failing_run(session, env)
-    return record
-
-
-def failing_run(session: Path, env: dict[str, str]) -> dict:
-    """The failing run, on a copy of the first run's folder (``session/failing``; the test
-    checks the first run's own folder as it is): the model file damaged, then the
-    certification asked for. Only the certification: the node's one GPU runs one GPU job at
-    a time, and the plugin's status interval grows by 10 s after each check that sees no
-    job succeed, so a failing attack queued behind it made the run 66 s instead of 35 s.
-    The record: its return code, stdout and stderr, ``scontrol show job`` of each job that
-    it reports failed, and the digests of the tables from before the run."""
-    work = session / "failing"
-    shutil.copytree(session / "work", work, symlinks=True)  # keeps the mtimes
-    res = work / "results"
-    (res / "models" / "mnist5k" / ONE_MODEL_ID / "model.pt").write_bytes(b"damaged")
-    certified = f"results/certify/mnist5k/{ONE_MODEL_ID}.parquet"
-    tables = table_digests(res)
-    proc = subprocess.run(
-        command(work, certified), capture_output=True, text=True, env=env, timeout=600
-    )
-    failed = re.findall(r"SLURM-job '(\d+)' failed", proc.stdout + proc.stderr)
-    return {
-        "returncode": proc.returncode,
-        "stdout": proc.stdout,
-        "stderr": proc.stderr,
-        "jobs": {slurm_id: show_job(env, slurm_id) for slurm_id in failed},
-        "tables": tables,
-    }
-
-
-def table_digests(results: Path) -> dict[str, str]:
-    """SHA-256 of each file in ``results/tables``, by name."""
-    files = sorted((results / "tables").iterdir())
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    return {"returncode": proc.returncode, "output": out, "seconds": seconds, "jobs": jobs}
 
 
 def start(session: Path) -> None:
