@@ -7,6 +7,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -195,6 +196,24 @@ def run_snakemake(
         err.write(code + "\n")
         code = 1
     return subprocess.CompletedProcess(cmd, code or 0, out.getvalue(), err.getvalue())
+
+
+def without_stamps(text: str) -> list[tuple[str, ...]]:
+    """The lines of a Snakemake output but those that differ between two starts (the time
+    stamps, and the date and workflow id of its header), sorted, each as its sorted items
+    (split after commas, semicolons and colons): Snakemake lists some sets (the jobs, a
+    job's reasons) in the order of Python's string hashes, which differ between processes.
+    The environment's folder is named one way: a traceback names it as the process found
+    it, through the path of the ``snakemake`` command's interpreter or of this one, which
+    differ where the environment is a symbolic link."""
+    for prefix in {os.path.realpath(sys.prefix), sys.prefix}:
+        text = text.replace(prefix, "<env>")
+    return sorted(
+        tuple(sorted(re.split(r"[,;:] ", line)))
+        for line in text.splitlines()
+        if not re.fullmatch(r"\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]", line)
+        and not line.lstrip().startswith(("Date:", "Workflow ID:"))
+    )
 
 
 def random_net(

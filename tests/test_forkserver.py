@@ -23,7 +23,7 @@ import pytest
 
 from crosslip import forkserver
 
-from .helpers import ROOT, SERVED_SNAKEMAKE, SNAKEMAKE, snakemake_cmd
+from .helpers import ROOT, SERVED_SNAKEMAKE, SNAKEMAKE, snakemake_cmd, without_stamps
 from .test_interruptions import interruptible
 
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
@@ -348,20 +348,11 @@ SEEN_SNAKEFILE = (
 )
 
 
-def snakemake_lines(text: str, way: str) -> list[str]:
-    """Snakemake's output lines as sorted items, without times, dates, the run's id and the
-    folder's own name: jobs end in any order, and Snakemake prints some sets (a job's
-    reasons) in the order of the string hashes of its process."""
+def snakemake_lines(text: str, way: str) -> list[tuple[str, ...]]:
+    """:func:`helpers.without_stamps` of a run's output, also without its elapsed time, the
+    time in its log's name and the folder's own name."""
     text = re.sub(r"\d{4}-\d\d-\d\dT\d{6}\.\d+", "TIME", re.sub(rf"/{way}\b", "/WAY", text))
-    stamps = r"\[.*\d{4}\]|  (Date|Workflow ID): .*|Elapsed time: .*"  # times, the run's id
-    lines = [ln for ln in text.splitlines() if not re.fullmatch(stamps, ln)]
-    return sorted(head + ", ".join(sorted(items.split(", "))) for head, items in map(split, lines))
-
-
-def split(line: str) -> tuple[str, str]:
-    """A line's head (to its last ``": "``) and the list after it."""
-    head, colon, items = line.rpartition(": ")
-    return head + colon, items
+    return without_stamps(re.sub(r"(?m)^Elapsed time: .*$", "", text))
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from . import conftest
-from .helpers import dry_run_jobs, run_snakemake, runs_in_process, snakemake_cmd
+from .helpers import dry_run_jobs, run_snakemake, runs_in_process, snakemake_cmd, without_stamps
 from .workflow_helpers import BASE, changed
 
 
@@ -74,24 +73,6 @@ def test_in_this_session_the_tests_of_one_shared_run_share_one_xdist_group(reque
         assert item.get_closest_marker("xdist_group").args == (name,), item.nodeid
     if request.config.getoption("loadgroup", False):  # set in the workers of --dist loadgroup
         assert all(item.nodeid.endswith(f"@{name}") for item, name in grouped)
-
-
-def without_stamps(text: str) -> list[tuple[str, ...]]:
-    """The lines of a Snakemake output but those that differ between two starts (the time
-    stamps, and the date and workflow id of its header), sorted, each as its sorted items
-    (split after commas, semicolons and colons): Snakemake lists some sets (the jobs, a
-    job's reasons) in the order of Python's string hashes, which differ between processes.
-    The environment's folder is named one way: a traceback names it as the process found
-    it, through the path of the ``snakemake`` command's interpreter or of this one, which
-    differ where the environment is a symbolic link."""
-    for prefix in {os.path.realpath(sys.prefix), sys.prefix}:
-        text = text.replace(prefix, "<env>")
-    return sorted(
-        tuple(sorted(re.split(r"[,;:] ", line)))
-        for line in text.splitlines()
-        if not re.fullmatch(r"\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]", line)
-        and not line.lstrip().startswith(("Date:", "Workflow ID:"))
-    )
 
 
 def process_state() -> tuple:
