@@ -190,10 +190,17 @@ def test_signals_to_the_job_reach_the_fork(tmp_path, server):
     assert proc.returncode == -signal.SIGKILL
 
 
-def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path):
-    """The job's process connects while the server still imports; SIGTERM then waits until
-    the fork exists and ends it before the script runs, as it ends a job that starts."""
-    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path, signum):
+    """The job's process connects while the server still imports (held there until the
+    signal has been sent, whatever the machine's speed); the signal then waits until the
+    fork exists and ends it before the script runs, as it ends a job that starts. The job's
+    process is stopped meanwhile, as a loaded machine may leave it unscheduled: the fork
+    waits for it to pass the signal on, however late, instead of running the script."""
+    gate = tmp_path / "gate"
+    (tmp_path / "slow_import.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
+    )
     path = str(tmp_path / "socket")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     srv = forkserver.start_server(path, ["slow_import", "crosslip.io"], env=env)
@@ -201,10 +208,24 @@ def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path):
         wait_until(lambda: os.path.exists(path), "the server's socket")
         proc, out = start_job(tmp_path, "sleep", path)
         job = psutil.Process(proc.pid)
-        wait_until(lambda: job.net_connections(kind="unix"), "the job to connect")
-        proc.send_signal(signal.SIGTERM)
+        # connected and asleep: its request sent, it waits for the reply (nothing else in
+        # hand_off sleeps), its forwarded signals blocked since before it connected
+        wait_until(
+            lambda: job.net_connections(kind="unix") and job.status() == psutil.STATUS_SLEEPING,
+            "the job to wait for the server",
+        )
+        proc.send_signal(signum)
+        job.suspend()  # SIGSTOP: it passes nothing on until SIGCONT
+        gate.touch()  # the server ends its imports only now
+        server = psutil.Process(srv.pid)
+        wait_until(lambda: server.children(), "the fork")
+        (fork,) = server.children()
+        wait_until(lambda: out.exists() or fork.status() == psutil.STATUS_SLEEPING, "a wait")
+        assert not out.exists()  # the fork waits for the job's process
+        job.resume()  # SIGCONT: the job's process passes on both signals, then READY
         proc.wait(timeout=DEADLINE)
-        assert proc.returncode == -signal.SIGTERM
+        # SIGINT: KeyboardInterrupt before the script's try, so the fork ends by SIGINT
+        assert proc.returncode == -signum
         assert not out.exists()  # the script never ran
         assert srv.poll() is None
     finally:

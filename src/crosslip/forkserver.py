@@ -20,7 +20,9 @@ What a served job does not share with a job in its own process:
 
 - **Signals.** The fork has a process group of its own. The job's process passes on the
   signals it gets (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT) and
-  ends with the fork's status, or by the signal that ended the fork. A SIGKILL of the job's
+  ends with the fork's status, or by the signal that ended the fork. A signal that comes
+  before the fork exists (the server still imports) reaches the fork before its script's
+  first line, as it would end a process of its own before the script. A SIGKILL of the job's
   process closes its connection, and the server then kills the fork's group (SIGKILL). If
   the server dies, its forks die with it (``PR_SET_PDEATHSIG``). SIGSTOP, which no process
   can pass on, stops only the job's process.
@@ -112,6 +114,10 @@ BATCH_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
 
 #: The server's replies to a request: it forks the job, or refuses it (a reason follows).
 ACCEPTED, REFUSED = b"A", b"R"
+
+#: What a job's process sends once it has passed on the signals that came before its fork
+#: was known: the server then lets the fork run the script (every other byte is a signal).
+READY = 0
 
 #: The longest path of a UNIX socket on Linux (``sun_path``, 108 bytes with its NUL).
 MAX_SOCKET_PATH = 107
@@ -223,9 +229,26 @@ def hand_off() -> None:
             )
             return
         _install_forwarders(sock, ignored)
+        # the fork waits, its signals blocked, for READY: what came before it was known
+        # reaches it before its script runs, as it would have ended a process of its own
+        early = _take_pending(set(ignored) | {int(s) for s in mask})
+        with contextlib.suppress(OSError):  # a server gone: _wait_for_fork says so
+            sock.sendall(bytes([*early, READY]))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     _wait_for_fork(sock)
+
+
+def _take_pending(kept: set[int]) -> list[int]:
+    """Take (``sigtimedwait``, without running a handler) the signals of :data:`FORWARDED`
+    that wait, blocked, in this process, except those in ``kept`` (ignored, or blocked by
+    the process itself); their numbers, in the order of :data:`FORWARDED`."""
+    pending = {int(s) for s in signal.sigpending()}
+    taken = []
+    for s in FORWARDED:
+        if int(s) in pending and int(s) not in kept and signal.sigtimedwait([s], 0) is not None:
+            taken.append(int(s))
+    return taken
 
 
 def _install_forwarders(sock: socket.socket, ignored: list[int]) -> None:
@@ -323,8 +346,10 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
-def _run_job(request: dict[str, Any], fds: list[int]) -> int:
-    """In the fork: become the job's process and run its script; the exit status."""
+def _run_job(request: dict[str, Any], fds: list[int], go: int) -> int:
+    """In the fork: become the job's process and run its script; the exit status. ``go``:
+    the pipe on which the server releases the fork once the job's process has passed on
+    the signals that came before the fork was known (:data:`READY`)."""
     global _IN_FORK
     _IN_FORK = True
     for target, fd in enumerate(fds):
@@ -338,6 +363,10 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> int:
             signal.signal(s, signal.default_int_handler)
         else:
             signal.signal(s, signal.SIG_DFL)
+    released = os.read(go, 1)
+    os.close(go)
+    if not released:  # the job's process ended first; the server kills this fork
+        os._exit(1)
     # the server forked with these blocked: a signal passed on before here arrives now
     signal.pthread_sigmask(signal.SIG_SETMASK, request["blocked"])
     os.environ.clear()
@@ -377,11 +406,13 @@ def _finalize() -> None:
 
 @dataclass
 class _Job:
-    """A forked job: its process, its pidfd and its job's connection (None once closed)."""
+    """A forked job: its process, its pidfd, its job's connection (None once closed) and
+    the pipe that releases the fork (:data:`READY`; None once written or closed)."""
 
     pid: int
     pidfd: int
     conn: socket.socket | None
+    go: int | None = None
 
 
 @dataclass
@@ -433,12 +464,14 @@ class Server:
             stream.flush()
         server = os.getpid()
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until the fork is the job
+        go_read, go = os.pipe()
         pid = os.fork()
         if pid != 0:
             # the fork's group exists before any signal is passed on to it (the fork sets it
             # too, whichever runs first)
             os.setpgid(pid, pid)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(go_read)
         else:  # the fork: never returns into the server
             status = 1
             try:
@@ -447,7 +480,8 @@ class Server:
                 if os.getppid() != server:  # the server died before the line above
                     os._exit(1)
                 self._close_in_fork(conn)
-                status = _run_job(request, fds)
+                os.close(go)
+                status = _run_job(request, fds, go_read)
             except KeyboardInterrupt:  # Ctrl-C passed on before the script ran
                 traceback.print_exc()
                 status = -signal.SIGINT
@@ -462,7 +496,7 @@ class Server:
         self.served += 1
         conn.settimeout(None)
         pidfd = os.pidfd_open(pid)
-        job = _Job(pid, pidfd, conn)
+        job = _Job(pid, pidfd, conn, go)
         self.jobs[pidfd] = job
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", pidfd))
         self.selector.register(conn, selectors.EVENT_READ, ("signal", pidfd))
@@ -477,6 +511,8 @@ class Server:
         for job in self.jobs.values():
             if job.conn is not None:
                 job.conn.close()
+            if job.go is not None:
+                os.close(job.go)
             os.close(job.pidfd)
         self.selector.close()
         self.listener.close()
@@ -495,8 +531,20 @@ class Server:
             self._drop(job, signal.SIGKILL)
             return
         for signum in data:
+            if signum == READY:
+                self._release(job)
+                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(job.pid, signum)
+
+    def _release(self, job: _Job) -> None:
+        """Let the fork run its script (:data:`READY`): the signals passed on before this
+        wait, blocked, in the fork, and end it before its first line if they end it."""
+        if job.go is not None:
+            with contextlib.suppress(OSError):
+                os.write(job.go, b"\0")
+            os.close(job.go)
+            job.go = None
 
     def _drop(self, job: _Job, signum: int | None) -> None:
         """Close the connection to the job's process and, unless ``signum`` is None, send
@@ -505,6 +553,9 @@ class Server:
             self.selector.unregister(job.conn)
             job.conn.close()
             job.conn = None
+        if job.go is not None:  # a fork never released reads the end of its pipe and exits
+            os.close(job.go)
+            job.go = None
         if signum is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(job.pid, signum)
