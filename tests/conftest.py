@@ -12,8 +12,8 @@ process starts before its first ``slow`` test, as ``make run`` does: it saves th
 imports of each job. The runs' Snakemake itself forks from it too
 (tests/served_snakemake.py, ``helpers.snakemake_cmd``). ``CROSSLIP_FORKSERVER=`` (set and
 empty) runs every job and run in a process of its own; the tests of what only such a
-process does (signals to a run, tests/test_resume.py and tests/test_interruptions.py) take
-the server out of their own runs.
+process does (signals to a run's jobs, tests/test_interruptions.py; a SLURM job's process,
+tests/test_resume.py) take the server out of their own runs (``jobs_in_own_processes``).
 
 The SLURM test's first run, which mostly waits, starts in the background as soon as the
 session has selected that test (tests/slurm_cluster.py), in a folder that the controller

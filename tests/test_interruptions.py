@@ -19,7 +19,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from crosslip import pipeline
+from crosslip import forkserver, pipeline
 from crosslip.data import Dataset, save_prepared
 from crosslip.io import atomic_dir, atomic_path, read_json, write_json
 from crosslip.models.checkpoints import save_model
@@ -310,12 +310,13 @@ def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process
     before its main function); stop it there (SIGSTOP) and return its model and process.
     Held, it cannot finish before the test interrupts it, however fast or loaded the machine
     (a SIGKILL ends it as it is; send it any other signal, then :func:`resume` it). A job that
-    a job server runs (``make run``: crosslip.forkserver) is the server's fork that has
-    opened the rule's log: the process that computes."""
+    a job server runs (``make run``'s, or the one this process names for its commands:
+    crosslip.forkserver) is the server's fork that has opened the rule's log: the process
+    that computes."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"finished before a {rule} job ran:\n{proc.stdout.read()}"
-        for child in psutil.Process(proc.pid).children(recursive=True):
+        for child in psutil.Process(proc.pid).children(recursive=True) + named_server_forks():
             try:
                 cmd = child.cmdline()
                 served = "crosslip.forkserver" in cmd and "--serve" in cmd
@@ -335,6 +336,19 @@ def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process
     raise AssertionError(f"no {rule} job started")
 
 
+def named_server_forks() -> list[psutil.Process]:
+    """The forks of the job server that this process names for its commands' jobs
+    (:data:`crosslip.forkserver.ENV`, tests/conftest.py), if any: they are not descendants
+    of the run they serve."""
+    socket = os.environ.get(forkserver.ENV)
+    forks = []
+    for child in psutil.Process().children() if socket else []:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if "--serve" in child.cmdline() and socket in child.cmdline():
+                forks += child.children()
+    return forks
+
+
 def resume(job: psutil.Process) -> None:
     """Let a job stopped by :func:`wait_for_job` run on, so that a signal sent to it while it
     was stopped arrives; unless Snakemake, stopping on that signal itself, has killed it
@@ -343,9 +357,12 @@ def resume(job: psutil.Process) -> None:
         job.resume()
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to Snakemake and all its jobs at once (a killed terminal, node, allocation)."""
+def kill_group(proc: subprocess.Popen, *served: psutil.Process) -> None:
+    """SIGKILL to Snakemake and all its jobs at once (a killed terminal, node, allocation).
+    ``served``: forks of a job server outside the group (:func:`named_server_forks`), which must
+    end too (the server kills a fork whose job's process is gone)."""
     family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    family += served
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     psutil.wait_procs(family, timeout=30)

@@ -46,9 +46,6 @@ from .workflow_helpers import (
     planned_jobs,
 )
 
-#: signals to a run reach its jobs' own processes: no job server (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("jobs_in_own_processes")
-
 # --------------------------------------------------------------------------------------
 # 1. the run lock, with real processes
 # --------------------------------------------------------------------------------------
@@ -282,7 +279,13 @@ def command(work: Path, variant: str) -> list[str]:
         ]
     profile = ["--profile", str(ROOT / "profiles" / "local-gpu")] if variant == "local-gpu" else []
     cores = [] if profile else ["--cores", "2"]
-    return snakemake_cmd(work, *profile, *cores, *TARGETS, *THREADS, configfile=config)
+    # Snakemake in a process of its own, as users start it; its jobs fork from the session's
+    # job server (tests/conftest.py) as under make run: a SIGKILL to the group ends the
+    # job's process, and the server the fork (test_forkserver.py); jobs in processes of
+    # their own are killed the same way in test_interruptions.py
+    return snakemake_cmd(
+        work, *profile, *cores, *TARGETS, *THREADS, configfile=config, served=False
+    )
 
 
 def setup(work: Path) -> None:
@@ -336,8 +339,8 @@ def test_sigkill_then_the_same_command_resumes_and_equals_an_uninterrupted_run(
     assert {rule for rule, _ in plan} == {"prepare_data", "train", "certify", "attack", "instances"}
 
     proc = start(cmd)
-    model, _ = wait_for_job(proc, "train")
-    kill_group(proc)
+    model, job = wait_for_job(proc, "train")
+    kill_group(proc, job)
     assert model == MODEL
     # What used to stop the same command until --unlock: Snakemake's lock files are left.
     assert snakemake_lock_files(work)
@@ -416,8 +419,11 @@ def test_two_runs_at_once_one_is_refused_and_neither_corrupts_the_other(tmp_path
 
 
 @pytest.mark.slow
-def test_read_only_commands_and_job_processes_neither_take_nor_break_a_live_lock(tmp_path):
-    """A live run (a process holding the lock, with Snakemake lock files written)."""
+def test_read_only_commands_and_job_processes_neither_take_nor_break_a_live_lock(
+    tmp_path, jobs_in_own_processes
+):
+    """A live run (a process holding the lock, with Snakemake lock files written). The job
+    process of a SLURM job runs its job itself (no job server, as in a batch job)."""
     work = tmp_path / "work"
     setup(work)
     live = hold(work, locks=1)
