@@ -105,10 +105,14 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture
-def jobs_in_own_processes(monkeypatch):
+def jobs_in_own_processes(monkeypatch) -> str | None:
     """The test's Snakemake runs start each job in a process of its own, without the job
-    server: for the tests of what signals to a run do to its jobs' processes."""
+    server: for the tests of what signals to a run do to its jobs' processes. Its value:
+    the server's socket that it took out (None if none was named), for a later command of
+    the test whose process model is not the point (``monkeypatch.setenv``)."""
+    taken = os.environ.get(forkserver.ENV)
     monkeypatch.delenv(forkserver.ENV, raising=False)
+    return taken
 
 
 def pytest_unconfigure(config):
