@@ -224,7 +224,7 @@ def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path, signu
         assert not out.exists()  # the fork waits for the job's process
         job.resume()  # SIGCONT: the job's process passes on both signals, then READY
         proc.wait(timeout=DEADLINE)
-        # SIGINT: KeyboardInterrupt before the script's try, so the fork ends by SIGINT
+        # SIGINT: KeyboardInterrupt in the fork before the script starts: it ends by SIGINT
         assert proc.returncode == -signum
         assert not out.exists()  # the script never ran
         assert srv.poll() is None

@@ -388,8 +388,9 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
 ):
     """The reference is the uninterrupted sweep of section 6: the same jobs (same
     parameters, data, threads) for these two models. The interrupted runs' jobs run in
-    processes of their own; the last run, after every interruption, forks them from the
-    session's job server where there is one, as the uninterrupted run did."""
+    processes of their own; the last run, after every interruption, runs under the
+    session's job server where there is one (Snakemake and its jobs), as the uninterrupted
+    run did."""
     reference = load_run[0]
     work = tmp_path / "work"
     plan = planned_jobs(snakemake(work, "-n", *TARGETS, config=INTERRUPT).stdout)
@@ -471,8 +472,9 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     kept = {k: v for k, v in mtimes(work).items() if k not in marked_incomplete(work)}
 
     # The same command again: exactly the unfinished jobs run, nothing finished is redone.
-    if jobs_in_own_processes:  # no signal now: the process model is not the point
-        monkeypatch.setenv(forkserver.ENV, jobs_in_own_processes)
+    server_socket = jobs_in_own_processes  # the socket the fixture took out, if any
+    if server_socket:  # no signal now: the process model is not the point
+        monkeypatch.setenv(forkserver.ENV, server_socket)
     proc = snakemake(work, *RUN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert finished_rules(proc.stdout + proc.stderr) == Counter(r for r, _ in todo)
