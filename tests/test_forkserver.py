@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -90,7 +91,6 @@ def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A job server on a socket in ``tmp_path`` that imports crosslip.io only."""
     path = str(tmp_path / "socket")
     proc = forkserver.start_server(path, ["crosslip.io"], stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: os.path.exists(path), "the server's socket")
     yield path, proc
     proc.terminate()
     proc.wait(timeout=DEADLINE)
@@ -190,6 +190,51 @@ def test_signals_to_the_job_reach_the_fork(tmp_path, server):
     assert proc.returncode == -signal.SIGKILL
 
 
+def gated_server(tmp_path: Path) -> tuple[subprocess.Popen, str, Path]:
+    """A job server (its process, its socket) whose imports wait until the test creates the
+    file ``gate``: a job that connects before then waits for a server that still starts,
+    whatever the machine's speed."""
+    gate = tmp_path / "gate"
+    (tmp_path / "slow_import.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
+    )
+    path = str(tmp_path / "socket")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return forkserver.start_server(path, ["slow_import", "crosslip.io"], env=env), path, gate
+
+
+def wait_for_the_server(job: psutil.Process) -> None:
+    """Until the job's process is connected and asleep: its request sent, it waits for the
+    reply (nothing else in hand_off sleeps), its forwarded signals blocked since before it
+    connected."""
+    wait_until(
+        lambda: job.net_connections(kind="unix") and job.status() == psutil.STATUS_SLEEPING,
+        "the job to wait for the server",
+    )
+
+
+def test_a_job_that_connects_as_the_server_starts_is_served(tmp_path):
+    """start_server returns with its socket listening (bound in this process, the server
+    inherits it): a job that connects at once, before the server's Python has even started,
+    waits in the socket's queue and runs in a fork, as the first job of ``make run`` and of
+    the tests' runs may. Before, the server bound the socket only once its own Python ran,
+    and such a job found none and ran in its own process (a full tier failed so)."""
+    srv, path, gate = gated_server(tmp_path)
+    try:
+        assert stat.S_ISSOCK(os.stat(path).st_mode)  # at once: no server process ran yet
+        proc, out = start_job(tmp_path, "exit3", path)
+        wait_for_the_server(psutil.Process(proc.pid))
+        gate.touch()
+        _, stderr = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 3 and "not reachable" not in stderr, stderr
+        facts = facts_of(out)
+        assert facts["ppid"] == srv.pid and facts["pid"] != proc.pid
+    finally:
+        srv.terminate()
+        srv.wait(timeout=DEADLINE)
+    assert not os.path.exists(path)  # the server removed its socket
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path, signum):
     """The job's process connects while the server still imports (held there until the
@@ -197,23 +242,11 @@ def test_a_signal_that_comes_while_the_server_starts_is_not_lost(tmp_path, signu
     fork exists and ends it before the script runs, as it ends a job that starts. The job's
     process is stopped meanwhile, as a loaded machine may leave it unscheduled: the fork
     waits for it to pass the signal on, however late, instead of running the script."""
-    gate = tmp_path / "gate"
-    (tmp_path / "slow_import.py").write_text(
-        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
-    )
-    path = str(tmp_path / "socket")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    srv = forkserver.start_server(path, ["slow_import", "crosslip.io"], env=env)
+    srv, path, gate = gated_server(tmp_path)
     try:
-        wait_until(lambda: os.path.exists(path), "the server's socket")
         proc, out = start_job(tmp_path, "sleep", path)
         job = psutil.Process(proc.pid)
-        # connected and asleep: its request sent, it waits for the reply (nothing else in
-        # hand_off sleeps), its forwarded signals blocked since before it connected
-        wait_until(
-            lambda: job.net_connections(kind="unix") and job.status() == psutil.STATUS_SLEEPING,
-            "the job to wait for the server",
-        )
+        wait_for_the_server(job)
         proc.send_signal(signum)
         job.suspend()  # SIGSTOP: it passes nothing on until SIGCONT
         gate.touch()  # the server ends its imports only now
@@ -386,7 +419,6 @@ def test_snakemake_served_is_the_snakemake_command(tmp_path):
     path = str(tmp_path / "socket")
     srv = forkserver.start_server(path, ["crosslip.io", "snakemake.cli"])
     try:
-        wait_until(lambda: os.path.exists(path), "the server's socket")
         runs = {}
         for way, head in (("alone", [SNAKEMAKE]), ("served", list(SERVED_SNAKEMAKE))):
             work = tmp_path / way

@@ -596,16 +596,33 @@ def _stop(_signum: int, _frame: Any) -> None:
     raise _Stop
 
 
-def serve(path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD) -> int:
-    """Listen on the UNIX socket ``path``, import ``preload``, then serve jobs until SIGTERM
-    (or until this process's parent dies). Jobs that connect while it imports wait in the
-    socket's queue. The socket file is removed at the end. Returns 0."""
+def listen(path: str | Path) -> socket.socket:
+    """A UNIX socket bound to ``path`` and listening: a job that connects from then on waits
+    in its queue (up to 128) until the server accepts it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(128)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def serve(
+    path: str | Path,
+    preload: tuple[str, ...] | list[str] = PRELOAD,
+    listener_fd: int | None = None,
+) -> int:
+    """Serve jobs on the UNIX socket ``path`` until SIGTERM (or until this process's parent
+    dies): listen on it (or take the listening socket ``listener_fd`` that the parent bound
+    there, :func:`start_server`), import ``preload``, then accept. Jobs that connect while
+    it imports wait in the socket's queue. The socket file is removed at the end. Returns
+    0."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the jobs through their own
     signal.signal(signal.SIGTERM, _stop)
     _die_with_parent(signal.SIGTERM)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(128)
+    listener = listen(path) if listener_fd is None else socket.socket(fileno=listener_fd)
     server = Server(listener)
     try:
         start = time.perf_counter()
@@ -632,9 +649,22 @@ def start_server(
     path: str | Path, preload: tuple[str, ...] | list[str] = PRELOAD, **popen: Any
 ) -> subprocess.Popen:
     """Start :func:`serve` on the UNIX socket ``path`` in a new process (``popen``: more
-    arguments of :class:`subprocess.Popen`, e.g. where its output goes)."""
-    cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)]
-    return subprocess.Popen([*cmd, "--preload", ",".join(preload)], **popen)
+    arguments of :class:`subprocess.Popen`, e.g. where its output goes). The socket listens
+    before this returns (bound here, the server inherits it): a job that connects at once,
+    while the server's Python still starts, waits in its queue instead of finding no socket
+    and running in its own process."""
+    listener = listen(path)
+    try:
+        fd = listener.fileno()
+        cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)]
+        cmd += ["--listener-fd", str(fd), "--preload", ",".join(preload)]
+        return subprocess.Popen(cmd, pass_fds=(fd, *popen.pop("pass_fds", ())), **popen)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    finally:
+        listener.close()
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -693,16 +723,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--serve", metavar="SOCKET", help="run the server alone on SOCKET")
     parser.add_argument(
+        "--listener-fd",
+        type=int,
+        metavar="FD",
+        help="with --serve: the inherited socket already listening on SOCKET (start_server)",
+    )
+    parser.add_argument(
         "--preload", default=",".join(PRELOAD), help="the modules to import, comma-separated"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args(argv)
     preload = [m for m in args.preload.split(",") if m]
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.listener_fd is not None and not args.serve:
+        parser.error("--listener-fd goes with --serve SOCKET")
     if args.serve:
         if command:
             parser.error("--serve runs the server alone: give no command")
-        return serve(args.serve, preload)
+        return serve(args.serve, preload, args.listener_fd)
     if not command:
         parser.error("give a command to run, e.g. -- snakemake --cores all")
     return run_under_server(command, preload)
