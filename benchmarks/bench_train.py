@@ -1,8 +1,9 @@
 """Training benchmark: the cost of one SGD step per regularizer, side by side.
 
-784-1024-10 softplus network, float32, batches of real MNIST digits (mnist5k): one step
-(forward, loss, backward, update) for plain SGD, weight decay, dropout and Cross-Lipschitz in
-closed form, exactly as ``crosslip.training.single`` computes them, and two baselines:
+784-1024-10 softplus network (``--hidden`` sets the 1024; the smoke test's is 64), float32,
+batches of real MNIST digits (mnist5k): one step (forward, loss, backward, update) for plain
+SGD, weight decay, dropout and Cross-Lipschitz in closed form, exactly as
+``crosslip.training.single`` computes them, and two baselines:
 Cross-Lipschitz by double backpropagation (``cross_lipschitz_autograd``, the generic method)
 and the same closed form differentiated by autograd instead of by its hand-written backward.
 The kinds take turns in rounds (one untimed step, then ``--block`` timed steps each), so that
@@ -43,7 +44,7 @@ from crosslip.training.kernel import KernelTrainConfig, train_kernel
 from crosslip.training.regularizers import cross_lipschitz_autograd, cross_lipschitz_flops, helmert
 from crosslip.training.single import GradientDescent, objective_terms
 
-H, K = 1024, 10
+HIDDEN, K = 1024, 10
 LAM = 1e-3
 
 
@@ -53,7 +54,7 @@ def _closed_form_by_autograd(net: SoftplusNet, x: torch.Tensor) -> torch.Tensor:
     ``cross_lipschitz_softplus``."""
     s = net.sigma_prime(net.preactivation(x))
     q = helmert(K, net.W.dtype, net.W.device) @ net.W
-    flops = cross_lipschitz_flops(len(x), x.shape[1], K, H)
+    flops = cross_lipschitz_flops(len(x), x.shape[1], K, net.U.shape[0])
     if flops["gram"] < flops["gradients"]:
         total = ((net.U @ net.U.T) * (q.T @ q) * (s.T @ s)).sum()
     else:
@@ -88,10 +89,11 @@ KINDS = (
 )
 
 
-#: (m, k, n) of the products the arithmetic bounds count: (n (K-1), H) x (H, d) of the
-#: gradient form at batch 64; (H, d) x (d, H), (H, H) x (H, d) and (H, n) x (n, H) of the Gram
-#: form at batch 1024.
-GEMM_SHAPES = ((64 * (K - 1), H, 784), (H, 784, H), (H, H, 784), (H, 1024, H))
+def gemm_shapes(h: int) -> tuple[tuple[int, int, int], ...]:
+    """(m, k, n) of the products the arithmetic bounds count, for ``h`` hidden units:
+    (n (K-1), h) x (h, d) of the gradient form at batch 64; (h, d) x (d, h), (h, h) x (h, d)
+    and (h, n) x (n, h) of the Gram form at batch 1024."""
+    return (64 * (K - 1), h, 784), (h, 784, h), (h, h, 784), (h, 1024, h)
 
 
 def sgd_step(net: SoftplusNet, opt: GradientDescent, objective, x, y) -> None:
@@ -103,14 +105,14 @@ def sgd_step(net: SoftplusNet, opt: GradientDescent, objective, x, y) -> None:
 
 
 def step_seconds(
-    x: torch.Tensor, y: torch.Tensor, rounds: int, block: int = 4
+    x: torch.Tensor, y: torch.Tensor, rounds: int, block: int = 4, hidden: int = HIDDEN
 ) -> tuple[dict[str, float], float]:
     """Median wall time of one SGD step per kind, and the float32 matrix-product rate
     (flop/s) the machine gave meanwhile.
 
     The kinds take turns: in each round every kind runs one untimed step (its caches warm
     again after the other kinds ran) and then ``block`` timed steps in a row, as in
-    training; then each product of ``GEMM_SHAPES`` runs ``block + 1`` times. The rate is the
+    training; then each product of :func:`gemm_shapes` runs ``block + 1`` times. The rate is the
     median over the rounds of the round's fastest product. Everything runs on ``x``'s
     device."""
     dev = x.device
@@ -118,11 +120,12 @@ def step_seconds(
     for kind in KINDS:
         torch.manual_seed(0)
         keep = (0.5, 0.9) if kind == "dropout" else (1.0, 1.0)
-        net = SoftplusNet(x.shape[1], K, H, keep_hidden=keep[0], keep_input=keep[1])
+        net = SoftplusNet(x.shape[1], K, hidden, keep_hidden=keep[0], keep_input=keep[1])
         net = net.to(dev).train()
         runs[kind] = (net, GradientDescent(net.parameters(), lr=0.01), _objective(kind))
     mats = [
-        (torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)) for m, k, n in GEMM_SHAPES
+        (torch.randn(m, k, device=dev), torch.randn(k, n, device=dev))
+        for m, k, n in gemm_shapes(hidden)
     ]
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
     rates: list[float] = []
@@ -142,10 +145,11 @@ def step_seconds(
     return {kind: statistics.median(t) for kind, t in times.items()}, statistics.median(rates)
 
 
-def cl_bound_flops(n: int, d: int) -> float:
-    """Flops of an exact CL step: the plain step's three (n, d) x (d, H)-sized products plus
-    the cheaper exact form, forward and backward (``cross_lipschitz_flops``)."""
-    return 6 * n * d * H + min(cross_lipschitz_flops(n, d, K, H).values())
+def cl_bound_flops(n: int, d: int, h: int = HIDDEN) -> float:
+    """Flops of an exact CL step with ``h`` hidden units: the plain step's three (n, d) x
+    (d, h)-sized products plus the cheaper exact form, forward and backward
+    (``cross_lipschitz_flops``)."""
+    return 6 * n * d * h + min(cross_lipschitz_flops(n, d, K, h).values())
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -154,6 +158,9 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=8, help="timed rounds at batch 64")
     ap.add_argument("--rounds-1024", type=int, default=2, help="timed rounds at batch 1024")
     ap.add_argument("--block", type=int, default=4, help="timed steps per kind and round")
+    ap.add_argument(
+        "--hidden", type=int, default=HIDDEN, help="hidden units (the paper's MNIST net: 1024)"
+    )
     ap.add_argument("--kernel-centers", type=int, default=2000)
     ap.add_argument("--kernel-iterations", type=int, default=20)
     return ap
@@ -164,11 +171,12 @@ def main() -> None:
     args, dev = bench.args, bench.device
     ds = load_dataset("mnist5k")
     res: dict = bench.header()
+    res["hidden"] = args.hidden
     for batch, rounds in ((64, args.rounds), (1024, args.rounds_1024)):
         x = torch.as_tensor(ds.x_train[:batch]).to(dev)
         y = torch.as_tensor(ds.y_train[:batch]).to(dev)
-        secs, rate = step_seconds(x, y, rounds, args.block)
-        bound = cl_bound_flops(batch, x.shape[1]) / rate
+        secs, rate = step_seconds(x, y, rounds, args.block, args.hidden)
+        bound = cl_bound_flops(batch, x.shape[1], args.hidden) / rate
         tag = "" if batch == 64 else f"_batch{batch}"
         res[f"gemm_gflops_float32{tag}"] = rate / 1e9
         res[f"step_seconds{tag}"] = secs
@@ -193,6 +201,7 @@ def main() -> None:
     res["kernel_objective_evaluations"] = len(kern.metrics["curve"])
 
     print(bench.machine_line())
+    print(f"784-{args.hidden}-{K} softplus network, float32")
     for batch in (64, 1024):
         tag = "" if batch == 64 else f"_batch{batch}"
         secs = res[f"step_seconds{tag}"]

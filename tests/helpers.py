@@ -349,7 +349,7 @@ def benchmark_module(name: str) -> dict[str, Any]:
 TINY_BENCH_ARGS: dict[str, list[str]] = {
     "bench_train.py": [
         *("--rounds", "1", "--rounds-1024", "1", "--block", "1", "--threads", "1"),
-        *("--kernel-centers", "50", "--kernel-iterations", "2"),
+        *("--hidden", "64", "--kernel-centers", "50", "--kernel-iterations", "2"),
     ],
     "bench_pipeline.py": [
         *("--points", "20", "--epochs", "1", "--reference-points", "3", "--threads", "1")

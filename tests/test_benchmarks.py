@@ -169,7 +169,7 @@ def test_bench_train_runs_and_ends_with_one_json_line():
     out = run_bench("bench_train.py", *args)
     assert out[0].startswith("machine: ") and out[0].endswith("on 1 thread (device cpu)")
     res = json.loads(out[-1])
-    assert res["device"] == "cpu"
+    assert res["device"] == "cpu" and res["hidden"] == 64 and out[1].startswith("784-64-10 ")
     for tag in ("", "_batch1024"):
         secs = res[f"step_seconds{tag}"]
         assert set(secs) == {
