@@ -7,6 +7,7 @@ and a real UNIX socket; the server imports only what these scripts need."""
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import os
 import re
@@ -334,6 +335,22 @@ def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
     assert killed.returncode == 128 + signal.SIGTERM
     usage = subprocess.run([*cmd], capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "give a command" in usage.stderr
+
+
+def test_a_command_runs_without_a_server_where_no_socket_can_be_made(monkeypatch, capfd):
+    """A socket that cannot be made (here: refused as by a full disk) is no error: the
+    command runs, its jobs alone, and a line says why; the server's folder is removed."""
+
+    def refuse(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(forkserver, "listen", refuse)
+    probe = f"import os, sys; sys.exit(0 if {forkserver.ENV!r} not in os.environ else 9)"
+    assert forkserver.run_under_server([sys.executable, "-c", probe]) == 0
+    err = capfd.readouterr().err
+    said = re.search(r"crosslip: no job server: cannot listen on (\S+) \(.*No space left", err)
+    assert said and "jobs start alone" in err, err
+    assert not Path(said.group(1)).parent.exists()
 
 
 TOY_SNAKEFILE = """

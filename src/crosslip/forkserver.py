@@ -674,8 +674,9 @@ def run_under_server(command: list[str], preload: tuple[str, ...] | list[str] = 
     """Run ``command`` with a job server for its jobs (:data:`ENV` names its socket) and
     return its exit status (128 + N if a signal N ended it). SIGINT (Ctrl-C, which the
     terminal sends to the command too) is ignored here while the command runs; SIGTERM and
-    SIGHUP are passed on to it. Without :func:`supported`, or where the socket's path would
-    be too long, the command runs without a server (a message says so)."""
+    SIGHUP are passed on to it. Without :func:`supported`, where the socket's path would
+    be too long, or where no socket can be made there, the command runs without a server (a
+    message says so)."""
     folder = tempfile.mkdtemp(prefix="crosslip-forkserver-")
     path = os.path.join(folder, "socket")
     server = None
@@ -690,8 +691,15 @@ def run_under_server(command: list[str], preload: tuple[str, ...] | list[str] = 
                 file=sys.stderr,
             )
         else:
-            server = start_server(path, preload)
-            env[ENV] = path
+            try:
+                server = start_server(path, preload)
+            except OSError as err:  # e.g. a temporary folder that takes no sockets
+                print(
+                    f"crosslip: no job server: cannot listen on {path} ({err}); jobs start alone",
+                    file=sys.stderr,
+                )
+            else:
+                env[ENV] = path
         try:
             child = subprocess.Popen(command, env=env)
         except OSError as err:
