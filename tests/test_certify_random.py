@@ -71,8 +71,8 @@ def test_attack_inside_the_certified_ball_never_succeeds(d, h, k, scale, seed, p
     suffix = "_box" if box else ""
     cols = [base + suffix] + [f"{base}_{m}{suffix}" for m in METHODS]
     # one attack on every column's balls at once (the same walks as one attack per column)
-    radius = torch.cat([res[col].clamp(max=1e6) * (1 - 1e-9) for col in cols])
     n = len(cols)
+    radius = torch.cat([res[col].clamp(max=1e6) * (1 - 1e-9) for col in cols])
     xs, preds = x.repeat(n, 1), res["pred"].repeat(n)
     adv, pred = margin_attack(net, xs, preds, radius, p, box, restarts=4, steps=40, seed=seed)
     held = (adv == pred).reshape(n, -1).all(1)
