@@ -27,6 +27,12 @@ from crosslip.jobs.runlock import guard_run
 
 guard_run(workflow, config["results"])
 
+# Under the job server (make run), each script job's process hands its script to the server
+# before Snakemake's preamble imports Snakemake: python -m crosslip.handoff SCRIPT.
+from crosslip.handoff import serve_script_jobs
+
+serve_script_jobs()
+
 
 wildcard_constraints:
     dataset="|".join(DATASETS),

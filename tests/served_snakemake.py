@@ -10,7 +10,7 @@ that the test started passes on signals and ends with Snakemake's exit status.
 import os
 import sys
 
-from crosslip.forkserver import hand_off
+from crosslip.handoff import hand_off
 
 hand_off()
 

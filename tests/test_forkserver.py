@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crosslip import forkserver
+from crosslip import forkserver, handoff
 
 from .helpers import ROOT, SERVED_SNAKEMAKE, SNAKEMAKE, snakemake_cmd, without_stamps
 from .test_interruptions import interruptible
@@ -31,10 +31,15 @@ from .test_interruptions import interruptible
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
 
 #: A workflow-like script: run_script hands it off; main() writes what it sees, then acts.
+#: Its first lines add the process's id to the file ``ran`` beside it: they run in the job's
+#: process and again in the fork when run_script hands it off, only in the fork when
+#: ``python -m crosslip.handoff`` does (as Snakemake's preamble then runs only there).
 SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
+    with open(Path(__file__).with_name("ran"), "a") as ran:
+        ran.write(f"{os.getpid()}\\n")
     from crosslip.io import run_script
 
     def main():
@@ -46,7 +51,7 @@ SCRIPT = textwrap.dedent(
                 "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                 "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
                 "umask": umask, "path0": sys.path[0], "name": __name__,
-                "torch": "torch" in sys.modules,
+                "torch": "torch" in sys.modules, "named": "CROSSLIP_FORKSERVER" in os.environ,
                 "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
             }
             out.with_suffix(".tmp").write_text(json.dumps(facts))
@@ -97,23 +102,36 @@ def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     proc.wait(timeout=DEADLINE)
 
 
+#: How Snakemake starts a job's script: as it does by itself, and as it does under a job
+#: server once the Snakefile has called crosslip.handoff.serve_script_jobs.
+STARTS = {"python SCRIPT": [], "python -m crosslip.handoff SCRIPT": ["-m", "crosslip.handoff"]}
+
+
 def start_job(
-    tmp_path: Path, mode: str, socket: str | None, name: str = "job", sigint: bool = True
+    tmp_path: Path,
+    mode: str,
+    socket: str | None,
+    name: str = "job",
+    sigint: bool = True,
+    start: str = "python SCRIPT",
+    more_env: dict[str, str] | None = None,
 ):
-    """The script in its own folder, run as Snakemake runs a job: ``python file args``;
-    SIGINT at its default action (Ctrl-C), or ignored (``sigint=False``: a background job of
-    a non-interactive shell)."""
+    """The script in its own folder, run as Snakemake runs a job (``start``: ``python file
+    args``, or through the hand-off); SIGINT at its default action (Ctrl-C), or ignored
+    (``sigint=False``: a background job of a non-interactive shell); ``more_env``: more
+    environment variables."""
     folder = tmp_path / name
     folder.mkdir()
     script = folder / "script.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
     env["PROBE"] = f"probe-{name}"
+    env.update(more_env or {})
     if socket is not None:
         env[forkserver.ENV] = socket
     out = folder / "facts.json"
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(out), mode, str(folder / "job.log")],
+        [sys.executable, *STARTS[start], str(script), str(out), mode, str(folder / "job.log")],
         cwd=folder,
         env=env,
         stdout=subprocess.PIPE,
@@ -134,11 +152,19 @@ def facts_of(out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def ran_in(out: Path) -> list[int]:
+    """The processes that ran the first lines of the script that wrote ``out``."""
+    return [int(pid) for pid in out.with_name("ran").read_text().split()]
+
+
+@pytest.mark.parametrize("start", STARTS)
 @pytest.mark.parametrize(("mode", "sigint"), [("plain", True), ("exit3", False), ("error", True)])
-def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, server, mode, sigint):
+def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(
+    tmp_path, server, mode, sigint, start
+):
     path, srv = server
     alone, alone_out = start_job(tmp_path, mode, None, "alone", sigint)
-    served, served_out = start_job(tmp_path, mode, path, "served", sigint)
+    served, served_out = start_job(tmp_path, mode, path, "served", sigint, start)
     results = {}
     for key, (proc, out) in {"alone": (alone, alone_out), "served": (served, served_out)}.items():
         stdout, stderr = proc.communicate(timeout=DEADLINE)
@@ -163,29 +189,34 @@ def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(tmp_path, serve
     assert a["pid"] == p1.pid and s["pid"] != p2.pid
     assert s["ppid"] == srv.pid and s["pgid"] == s["pid"]
     assert not s["torch"]  # the script's own imports, nothing more (torch is not preloaded)
+    assert (a["named"], s["named"]) == (False, True)
+    # the script's first lines: through the hand-off module, in the fork only
+    assert ran_in(alone_out) == [p1.pid]
+    assert ran_in(served_out) == ([p2.pid] if start == "python SCRIPT" else []) + [s["pid"]]
     logs = [(tmp_path / k / "job.log").read_text() for k in ("alone", "served")]
     if mode == "error":  # run_script logged the traceback in the fork as it does alone
         assert all("ValueError: boom" in log and "Traceback" in log for log in logs), logs
 
 
-def test_signals_to_the_job_reach_the_fork(tmp_path, server):
+@pytest.mark.parametrize("start", STARTS)
+def test_signals_to_the_job_reach_the_fork(tmp_path, server, start):
     path, _ = server
     # SIGTERM: the fork ends by it, and so does the job's process
-    proc, out = start_job(tmp_path, "sleep", path, "term")
+    proc, out = start_job(tmp_path, "sleep", path, "term", start=start)
     fork = facts_of(out)["pid"]
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=DEADLINE)
     assert proc.returncode == -signal.SIGTERM
     wait_until(lambda: not alive(fork), "the fork to end")
     # SIGINT: KeyboardInterrupt in the fork, which handles it and exits with 7
-    proc, out = start_job(tmp_path, "sigint", path, "int")
+    proc, out = start_job(tmp_path, "sigint", path, "int", start=start)
     fork = facts_of(out)["pid"]
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=DEADLINE)
     assert proc.returncode == 7
     assert (tmp_path / "int" / "interrupted").read_text() == "yes"
     # the fork killed from outside (the kernel's OOM killer): the job's process ends the same
-    proc, out = start_job(tmp_path, "sleep", path, "oom")
+    proc, out = start_job(tmp_path, "sleep", path, "oom", start=start)
     os.kill(facts_of(out)["pid"], signal.SIGKILL)
     proc.wait(timeout=DEADLINE)
     assert proc.returncode == -signal.SIGKILL
@@ -284,12 +315,47 @@ def test_a_killed_job_process_or_server_leaves_no_fork(tmp_path, server):
     wait_until(lambda: not alive(fork), "the fork to die with its server")
 
 
-def test_a_job_runs_alone_when_no_server_listens(tmp_path):
-    proc, out = start_job(tmp_path, "plain", str(tmp_path / "no-socket"))
+@pytest.mark.parametrize("start", STARTS)
+def test_a_job_runs_alone_when_no_server_listens(tmp_path, start):
+    proc, out = start_job(tmp_path, "plain", str(tmp_path / "no-socket"), start=start)
     _, stderr = proc.communicate(timeout=DEADLINE)
-    assert proc.returncode == 0 and facts_of(out)["pid"] == proc.pid
-    assert f"job server {tmp_path / 'no-socket'} ({forkserver.ENV}) is not reachable" in stderr
-    assert "this job runs in its own process" in stderr
+    facts = facts_of(out)
+    assert proc.returncode == 0 and facts["pid"] == proc.pid and ran_in(out) == [proc.pid]
+    said = f"job server {tmp_path / 'no-socket'} ({forkserver.ENV}) is not reachable"
+    assert stderr.count(said) == 1 and "this job runs in its own process" in stderr
+    # through the hand-off module, the job's process became `python SCRIPT` without the
+    # server's name, so that the script does not ask again
+    assert facts["named"] == (start == "python SCRIPT")
+
+
+def test_a_job_the_server_refuses_runs_alone_as_python_script(tmp_path, server, monkeypatch):
+    """``python -m crosslip.handoff SCRIPT`` in a batch job that the server is not in: the
+    server refuses, the reason is said once, and the process becomes ``python SCRIPT`` (the
+    same process id) with the script's arguments, folder and exit status."""
+    path, srv = server
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    start = "python -m crosslip.handoff SCRIPT"
+    proc, out = start_job(tmp_path, "exit3", path, start=start, more_env={"SLURM_JOB_ID": "42"})
+    stdout, stderr = proc.communicate(timeout=DEADLINE)
+    facts = facts_of(out)
+    assert proc.returncode == 3 and stdout == "out: exit3\n"
+    assert facts["pid"] == proc.pid and facts["ppid"] != srv.pid and ran_in(out) == [proc.pid]
+    assert facts["argv"] == [
+        str(tmp_path / "job" / "script.py"),
+        str(out),
+        "exit3",
+        str(tmp_path / "job" / "job.log"),
+    ]
+    assert facts["path0"] == facts["cwd"] == str(tmp_path / "job") and not facts["named"]
+    reason = "the job runs in the batch job SLURM_JOB_ID=42, the server outside it"
+    assert stderr.count(f"did not take this job: {reason}; it runs in its own process") == 1
+
+
+def test_the_hand_off_module_needs_a_script():
+    proc = subprocess.run(
+        [sys.executable, "-m", "crosslip.handoff"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "usage: python -m crosslip.handoff SCRIPT" in proc.stderr
 
 
 def test_the_server_refuses_another_interpreter_crosslip_or_batch_job_and_its_forks(monkeypatch):
@@ -368,8 +434,11 @@ rule job:
         "job.py"
 """
 
+#: The toy job: its first lines (after Snakemake's preamble) add "i pid" to ``ran``.
 TOY_JOB = """
 import json, os
+with open("ran", "a") as ran:
+    ran.write(f"{snakemake.wildcards.i} {os.getpid()}\\n")
 from crosslip.io import run_script
 
 def main():
@@ -382,9 +451,16 @@ run_script(snakemake.log[0], main)
 
 
 @pytest.mark.slow
-def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
-    """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command."""
-    (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
+@pytest.mark.parametrize("through", ["run_script", "serve_script_jobs"])
+def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path, through):
+    """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command.
+    With a Snakefile that calls crosslip.handoff.serve_script_jobs (as the workflow's does),
+    Snakemake starts each job through the hand-off module, and the script, preamble and
+    all, runs only in the fork; otherwise run_script hands it off after its first lines."""
+    head = "from crosslip.handoff import serve_script_jobs\nserve_script_jobs()\n"
+    (tmp_path / "Snakefile").write_text(
+        (head if through == "serve_script_jobs" else "") + TOY_SNAKEFILE
+    )
     (tmp_path / "job.py").write_text(TOY_JOB)
     cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile", served=False)
     serve = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io", "--"]
@@ -397,6 +473,46 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
     assert all(f["file"] == str(tmp_path / "job.py") for f in facts)
     assert "crosslip job server: 3 jobs served" in proc.stderr
     assert "runs in its own process" not in proc.stderr
+    ran = sorted(tuple(map(int, line.split())) for line in (tmp_path / "ran").open())
+    forks = sorted((i, f["pid"]) for i, f in enumerate(facts))
+    if through == "serve_script_jobs":
+        assert ran == forks
+    else:  # the job's own process, then the fork
+        assert [i for i, _ in ran] == [0, 0, 1, 1, 2, 2] and set(forks) < set(ran)
+
+
+def test_under_a_server_snakemake_starts_python_scripts_through_the_hand_off(monkeypatch):
+    """serve_script_jobs changes how Snakemake starts a ``script:`` job's Python only where a
+    server is named, once however often the Snakefile is read, and not for jobs with an
+    environment of their own (a container's or conda's Python need not be the server's)."""
+    from snakemake.script import PythonScript
+
+    plain = PythonScript.execute_script
+    monkeypatch.setattr(PythonScript, "execute_script", plain)  # restored after the test
+    monkeypatch.delenv(forkserver.ENV, raising=False)
+    assert not handoff.serve_script_jobs() and PythonScript.execute_script is plain
+    monkeypatch.setenv(forkserver.ENV, "/a/socket")
+    assert handoff.serve_script_jobs() and handoff.serve_script_jobs()
+    served = PythonScript.execute_script
+    assert served is not plain and getattr(served, "crosslip_handoff", False)
+
+    def started(**env):
+        job = PythonScript.__new__(PythonScript)
+        job.container_img = job.conda_env = job.env_modules = None
+        for key, value in env.items():
+            setattr(job, key, value)
+        seen = []
+        job._execute_cmd = lambda cmd, **kwargs: seen.append((cmd, kwargs))
+        job.execute_script("script.py")
+        return seen
+
+    assert started() == [
+        (
+            "{py_exec} -m crosslip.handoff {fname:q}",
+            {"py_exec": sys.executable, "fname": "script.py", "is_python_script": True},
+        )
+    ]
+    assert started(container_img="image")[0][0] == "{py_exec} {fname:q}"  # Snakemake's own
 
 
 #: The toy workflow's Snakefile, which also writes what its Snakemake process sees, and

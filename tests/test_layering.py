@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.machine",
         "crosslip.progress",
         "crosslip.forkserver",
-    ),  # vocabulary, files, machine, progress lines, the job server
+        "crosslip.handoff",
+    ),  # vocabulary, files, machine, progress lines, the job server and a job's side of it
     ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
     ("crosslip.config", "crosslip.jobs"),  # config, job planning
     (
@@ -60,7 +61,8 @@ TORCH_FREE = [
     "crosslip.report",
     "crosslip.results_schema",
     "crosslip.io",
-    "crosslip.forkserver",  # a job's process hands off to the server before any import
+    "crosslip.forkserver",
+    "crosslip.handoff",  # a job's process hands off to the server before any import
     "crosslip.machine",
     "crosslip.errors",
     "crosslip.norms",

@@ -10,11 +10,14 @@ Snakemake under the server (``make run`` does)::
 It starts the server on a UNIX socket in a new temporary folder, runs the command with
 :data:`ENV` naming that socket, and stops the server when the command ends (its exit status
 is the command's). Each job's script still starts as its own process (Snakemake's ``script:``
-directive): :func:`crosslip.io.run_script` calls :func:`hand_off` before the script imports
-anything heavy, and :func:`hand_off` asks the server to run the same file with the same
-``sys.argv``, working folder, environment, ``sys.path``, umask and standard streams in a
-fresh fork, then waits and exits with the fork's status. The fork runs the script from its
-first line, so it is the same code as a job in its own process, minus the imports.
+directive), a small one: the Snakefile has Snakemake start it as ``python -m
+crosslip.handoff SCRIPT`` (:func:`crosslip.handoff.serve_script_jobs`), which asks the
+server to run the file with the same ``sys.argv``, working folder, environment,
+``sys.path``, umask and standard streams in a fresh fork, then waits and exits with the
+fork's status (:func:`crosslip.handoff.hand_off`; where Snakemake starts the script itself,
+:func:`crosslip.io.run_script` hands it off before the script imports anything heavy). The
+fork runs the script from its first line, so it is the same code as a job in its own
+process, minus the imports.
 
 What a served job does not share with a job in its own process:
 
@@ -43,8 +46,8 @@ A job runs in its own process, as without the server, when the server is not rea
 not run in, when the job's interpreter, ``sys.prefix`` or crosslip differ from the server's
 (a ``conda:`` environment of another Python), or when the server has initialized CUDA (a
 fork cannot use it; the server never computes, so this is a guard); a line on its stderr
-says why. The server needs Linux (``os.pidfd_open``); elsewhere the command runs without
-it.
+says why, and the job's process becomes ``python SCRIPT`` without :data:`ENV`. The server
+needs Linux (``os.pidfd_open``); elsewhere the command runs without it.
 """
 
 from __future__ import annotations
@@ -62,7 +65,6 @@ import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -73,8 +75,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The environment variable that names the server's socket for the jobs of a run.
-ENV = "CROSSLIP_FORKSERVER"
+from . import handoff
+from .handoff import (
+    _HEADER,
+    _STATUS,
+    ACCEPTED,
+    BATCH_JOB_VARS,
+    ENV,
+    FORWARDED,
+    READY,
+    REFUSED,
+    _end_by,
+    _identity,
+    _recv_exactly,
+    supported,
+)
 
 #: What the server imports before it accepts a job: every module that a workflow script
 #: imports (workflow/scripts/), so that no served job imports anything heavy.
@@ -96,191 +111,10 @@ PRELOAD: tuple[str, ...] = (
     "crosslip.config.specs",
 )
 
-#: The signals that a served job's process passes on to its fork.
-FORWARDED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGTSTP,
-    signal.SIGCONT,
-)
-
-#: A batch system's job id: a job that runs in a batch job runs where that job's limits and
-#: accounting apply, never in a server outside it (SLURM, PBS/Torque, LSF, Grid Engine).
-BATCH_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
-
-#: The server's replies to a request: it forks the job, or refuses it (a reason follows).
-ACCEPTED, REFUSED = b"A", b"R"
-
-#: What a job's process sends once it has passed on the signals that came before its fork
-#: was known: the server then lets the fork run the script (every other byte is a signal).
-READY = 0
-
 #: The longest path of a UNIX socket on Linux (``sun_path``, 108 bytes with its NUL).
 MAX_SOCKET_PATH = 107
 
-_HEADER = struct.Struct("!I")
-_STATUS = struct.Struct("!i")
 _PR_SET_PDEATHSIG = 1
-
-#: True in a fork of the server: its :func:`hand_off` runs the job there.
-_IN_FORK = False
-
-
-def supported() -> bool:
-    """Whether this platform can run the server: Linux, for ``os.pidfd_open``, fork and
-    ``PR_SET_PDEATHSIG``."""
-    return sys.platform == "linux" and hasattr(os, "pidfd_open")
-
-
-# --- the job's side --------------------------------------------------------------------------
-
-
-def _identity() -> dict[str, str]:
-    """What must be the same in the server and a job it runs: the interpreter, the
-    environment's prefix and the crosslip package imported."""
-    import crosslip
-
-    return {
-        "python": os.path.realpath(sys.executable),
-        "prefix": os.path.realpath(sys.prefix),
-        "crosslip": os.path.realpath(os.path.dirname(crosslip.__file__)),
-    }
-
-
-def _request(ignored: list[int], mask: set[signal.Signals]) -> dict[str, Any]:
-    """What a fork needs to be this process: ``sys.argv``, ``sys.path``, working folder,
-    environment, umask, the signals this process ignores and blocks, and
-    :func:`_identity`."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return {
-        "argv": list(sys.argv),
-        "path": list(sys.path),
-        "cwd": os.getcwd(),
-        "env": dict(os.environ),
-        "umask": umask,
-        "ignored": ignored,
-        "blocked": sorted(int(sig) for sig in mask),
-        "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
-        "identity": _identity(),
-        "pid": os.getpid(),
-    }
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    """``n`` bytes from ``sock``, or fewer if it closes first."""
-    chunks = []
-    while n:
-        chunk = sock.recv(n)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def hand_off() -> None:
-    """Run this script in a fork of the job server named by :data:`ENV`, and exit as that
-    fork exits; return (run here) if no server is named, in a fork of the server, or when
-    the server cannot take the job (a message on stderr says why, except when none is
-    named). Call it before the script imports anything heavy: :func:`crosslip.io.run_script`
-    does, so a workflow script imports torch, pandas and crosslip's stages in ``main()``.
-
-    The fork runs ``sys.argv[0]`` from its first line as ``__main__``; this process waits,
-    passes on the signals of :data:`FORWARDED`, then exits with the fork's exit status or
-    is ended by the signal that ended the fork."""
-    address = os.environ.get(ENV)
-    if not address or _IN_FORK or not supported():
-        return
-    script = sys.argv[0] if sys.argv else ""
-    if not script or not os.path.isfile(script):
-        return
-    ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
-    # A signal that comes before the fork is known waits (blocked) until this process either
-    # passes it on or, running the job itself, takes it as it would have.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        try:
-            sock.connect(address)
-            payload = json.dumps(_request(ignored, mask)).encode()
-            socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
-            sock.sendall(payload)
-            reply = _recv_exactly(sock, 1)
-        except OSError as err:
-            sock.close()
-            print(
-                f"crosslip: the job server {address} ({ENV}) is not reachable ({err}); "
-                "this job runs in its own process",
-                file=sys.stderr,
-            )
-            return
-        if reply != ACCEPTED:
-            reason = sock.recv(4096).decode(errors="replace") if reply == REFUSED else "no reply"
-            sock.close()
-            print(
-                f"crosslip: the job server {address} ({ENV}) did not take this job: {reason}; "
-                "it runs in its own process",
-                file=sys.stderr,
-            )
-            return
-        _install_forwarders(sock, ignored)
-        # the fork waits, its signals blocked, for READY: what came before it was known
-        # reaches it before its script runs, as it would have ended a process of its own
-        early = _take_pending(set(ignored) | {int(s) for s in mask})
-        with contextlib.suppress(OSError):  # a server gone: _wait_for_fork says so
-            sock.sendall(bytes([*early, READY]))
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    _wait_for_fork(sock)
-
-
-def _take_pending(kept: set[int]) -> list[int]:
-    """Take (``sigtimedwait``, without running a handler) the signals of :data:`FORWARDED`
-    that wait, blocked, in this process, except those in ``kept`` (ignored, or blocked by
-    the process itself); their numbers, in the order of :data:`FORWARDED`."""
-    pending = {int(s) for s in signal.sigpending()}
-    taken = []
-    for s in FORWARDED:
-        if int(s) in pending and int(s) not in kept and signal.sigtimedwait([s], 0) is not None:
-            taken.append(int(s))
-    return taken
-
-
-def _install_forwarders(sock: socket.socket, ignored: list[int]) -> None:
-    """Pass on the signals of :data:`FORWARDED` that this process does not ignore."""
-
-    def forward(signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):
-            sock.send(bytes([signum]))
-
-    for s in FORWARDED:
-        if int(s) not in ignored:
-            signal.signal(s, forward)
-
-
-def _wait_for_fork(sock: socket.socket) -> None:
-    """Wait for the fork's status from the server, then exit with it."""
-    data = _recv_exactly(sock, _STATUS.size)
-    if len(data) < _STATUS.size:  # the server died: its forks die with it
-        print(f"crosslip: the job server {os.environ.get(ENV)} ended", file=sys.stderr)
-        os._exit(1)
-    (status,) = _STATUS.unpack(data)
-    if status < 0:
-        _end_by(-status)
-        os._exit(128 - status)
-    os._exit(status)
-
-
-def _end_by(signum: int) -> None:
-    """End this process by ``signum``, as the fork it waited for ended."""
-    if signum not in (signal.SIGKILL, signal.SIGSTOP):
-        signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
 
 
 # --- the server's side -----------------------------------------------------------------------
@@ -350,8 +184,7 @@ def _run_job(request: dict[str, Any], fds: list[int], go: int) -> int:
     """In the fork: become the job's process and run its script; the exit status. ``go``:
     the pipe on which the server releases the fork once the job's process has passed on
     the signals that came before the fork was known (:data:`READY`)."""
-    global _IN_FORK
-    _IN_FORK = True
+    handoff._IN_FORK = True
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         if fd > 2:
@@ -755,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # through the imported module, whose state (_IN_FORK) the forks' hand_off reads
+    # through the imported module: one copy of its state, whoever imports it
     from crosslip.forkserver import main as _main
 
     sys.exit(_main())

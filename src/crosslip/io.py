@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import CrosslipError
-from .forkserver import hand_off
+from .handoff import hand_off
 
 if TYPE_CHECKING:
     import numpy as np
@@ -233,10 +233,11 @@ def run_script(
     ``threads`` sets torch's intra-op threads; torch is imported only then, so that a script
     that does not compute with it (tables, figures) does not load it.
 
-    First, where a job server runs the jobs (:mod:`crosslip.forkserver`), the whole
+    First, where a job server runs the jobs (:mod:`crosslip.forkserver`) and the script
+    has not been handed to it before its first line (:mod:`crosslip.handoff`), the whole
     script runs again in a fork of it, and this process exits as the fork does
-    (:func:`~crosslip.forkserver.hand_off`): a workflow script imports what it computes
-    with in ``main()``, after this hand-off.
+    (:func:`~crosslip.handoff.hand_off`): a workflow script imports what it computes
+    with in ``main()``, after this hand-off. In a fork of the server it does nothing.
     """
     hand_off()
     log = setup_logging(log_file)
