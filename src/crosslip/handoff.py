@@ -251,6 +251,7 @@ def serve_script_jobs() -> bool:
         return None
 
     execute_script.crosslip_handoff = True  # type: ignore[attr-defined]
+    execute_script.crosslip_plain = plain  # type: ignore[attr-defined]  # Snakemake's own
     PythonScript.execute_script = execute_script
     return True
 
