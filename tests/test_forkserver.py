@@ -52,6 +52,7 @@ SCRIPT = textwrap.dedent(
                 "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
                 "umask": umask, "path0": sys.path[0], "name": __name__,
                 "torch": "torch" in sys.modules, "named": "CROSSLIP_FORKSERVER" in os.environ,
+                "frozen": __import__("gc").get_freeze_count(),
                 "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
             }
             out.with_suffix(".tmp").write_text(json.dumps(facts))
@@ -190,6 +191,8 @@ def test_a_served_job_sees_what_it_sees_alone_and_exits_the_same(
     assert s["ppid"] == srv.pid and s["pgid"] == s["pid"]
     assert not s["torch"]  # the script's own imports, nothing more (torch is not preloaded)
     assert (a["named"], s["named"]) == (False, True)
+    # what the server imported is out of the fork's collections' reach (gc.freeze)
+    assert a["frozen"] == 0 and s["frozen"] > 0
     # the script's first lines: through the hand-off module, in the fork only
     assert ran_in(alone_out) == [p1.pid]
     assert ran_in(served_out) == ([p2.pid] if start == "python SCRIPT" else []) + [s["pid"]]

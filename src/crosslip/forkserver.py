@@ -37,6 +37,8 @@ What a served job does not share with a job in its own process:
   server's in every fork (crosslip draws only from generators it seeds; Python's
   ``random`` reseeds after a fork), and so is the seed of Python's string hashes (a set of
   strings iterates in the same order in every served job; alone, in each process's own).
+  What the imports made is frozen (``gc.freeze``): a fork's garbage collections do not
+  walk it, nor write to the pages it lies in, which the fork would then have to copy.
 
 At its end the fork does what Python does at exit: it waits for its threads that are not
 daemons, runs the ``atexit`` functions and flushes its streams.
@@ -56,6 +58,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import gc
 import importlib
 import io
 import json
@@ -461,6 +464,10 @@ def serve(
         start = time.perf_counter()
         for name in preload:
             importlib.import_module(name)
+        # What the imports made lives on in every fork: out of the collector's reach, a fork's
+        # collections do not walk it (nor write to its pages, which a fork would then copy).
+        gc.collect()
+        gc.freeze()
         print(
             f"crosslip job server: {len(preload)} modules imported in "
             f"{time.perf_counter() - start:.1f} s; serving at {path}",
