@@ -7,8 +7,9 @@ Under a server (:data:`ENV` set: ``python -m crosslip.forkserver -- snakemake ..
 each job of a ``script:`` directive as ``python -m crosslip.handoff SCRIPT`` instead of
 ``python SCRIPT``. That process imports only this module (a few milliseconds) and hands the
 script to the server (:func:`hand_off`) before the script's first line, Snakemake's
-preamble, which imports Snakemake to unpickle the job's ``snakemake`` object: about 0.15 s
-of CPU that a served job no longer spends twice. The fork runs the script from its first
+preamble, which imports Snakemake to unpickle the job's ``snakemake`` object and would
+then run again in the fork: the job's own process took 0.08 s of CPU that way and takes
+0.03 s this way (the tests' tiny run, docs/testing.md). The fork runs the script from its first
 line, so it is the same code as a job in its own process, minus the imports. Where the
 server cannot take the job, the process becomes ``python SCRIPT`` (``exec``), as Snakemake
 would have started it, without :data:`ENV`, after a line on stderr that says why.
