@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server n
 #: ``python -m crosslip.handoff`` does (as Snakemake's preamble then runs only there).
 SCRIPT = textwrap.dedent(
     """
-    import json, os, signal, sys, time
+    import gc, json, os, signal, sys, time
     from pathlib import Path
     with open(Path(__file__).with_name("ran"), "a") as ran:
         ran.write(f"{os.getpid()}\\n")
@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent(
                 "cwd": os.getcwd(), "argv": sys.argv, "probe": os.environ.get("PROBE"),
                 "umask": umask, "path0": sys.path[0], "name": __name__,
                 "torch": "torch" in sys.modules, "named": "CROSSLIP_FORKSERVER" in os.environ,
-                "frozen": __import__("gc").get_freeze_count(),
+                "frozen": gc.get_freeze_count(),
                 "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
             }
             out.with_suffix(".tmp").write_text(json.dumps(facts))
@@ -362,7 +362,7 @@ def test_the_hand_off_module_needs_a_script():
 
 
 def test_the_server_refuses_another_interpreter_crosslip_or_batch_job_and_its_forks(monkeypatch):
-    ours = forkserver._identity()
+    ours = forkserver.identity()
     assert forkserver._refusal({"identity": ours, "pid": 1}, set()) is None
     other = dict(ours, crosslip="/elsewhere/crosslip")
     reason = forkserver._refusal({"identity": other, "pid": 1}, set())

@@ -78,19 +78,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import handoff
 from .handoff import (
-    _HEADER,
-    _STATUS,
     ACCEPTED,
     BATCH_JOB_VARS,
     ENV,
     FORWARDED,
+    HEADER,
     READY,
     REFUSED,
-    _end_by,
-    _identity,
-    _recv_exactly,
+    STATUS,
+    end_by,
+    enter_fork,
+    identity,
+    recv_exactly,
     supported,
 )
 
@@ -133,7 +133,7 @@ def _refusal(request: dict[str, Any], forks: set[int]) -> str | None:
         if env.get(var) != os.environ.get(var):
             where = f"in {var}={os.environ[var]}" if var in os.environ else "outside it"
             return f"the job runs in the batch job {var}={env.get(var)}, the server {where}"
-    ours = _identity()
+    ours = identity()
     for key, theirs in request.get("identity", {}).items():
         if ours.get(key) != theirs:
             return f"the job's {key} is {theirs}, the server's {ours.get(key)}"
@@ -187,7 +187,7 @@ def _run_job(request: dict[str, Any], fds: list[int], go: int) -> int:
     """In the fork: become the job's process and run its script; the exit status. ``go``:
     the pipe on which the server releases the fork once the job's process has passed on
     the signals that came before the fork was known (:data:`READY`)."""
-    handoff._IN_FORK = True
+    enter_fork()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         if fd > 2:
@@ -279,11 +279,11 @@ class Server:
         conn, _ = self.listener.accept()
         conn.settimeout(10)
         try:
-            header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
-            if len(header) < _HEADER.size or len(fds) != 3:
+            header, fds, _flags, _addr = socket.recv_fds(conn, HEADER.size, 3)
+            if len(header) < HEADER.size or len(fds) != 3:
                 raise OSError("an incomplete request")
-            (size,) = _HEADER.unpack(header)
-            request = json.loads(_recv_exactly(conn, size))
+            (size,) = HEADER.unpack(header)
+            request = json.loads(recv_exactly(conn, size))
         except (OSError, ValueError) as err:
             print(f"crosslip job server: a bad request ({err})", file=sys.stderr)
             conn.close()
@@ -325,7 +325,7 @@ class Server:
                 traceback.print_exc()
             finally:
                 if status < 0:
-                    _end_by(-status)
+                    end_by(-status)
                 os._exit(status if status >= 0 else 1)
         for fd in fds:
             os.close(fd)
@@ -409,7 +409,7 @@ class Server:
             status = os.waitstatus_to_exitcode(wait_status)
         if job.conn is not None:
             with contextlib.suppress(OSError):
-                job.conn.sendall(_STATUS.pack(status))
+                job.conn.sendall(STATUS.pack(status))
             self._drop(job, None)
 
     def stop(self) -> None:

@@ -57,12 +57,19 @@ ACCEPTED, REFUSED = b"A", b"R"
 #: was known: the server then lets the fork run the script (every other byte is a signal).
 READY = 0
 
-_HEADER = struct.Struct("!I")
-_STATUS = struct.Struct("!i")
+#: A request's header (the length of its JSON) and the fork's exit status, on the socket.
+HEADER = struct.Struct("!I")
+STATUS = struct.Struct("!i")
 
-#: True in a fork of the server (set by :mod:`crosslip.forkserver`): its :func:`hand_off`
-#: runs the job there.
+#: True in a fork of the server (:func:`enter_fork`): its :func:`hand_off` runs the job there.
 _IN_FORK = False
+
+
+def enter_fork() -> None:
+    """Mark this process as a fork of the server, which runs its job itself: from now on
+    :func:`hand_off` returns at once."""
+    global _IN_FORK
+    _IN_FORK = True
 
 
 def supported() -> bool:
@@ -71,7 +78,7 @@ def supported() -> bool:
     return sys.platform == "linux" and hasattr(os, "pidfd_open")
 
 
-def _identity() -> dict[str, str]:
+def identity() -> dict[str, str]:
     """What must be the same in the server and a job it runs: the interpreter, the
     environment's prefix and the crosslip package imported."""
     import crosslip
@@ -86,7 +93,7 @@ def _identity() -> dict[str, str]:
 def _request(ignored: list[int], mask: set[signal.Signals]) -> dict[str, Any]:
     """What a fork needs to be this process: ``sys.argv``, ``sys.path``, working folder,
     environment, umask, the signals this process ignores and blocks, and
-    :func:`_identity`."""
+    :func:`identity`."""
     umask = os.umask(0)
     os.umask(umask)
     return {
@@ -98,12 +105,12 @@ def _request(ignored: list[int], mask: set[signal.Signals]) -> dict[str, Any]:
         "ignored": ignored,
         "blocked": sorted(int(sig) for sig in mask),
         "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
-        "identity": _identity(),
+        "identity": identity(),
         "pid": os.getpid(),
     }
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
     """``n`` bytes from ``sock``, or fewer if it closes first."""
     chunks = []
     while n:
@@ -140,9 +147,9 @@ def hand_off() -> None:
         try:
             sock.connect(address)
             payload = json.dumps(_request(ignored, mask)).encode()
-            socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
+            socket.send_fds(sock, [HEADER.pack(len(payload))], [0, 1, 2])
             sock.sendall(payload)
-            reply = _recv_exactly(sock, 1)
+            reply = recv_exactly(sock, 1)
         except OSError as err:
             sock.close()
             print(
@@ -197,18 +204,18 @@ def _install_forwarders(sock: socket.socket, ignored: list[int]) -> None:
 
 def _wait_for_fork(sock: socket.socket) -> None:
     """Wait for the fork's status from the server, then exit with it."""
-    data = _recv_exactly(sock, _STATUS.size)
-    if len(data) < _STATUS.size:  # the server died: its forks die with it
+    data = recv_exactly(sock, STATUS.size)
+    if len(data) < STATUS.size:  # the server died: its forks die with it
         print(f"crosslip: the job server {os.environ.get(ENV)} ended", file=sys.stderr)
         os._exit(1)
-    (status,) = _STATUS.unpack(data)
+    (status,) = STATUS.unpack(data)
     if status < 0:
-        _end_by(-status)
+        end_by(-status)
         os._exit(128 - status)
     os._exit(status)
 
 
-def _end_by(signum: int) -> None:
+def end_by(signum: int) -> None:
     """End this process by ``signum``, as the fork it waited for ended."""
     if signum not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(signum, signal.SIG_DFL)
