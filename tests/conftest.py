@@ -15,8 +15,8 @@ empty) runs every job and run in a process of its own; the tests of what only su
 process does (signals to a run's jobs, tests/test_interruptions.py; a SLURM job's process,
 tests/test_resume.py) take the server out of their own runs (``jobs_in_own_processes``).
 
-The SLURM test's first run, which mostly waits, starts in the background as soon as the
-session has selected that test (tests/slurm_cluster.py), in a folder that the controller
+The SLURM tests' runs, which mostly wait, start in the background as soon as the session
+has selected one of those tests (tests/slurm_cluster.py), in a folder that the controller
 makes, gives to every worker and removes at the end."""
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ def pytest_configure_node(node):
 
 
 def pytest_collection_finish(session):
-    """Start the SLURM test's first run in the background (tests/slurm_cluster.py) as soon
-    as the session has selected that test: in one process only (the first worker), and not
-    for ``--collect-only``."""
+    """Start the SLURM tests' runs in the background (tests/slurm_cluster.py) as soon as the
+    session has selected one of those tests: in one process only (the first worker), and
+    not for ``--collect-only``."""
     if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
-    if any(item.nodeid.split("@")[0] == slurm_cluster.TEST for item in session.items):
+    if any(item.nodeid.startswith(slurm_cluster.TESTS) for item in session.items):
         slurm_cluster.start(slurm_cluster.session_folder(session.config))
 
 

@@ -1,18 +1,26 @@
-"""The SLURM test's cluster (tests/cluster/slurm.sh) and its first run through
+"""The SLURM tests' cluster (tests/cluster/slurm.sh) and their runs through
 ``--profile profiles/slurm``, made by a background process that the test session starts as
-soon as it has collected the SLURM test (``tests/conftest.py``).
+soon as it has collected a SLURM test (``tests/conftest.py``).
 
-The first run spends most of its 100 s waiting: the executor plugin checks the status of
-its jobs at an interval that grows by 10 s after each check that sees no job finish. Run
-inside the test, it held a pytest worker, and so a core, idle for that time. In the
-background it overlaps the other tests; the test waits for its record (:func:`wait`) and
-checks it as it checked the run it made itself, then makes the second and the failing run.
+The runs spend most of their time waiting: the executor plugin checks the status of its
+jobs at an interval that grows by 10 s after each check that sees no job succeed (the first
+run 100 s, the failing run about 25 s). Run inside a test, each held a pytest worker, and so
+a core, idle for that time. In the background they overlap the other tests; the tests wait
+for the records (:func:`wait`) and check them as they checked the runs they made
+themselves.
 
-The record (``first_run.json`` in the session's folder, written once the run has ended):
-``skip`` (why no cluster could start), or the run's return code, output and seconds, and
-``scontrol show job`` of every job it submitted, taken at once (the cluster forgets a job
-``MinJobAge`` seconds after it ended). ``python -m tests.slurm_cluster FOLDER`` is the
-background process.
+The background process, in ``session/work``:
+
+1. starts the cluster in ``session/cluster`` and runs ONE_MODEL through it; keeps a copy of
+   the results (``session/first_results/results``: the per-instance results and the tables) and
+   writes ``first_run.json``: ``skip`` (why no cluster could start), or the run's return
+   code, output and seconds, and ``scontrol show job`` of every job it submitted, taken at
+   once (the cluster forgets a job ``MinJobAge`` seconds after it ended);
+2. then, where the first run succeeded: the same command again; a second start of the
+   cluster from a client's shell; a failing run (a damaged model file, the certification
+   only); and writes ``later_runs.json`` with their outputs and the failed jobs' states.
+
+``python -m tests.slurm_cluster FOLDER`` is the background process.
 
 ``python -m tests.slurm_cluster node-failure DIR`` is the node-failure check of
 docs/scaling.md, made by hand (:func:`node_failure`)."""
@@ -34,12 +42,15 @@ import pytest
 import yaml
 
 from .helpers import ROOT, snakemake_cmd
-from .workflow_helpers import ONE_MODEL, THREADS, changed, offline_env
+from .workflow_helpers import ONE_MODEL, ONE_MODEL_ID, THREADS, changed, offline_env
 
 CLUSTER = ROOT / "tests" / "cluster" / "slurm.sh"
-#: The test that uses the cluster: the session starts the first run when it selects it.
-TEST = "tests/test_slurm.py::test_the_workflow_runs_through_a_real_slurm_cluster"
+#: The tests that use the cluster: the session starts its runs when it selects one.
+TESTS = "tests/test_slurm.py::"
 RECORD = "first_run.json"
+LATER = "later_runs.json"
+#: The copy of the first run's results (the failing run changes the work folder).
+FIRST_RESULTS = "first_results"
 #: Where the controller process keeps the session's folder (pytest's stash); workers get it
 #: in their ``workerinput`` (conftest.pytest_configure_node).
 FOLDER = pytest.StashKey[Path]()
@@ -110,8 +121,9 @@ def start_cluster(cluster: Path, env: dict[str, str] | None = None) -> subproces
 
 
 def first_run(session: Path) -> dict:
-    """Start the cluster in ``session/cluster`` and run ONE_MODEL through it in
-    ``session/work``; the record (module docstring)."""
+    """Start the cluster in ``session/cluster``, run ONE_MODEL through it in
+    ``session/work`` and copy its results to ``session/first_results``; the record (module
+    docstring)."""
     cluster = session / "cluster"
     cluster.mkdir(exist_ok=True)
     start = start_cluster(cluster)
@@ -130,7 +142,44 @@ def first_run(session: Path) -> dict:
     seconds = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
     jobs = {slurm_id: show_job(env, slurm_id) for slurm_id, _ in submitted(out)}
+    for folder in ("instances", "tables"):
+        if (work / "results" / folder).is_dir():
+            shutil.copytree(work / "results" / folder, session / FIRST_RESULTS / "results" / folder)
     return {"returncode": proc.returncode, "output": out, "seconds": seconds, "jobs": jobs}
+
+
+def later_runs(session: Path) -> dict:
+    """After a successful first run: the same command again (``again``: return code and
+    output); ``slurm.sh start`` from a client's shell, with the srun wrapper first on PATH
+    (``restart``: return code, output and the wrapper's command); and a run of the
+    certification only with the model file damaged (``failed``: return code, stdout and
+    stderr, and ``scontrol show job`` of each job that the run reports failed)."""
+    cluster, work = session / "cluster", session / "work"
+    env = client_env(cluster)
+    again = subprocess.run(command(work), capture_output=True, text=True, env=env, timeout=300)
+    started = start_cluster(cluster, env)
+    wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[-1]
+    model = work / "results" / "models" / "mnist5k" / ONE_MODEL_ID / "model.pt"
+    model.write_bytes(b"damaged")
+    certified = f"results/certify/mnist5k/{ONE_MODEL_ID}.parquet"
+    failed = subprocess.run(
+        command(work, certified), capture_output=True, text=True, env=env, timeout=600
+    )
+    failed_ids = re.findall(r"SLURM-job '(\d+)' failed", failed.stdout + failed.stderr)
+    return {
+        "again": {"returncode": again.returncode, "output": again.stdout + again.stderr},
+        "restart": {
+            "returncode": started.returncode,
+            "output": started.stdout + started.stderr,
+            "wrapper": wrapper,
+        },
+        "failed": {
+            "returncode": failed.returncode,
+            "stdout": failed.stdout,
+            "stderr": failed.stderr,
+            "jobs": {i: show_job(env, i) for i in failed_ids},
+        },
+    }
 
 
 def start(session: Path) -> None:
@@ -148,19 +197,33 @@ def start(session: Path) -> None:
     (session / "pid").write_text(str(proc.pid))
 
 
-def wait(session: Path, timeout: float = 900) -> dict:
-    """The first run's record, once written; the run is started here if the session did
-    not start it (the test run alone in a way that skipped the hook)."""
+def wait(session: Path, name: str = RECORD, timeout: float = 900) -> dict:
+    """The record ``name`` (:data:`RECORD` or :data:`LATER`), once written; the runs are
+    started here if the session did not start them (a test run alone in a way that skipped
+    the hook)."""
     if not (session / "pid").exists():
         start(session)
-    record = session / RECORD
+    record = session / name
     deadline = time.monotonic() + timeout
     while not record.exists():
         if time.monotonic() > deadline:
             log = (session / "background.log").read_text()
-            raise TimeoutError(f"no first SLURM run after {timeout} s: {log[-3000:]}")
+            raise TimeoutError(f"no {name} after {timeout} s: {log[-3000:]}")
         time.sleep(0.5)
     return json.loads(record.read_text())
+
+
+def write_record(session: Path, name: str, make) -> dict:
+    """``make()``'s record (or the traceback of its error, which the test reports) written
+    to ``session/name`` under a temporary name first; the record."""
+    try:
+        record = make()
+    except Exception:
+        record = {"error": traceback.format_exc()}
+    tmp = session / f".{name}.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.rename(session / name)
+    return record
 
 
 def stop(session: Path) -> None:
@@ -253,10 +316,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "node-failure":
         sys.exit(node_failure(Path(sys.argv[2]).resolve()))
     folder = Path(sys.argv[1])
-    try:
-        record = first_run(folder)
-    except Exception:  # the test reports it, with the traceback
-        record = {"error": traceback.format_exc()}
-    tmp = folder / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record))
-    tmp.rename(folder / RECORD)
+    first = write_record(folder, RECORD, lambda: first_run(folder))
+    if first.get("returncode") == 0:
+        write_record(folder, LATER, lambda: later_runs(folder))
+    else:  # nothing to do after a first run that did not finish
+        write_record(folder, LATER, lambda: {"skip": "the first run did not finish"})

@@ -4,12 +4,17 @@
 and a job that fails is reported with its SLURM job id and, on the terminal, its reason
 (though its stderr went to the SLURM log), while the results already made stay. Skipped,
 with the reason, where the SLURM and munge packages are missing and cannot be installed
-(not root, no apt-get)."""
+(not root, no apt-get).
+
+The runs are made in the background while the other tests run (tests/slurm_cluster.py);
+the tests check their records. The first test compares with the local run of the same
+config (``one_model_run``), so it runs on the worker that made that run; the second needs
+no local run and so runs wherever and whenever the scheduler puts it, usually late, when
+the background runs have ended."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -27,16 +32,31 @@ from .workflow_helpers import LOCAL_RULES, ONE_MODEL_ID
 BATCH_RULES = {"prepare_data", "train", "certify", "attack"}
 
 
+def record(request, name: str) -> dict:
+    """The background record ``name`` (tests/slurm_cluster.py); skips, with the reason,
+    where no cluster could start."""
+    folder = session_folder(request.config)
+    first = slurm_cluster.wait(folder)
+    if "skip" in first:
+        pytest.skip(first["skip"])
+    assert "error" not in first, first["error"]
+    found = first if name == slurm_cluster.RECORD else slurm_cluster.wait(folder, name)
+    assert "error" not in found, found["error"]
+    return found
+
+
 @pytest.fixture(scope="session")
 def first_run(request) -> dict:
-    """The record of the first run through the cluster, which the session started in the
-    background (tests/slurm_cluster.py); skips, with the reason, where no cluster could
-    start."""
-    record = slurm_cluster.wait(session_folder(request.config))
-    if "skip" in record:
-        pytest.skip(record["skip"])
-    assert "error" not in record, record["error"]
-    return record
+    """The record of the first run through the cluster."""
+    return record(request, slurm_cluster.RECORD)
+
+
+@pytest.fixture(scope="session")
+def later_runs(request, first_run) -> dict:
+    """The record of the runs after the first: the same command again, a second start of
+    the cluster, and a failing run."""
+    assert first_run["returncode"] == 0, first_run["output"][-6000:]
+    return record(request, slurm_cluster.LATER)
 
 
 def batch_jobs(output: str) -> dict[str, list[str]]:
@@ -67,9 +87,6 @@ def results_of(work: Path) -> dict[str, pd.DataFrame]:
 @pytest.mark.slow
 def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run, request):
     session = session_folder(request.config)
-    env = slurm_cluster.client_env(session / "cluster")
-    work = session / "work"
-    cmd = slurm_cluster.command(work)
     out = first_run["output"]
     assert first_run["returncode"] == 0, out[-6000:]
     print(f"ONE_MODEL through SLURM: {first_run['seconds']:.1f} s")
@@ -84,55 +101,58 @@ def test_the_workflow_runs_through_a_real_slurm_cluster(one_model_run, first_run
     for rule, ids in jobs.items():
         gpus = ["TresPerJob=gres:gpu:1" in shown[i] for i in ids]
         assert gpus == [rule in {"train", "certify", "attack"}] * len(ids), (rule, ids)
-    # the same results as the local run of the same config
-    local, remote = results_of(one_model_run), results_of(work)
+    # the same results as the local run of the same config (the copy taken right after the
+    # run: the failing run of the next test changes the work folder)
+    local, remote = results_of(one_model_run), results_of(session / slurm_cluster.FIRST_RESULTS)
     assert sorted(remote) == sorted(local)
     for name, frame in local.items():
         pd.testing.assert_frame_equal(remote[name], frame, obj=name)
+
+
+@pytest.mark.slow
+def test_after_a_slurm_run_nothing_is_redone_and_a_failed_job_is_reported(later_runs, request):
+    session = session_folder(request.config)
+    work = session / "work"
     # a second run submits nothing
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    assert "SLURM jobid" not in again.stdout + again.stderr
+    again = later_runs["again"]
+    assert again["returncode"] == 0 and "Nothing to be done" in again["output"], again
+    assert "SLURM jobid" not in again["output"]
     # a second start from a client's shell (PATH with the srun wrapper first: how a user
     # brings a stopped daemon back) keeps the wrapper on the real srun, not on itself
-    cluster = session / "cluster"
-    started = slurm_cluster.start_cluster(cluster, env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[1]
-    assert not wrapper.startswith(str(cluster)), wrapper
+    restart = later_runs["restart"]
+    assert restart["returncode"] == 0, restart["output"]
+    assert not restart["wrapper"].startswith(str(session / "cluster")), restart["wrapper"]
     # a job that fails (a damaged model file) is reported, with its SLURM job id, and
     # loses nothing: the results made before stay, the failed job leaves no output. The
     # command asks for the certification only: the node's one GPU runs one GPU job at a
     # time, and the plugin's status interval grows by 10 s after each check that sees no
     # job succeed, so a failing attack queued behind it made the run 66 s instead of 35 s
+    failed = later_runs["failed"]
+    fout = failed["stdout"] + failed["stderr"]
+    assert failed["returncode"] != 0, fout[-3000:]
+    failed_ids = re.findall(r"SLURM-job '(\d+)' failed", fout)
+    assert failed_ids and sorted(failed["jobs"]) == sorted(failed_ids), fout[-3000:]
+    assert all(state(shown) == "FAILED" for shown in failed["jobs"].values()), failed["jobs"]
     res = work / "results"
     model = res / "models" / "mnist5k" / ONE_MODEL_ID / "model.pt"
-    model.write_bytes(b"damaged")
-    kept = {p: p.read_bytes() for p in (res / "tables").iterdir()}
-    certified = f"results/certify/mnist5k/{ONE_MODEL_ID}.parquet"
-    failed = subprocess.run(
-        slurm_cluster.command(work, certified), capture_output=True, text=True, env=env, timeout=600
-    )
-    fout = failed.stdout + failed.stderr
-    assert failed.returncode != 0, fout[-3000:]
-    failed_ids = re.findall(r"SLURM-job '(\d+)' failed", fout)
-    assert failed_ids and all(
-        state(slurm_cluster.show_job(env, i)) == "FAILED" for i in failed_ids
-    ), fout[-3000:]
+    assert model.read_bytes() == b"damaged"  # the file that the failing run was given
     assert "Error in rule certify" in fout and "Error in rule attack" not in fout
     assert f"{model.relative_to(work)}: refused to load" in "".join(
         p.read_text() for p in (res / "logs").rglob("*.log")
     )
     # the reason reaches the terminal although each job's stderr went to its SLURM log:
     # crosslip's summary names each failed job, its one-line reason and its own log
-    lines = failed.stderr.splitlines()
+    lines = failed["stderr"].splitlines()
     summary = [ln for ln in lines if re.fullmatch(r"crosslip: \d+ job\(s\) failed:", ln)]
-    assert len(summary) == 1, failed.stderr[-3000:]
+    assert len(summary) == 1, failed["stderr"][-3000:]
     listed = lines[lines.index(summary[0]) + 1 :][: int(summary[0].split()[1])]
     assert len(listed) == 1 and listed[0].startswith("  certify ("), listed
     for line in listed:
         log = re.search(r"\[log: (\S+)\]$", line).group(1)
         assert f": {failure_reason(work / log)}  [log: {log}]" in line
         assert "refused to load" in line
-    assert {p: p.read_bytes() for p in (res / "tables").iterdir()} == kept
+    # the tables of the first run are as they were, and no temporary is left
+    tables = session / slurm_cluster.FIRST_RESULTS / "results" / "tables"
+    kept = {p.name: p.read_bytes() for p in tables.iterdir()}
+    assert {p.name: p.read_bytes() for p in (res / "tables").iterdir()} == kept
     assert not list((res / "certify").rglob("*.parquet.tmp*"))
