@@ -17,14 +17,15 @@ XDIST ?= -n auto --dist loadgroup
 # (x0.63, docs/testing.md): pip 25.1 and later choose among an index's files three times faster
 # than the pip a new venv brings (nothing is fetched where the venv's pip already
 # satisfies it), and the installed modules are byte-compiled in a process per core instead
-# of one file after another inside pip; a module that cannot compile (torch's Python-3.12
-# test helper) is left as pip leaves it.
+# of one file after another inside pip. Not compiled: the packages' own test suites
+# (`tests/` and `test/` folders, a third of the code, which nothing here imports), and a
+# module that cannot compile (torch's Python-3.12 test helper), as pip leaves it.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "pip>=25.1"
 	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
 	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
-	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
+	$(BIN)/python -m compileall -qq -j 0 -x 'site-packages/.*/tests?/' $(VENV)/lib || true
 	touch $@
 
 # A killed run resumes with the same command (docs/troubleshooting-resume.md). ARGS: more
