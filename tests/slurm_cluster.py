@@ -151,14 +151,13 @@ def first_run(session: Path) -> dict:
 def later_runs(session: Path) -> dict:
     """After a successful first run: the same command again (``again``: return code and
     output); ``slurm.sh start`` from a client's shell, with the srun wrapper first on PATH
-    (``restart``: return code, output and the wrapper's command); and a run of the
+    (``restart``: return code, output and the srun wrapper's text after it); and a run of the
     certification only with the model file damaged (``failed``: return code, stdout and
     stderr, and ``scontrol show job`` of each job that the run reports failed)."""
     cluster, work = session / "cluster", session / "work"
     env = client_env(cluster)
     again = subprocess.run(command(work), capture_output=True, text=True, env=env, timeout=300)
     started = start_cluster(cluster, env)
-    wrapper = (cluster / "bin" / "srun").read_text().split("exec ", 1)[-1]
     model = work / "results" / "models" / "mnist5k" / ONE_MODEL_ID / "model.pt"
     model.write_bytes(b"damaged")
     certified = f"results/certify/mnist5k/{ONE_MODEL_ID}.parquet"
@@ -171,7 +170,7 @@ def later_runs(session: Path) -> dict:
         "restart": {
             "returncode": started.returncode,
             "output": started.stdout + started.stderr,
-            "wrapper": wrapper,
+            "srun": (cluster / "bin" / "srun").read_text(),
         },
         "failed": {
             "returncode": failed.returncode,

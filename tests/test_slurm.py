@@ -121,7 +121,8 @@ def test_after_a_slurm_run_nothing_is_redone_and_a_failed_job_is_reported(later_
     # brings a stopped daemon back) keeps the wrapper on the real srun, not on itself
     restart = later_runs["restart"]
     assert restart["returncode"] == 0, restart["output"]
-    assert not restart["wrapper"].startswith(str(session / "cluster")), restart["wrapper"]
+    wrapper = restart["srun"].split("exec ", 1)[1]
+    assert not wrapper.startswith(str(session / "cluster")), wrapper
     # a job that fails (a damaged model file) is reported, with its SLURM job id, and
     # loses nothing: the results made before stay, the failed job leaves no output. The
     # command asks for the certification only: the node's one GPU runs one GPU job at a
