@@ -32,31 +32,25 @@ from .workflow_helpers import LOCAL_RULES, ONE_MODEL_ID
 BATCH_RULES = {"prepare_data", "train", "certify", "attack"}
 
 
-def record(request, name: str) -> dict:
-    """The background record ``name`` (tests/slurm_cluster.py); skips, with the reason,
-    where no cluster could start."""
-    folder = session_folder(request.config)
-    first = slurm_cluster.wait(folder)
-    if "skip" in first:
-        pytest.skip(first["skip"])
-    assert "error" not in first, first["error"]
-    found = first if name == slurm_cluster.RECORD else slurm_cluster.wait(folder, name)
-    assert "error" not in found, found["error"]
-    return found
-
-
 @pytest.fixture(scope="session")
 def first_run(request) -> dict:
-    """The record of the first run through the cluster."""
-    return record(request, slurm_cluster.RECORD)
+    """The record of the first run through the cluster, made in the background
+    (tests/slurm_cluster.py); skips, with the reason, where no cluster could start."""
+    record = slurm_cluster.wait(session_folder(request.config))
+    if "skip" in record:
+        pytest.skip(record["skip"])
+    assert "error" not in record, record["error"]
+    return record
 
 
 @pytest.fixture(scope="session")
 def later_runs(request, first_run) -> dict:
     """The record of the runs after the first: the same command again, a second start of
-    the cluster, and a failing run."""
+    the cluster, and a failing run (made only after a first run that succeeded)."""
     assert first_run["returncode"] == 0, first_run["output"][-6000:]
-    return record(request, slurm_cluster.LATER)
+    record = slurm_cluster.wait(session_folder(request.config), slurm_cluster.LATER)
+    assert "error" not in record, record["error"]
+    return record
 
 
 def batch_jobs(output: str) -> dict[str, list[str]]:
