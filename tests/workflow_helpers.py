@@ -37,8 +37,9 @@ OFFLINE = {
 }
 
 
-def offline_env() -> dict[str, str]:
-    env = {**os.environ, **OFFLINE}
+def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment if None) with :data:`OFFLINE`'s proxies."""
+    env = {**(os.environ if base is None else base), **OFFLINE}
     env.pop("no_proxy", None)
     env.pop("NO_PROXY", None)
     return env
