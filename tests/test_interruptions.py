@@ -5,12 +5,10 @@ results equal an uninterrupted run."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from crosslip.pipeline import (
 from crosslip.report import write_tables
 
 from .helpers import fields, random_net, snakemake_cmd
+from .job_gate import JobGate
 from .workflow_helpers import (
     SECONDS,
     SWEEP,
@@ -220,7 +219,7 @@ def test_every_stage_output_appears_only_by_rename(stage_inputs, monkeypatch, st
 #: interruption test: 6 models (one diverges: weight decay 1 at lr 1000), 1000 certified
 #: points each (the whole mnist5k test split), 5 attacked points: 32 jobs, each a few
 #: tenths of a second of computation after a few seconds of Python start-up (the interrupted
-#: jobs are held, wait_for_job, so their length does not matter).
+#: jobs are held at the gate, tests/job_gate.py, so their length does not matter).
 #: The interruption test's config: two models of the sweep, everything else the same.
 INTERRUPT = changed(
     SWEEP,
@@ -292,11 +291,12 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start(work: Path) -> subprocess.Popen:
-    """The run command, in its own process group (as a terminal or a batch system would)."""
+def start(work: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The run command, in its own process group (as a terminal or a batch system would);
+    ``env``: the environment, before the offline proxies (``offline_env``)."""
     return subprocess.Popen(
         snakemake_cmd(work, *RUN, configfile=work / "config.yaml"),
-        env=offline_env(),
+        env=offline_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -305,64 +305,10 @@ def start(work: Path) -> subprocess.Popen:
     )
 
 
-def wait_for_job(proc: subprocess.Popen, rule: str) -> tuple[str, psutil.Process]:
-    """Wait until a ``rule`` job has started: its script has opened its log file (right
-    before its main function); stop it there (SIGSTOP) and return its model and process.
-    Held, it cannot finish before the test interrupts it, however fast or loaded the machine
-    (a SIGKILL ends it as it is; send it any other signal, then :func:`resume` it). A job that
-    a job server runs (``make run``'s, or the one this process names for its commands:
-    crosslip.forkserver) is the server's fork that has opened the rule's log: the process
-    that computes."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"finished before a {rule} job ran:\n{proc.stdout.read()}"
-        for child in psutil.Process(proc.pid).children(recursive=True) + named_server_forks():
-            try:
-                cmd = child.cmdline()
-                served = "crosslip.forkserver" in cmd and "--serve" in cmd
-                if not served and not any(a.endswith(f".{rule}.py") for a in cmd):
-                    continue
-                logs = [
-                    Path(f.path)
-                    for f in child.open_files()
-                    if f.path.endswith(".log") and (not served or f"/logs/{rule}/" in f.path)
-                ]
-            except psutil.NoSuchProcess:
-                continue
-            if logs:
-                child.suspend()
-                return logs[0].stem, child
-        time.sleep(0.01)
-    raise AssertionError(f"no {rule} job started")
-
-
-def named_server_forks() -> list[psutil.Process]:
-    """The forks of the job server that this process names for its commands' jobs
-    (:data:`crosslip.forkserver.ENV`, tests/conftest.py), if any: they are not descendants
-    of the run they serve."""
-    socket = os.environ.get(forkserver.ENV)
-    forks = []
-    for child in psutil.Process().children() if socket else []:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if "--serve" in child.cmdline() and socket in child.cmdline():
-                forks += child.children()
-    return forks
-
-
-def resume(job: psutil.Process) -> None:
-    """Let a job stopped by :func:`wait_for_job` run on, so that a signal sent to it while it
-    was stopped arrives; unless Snakemake, stopping on that signal itself, has killed it
-    first (then it has ended as well: on a loaded machine Snakemake can be the quicker)."""
-    with contextlib.suppress(psutil.NoSuchProcess):
-        job.resume()
-
-
-def kill_group(proc: subprocess.Popen, *served: psutil.Process) -> None:
-    """SIGKILL to Snakemake and all its jobs at once (a killed terminal, node, allocation).
-    ``served``: forks of a job server outside the group (:func:`named_server_forks`), which must
-    end too (the server kills a fork whose job's process is gone)."""
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to Snakemake and all its jobs at once (a killed terminal, node, allocation);
+    every process of the run has ended afterwards."""
     family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    family += served
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     psutil.wait_procs(family, timeout=30)
@@ -398,14 +344,16 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     interruptions = 0
 
     # (a) SIGKILL to Snakemake and its jobs while a model trains.
-    proc = start(work)
-    model, _ = wait_for_job(proc, "train")
-    kill_group(proc)
+    with JobGate(at="log") as gate:
+        proc = start(work, gate.env)
+        job = gate.hold("train", proc)
+        kill_group(proc)
+    model = job.wildcards["model"]
     interruptions += 1
     assert not (work / f"results/models/mnist5k/{model}/model.pt").exists()  # killed mid-way
     assert not (work / f"results/models/mnist5k/{model}/metrics.json").exists()
     # (a kill during a write would leave a hidden temporary, never a file under its final
-    # name; the kill lands in a computation here, so normally there is none)
+    # name; the kill lands as the job opens its log here, so there is none)
     leftovers = set(temporaries(work / "results"))
     # Snakemake's lock files outlive a SIGKILL; the run lock does not (crosslip.jobs.runlock), so
     # the same command needs no --unlock (the run itself: tests/test_resume.py).
@@ -427,10 +375,12 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     half.unlink()
 
     # (b) The scheduler kills a certification job (SIGKILL to its process only).
-    proc = start(work)
-    model, job = wait_for_job(proc, "certify")
-    job.kill()
-    out = proc.communicate(timeout=600)[0]
+    with JobGate(at="log") as gate:
+        proc = start(work, gate.env)
+        job = gate.hold("certify", proc)
+        os.kill(job.pid, signal.SIGKILL)
+        out = proc.communicate(timeout=600)[0]
+    model = job.wildcards["model"]
     interruptions += 1
     assert proc.returncode == 1 and "Error in rule certify" in out, out
     assert not (work / f"results/certify/mnist5k/{model}.parquet").exists()
@@ -441,11 +391,12 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
 
     # (c) Ctrl-C in the terminal (SIGINT to Snakemake and its jobs) during a certification:
     # Snakemake stops the jobs and releases its lock.
-    proc = start(work)
-    model, job = wait_for_job(proc, "certify")
-    os.killpg(proc.pid, signal.SIGINT)
-    resume(job)  # the SIGINT reaches it once it runs again
-    out = proc.communicate(timeout=600)[0]
+    with JobGate(at="log") as gate:
+        proc = start(work, gate.env)
+        job = gate.hold("certify", proc)
+        os.killpg(proc.pid, signal.SIGINT)  # it reaches the job at once, held or not
+        out = proc.communicate(timeout=600)[0]
+    model = job.wildcards["model"]
     interruptions += 1
     assert proc.returncode == 1, out
     assert not (work / f"results/certify/mnist5k/{model}.parquet").exists()
@@ -455,11 +406,12 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
 
     # (d) A batch system ends the allocation (scancel, time limit: SIGTERM to Snakemake and
     # its jobs, SIGKILL after a grace period) during a certification.
-    proc = start(work)
-    model, job = wait_for_job(proc, "certify")
-    os.killpg(proc.pid, signal.SIGTERM)
-    resume(job)
-    out = proc.communicate(timeout=600)[0]
+    with JobGate(at="log") as gate:
+        proc = start(work, gate.env)
+        job = gate.hold("certify", proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=600)[0]
+    model = job.wildcards["model"]
     interruptions += 1
     # The jobs die of the signal; Snakemake reports them failed, exits 1 and releases its
     # lock (unlike after a SIGKILL), so the same command can simply run again.
