@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -305,6 +306,21 @@ def start(work: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     )
 
 
+def signal_a_certification(
+    work: Path, send: Callable[[int, int], None]
+) -> tuple[subprocess.Popen, str, str]:
+    """Start the run with its first certify job held as it opens its log
+    (tests/job_gate.py), call ``send(job's pid, run's pid)`` (the run leads its process
+    group), and wait for the run to end: the run, its output and the held job's model. A
+    signal reaches the held job at once: it waits, it is not stopped."""
+    with JobGate(at="log") as gate:
+        proc = start(work, gate.env)
+        job = gate.hold("certify", proc)
+        send(job.pid, proc.pid)
+        out = proc.communicate(timeout=600)[0]
+    return proc, out, job.wildcards["model"]
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL to Snakemake and all its jobs at once (a killed terminal, node, allocation);
     every process of the run has ended afterwards."""
@@ -375,12 +391,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     half.unlink()
 
     # (b) The scheduler kills a certification job (SIGKILL to its process only).
-    with JobGate(at="log") as gate:
-        proc = start(work, gate.env)
-        job = gate.hold("certify", proc)
-        os.kill(job.pid, signal.SIGKILL)
-        out = proc.communicate(timeout=600)[0]
-    model = job.wildcards["model"]
+    proc, out, model = signal_a_certification(work, lambda job, _: os.kill(job, signal.SIGKILL))
     interruptions += 1
     assert proc.returncode == 1 and "Error in rule certify" in out, out
     assert not (work / f"results/certify/mnist5k/{model}.parquet").exists()
@@ -391,12 +402,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
 
     # (c) Ctrl-C in the terminal (SIGINT to Snakemake and its jobs) during a certification:
     # Snakemake stops the jobs and releases its lock.
-    with JobGate(at="log") as gate:
-        proc = start(work, gate.env)
-        job = gate.hold("certify", proc)
-        os.killpg(proc.pid, signal.SIGINT)  # it reaches the job at once, held or not
-        out = proc.communicate(timeout=600)[0]
-    model = job.wildcards["model"]
+    proc, out, model = signal_a_certification(work, lambda _, run: os.killpg(run, signal.SIGINT))
     interruptions += 1
     assert proc.returncode == 1, out
     assert not (work / f"results/certify/mnist5k/{model}.parquet").exists()
@@ -406,12 +412,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
 
     # (d) A batch system ends the allocation (scancel, time limit: SIGTERM to Snakemake and
     # its jobs, SIGKILL after a grace period) during a certification.
-    with JobGate(at="log") as gate:
-        proc = start(work, gate.env)
-        job = gate.hold("certify", proc)
-        os.killpg(proc.pid, signal.SIGTERM)
-        out = proc.communicate(timeout=600)[0]
-    model = job.wildcards["model"]
+    proc, out, model = signal_a_certification(work, lambda _, run: os.killpg(run, signal.SIGTERM))
     interruptions += 1
     # The jobs die of the signal; Snakemake reports them failed, exits 1 and releases its
     # lock (unlike after a SIGKILL), so the same command can simply run again.
