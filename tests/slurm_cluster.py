@@ -100,6 +100,11 @@ def submitted(output: str) -> list[tuple[str, str]]:
     return re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", output)
 
 
+def failed_jobs(output: str) -> list[str]:
+    """SLURM job id of every job that Snakemake reports failed, from its output."""
+    return re.findall(r"SLURM-job '(\d+)' failed", output)
+
+
 def show_job(env: dict[str, str], slurm_id: str) -> str:
     """``scontrol show job`` of a job the cluster still holds (MinJobAge 300 s)."""
     shown = subprocess.run(
@@ -164,7 +169,6 @@ def later_runs(session: Path) -> dict:
     failed = subprocess.run(
         command(work, certified), capture_output=True, text=True, env=env, timeout=600
     )
-    failed_ids = re.findall(r"SLURM-job '(\d+)' failed", failed.stdout + failed.stderr)
     return {
         "again": {"returncode": again.returncode, "output": again.stdout + again.stderr},
         "restart": {
@@ -176,7 +180,7 @@ def later_runs(session: Path) -> dict:
             "returncode": failed.returncode,
             "stdout": failed.stdout,
             "stderr": failed.stderr,
-            "jobs": {i: show_job(env, i) for i in failed_ids},
+            "jobs": {i: show_job(env, i) for i in failed_jobs(failed.stdout + failed.stderr)},
         },
     }
 
