@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.models.resnet",
         "crosslip.models.torch_softplus",
         "crosslip.results_schema",
+        "crosslip.certified_accuracy",
     ),  # classifiers, schema
     ("crosslip.training.regularizers", "crosslip.certify", "crosslip.attacks"),  # the paper's maths
     (
@@ -60,6 +61,7 @@ LAYERS: list[tuple[str, ...]] = [
 TORCH_FREE = [
     "crosslip.report",
     "crosslip.results_schema",
+    "crosslip.certified_accuracy",
     "crosslip.io",
     "crosslip.forkserver",
     "crosslip.handoff",  # a job's process hands off to the server before any import

@@ -57,9 +57,10 @@ def setting_fields(setting: str) -> dict[str, str]:
 
 
 def grid(setting: str, **common) -> list[TrainConfig]:
-    """Every regularizer, two learning rates, two lambdas: one batch of 7 networks."""
+    """Every regularizer, two learning rates, two lambdas: one batch of 9 networks."""
     common = {"epochs": 3, "hidden": 12, "batch_size": 32, "seed": 5, **setting_fields(setting)}
     common["crop"] = 20
+    common.update(certified_radius=0.8, certified_warmup=0.5)
     return [
         TrainConfig(regularizer="cross_lipschitz", lam=1e-2, lr=0.5, **common),
         TrainConfig(regularizer="none", lr=0.2, **common),
@@ -68,6 +69,8 @@ def grid(setting: str, **common) -> list[TrainConfig]:
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
         TrainConfig(regularizer="none", lr=0.5, **common),
         TrainConfig(regularizer="dropout", keep_hidden=0.7, keep_input=0.9, lr=0.5, **common),
+        TrainConfig(regularizer="certified_margin", lam=1.0, lr=0.2, **common),
+        TrainConfig(regularizer="certified_margin", lam=0.5, lr=0.5, **common),
     ]
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Regularizers of the networks: none, Cross-Lipschitz (Section 3), weight decay, dropout.
-NET_REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout")
+#: Regularizers of the networks: none, Cross-Lipschitz (Section 3), weight decay, dropout,
+#: and the certified margin (training for the curvature certificate, beyond the paper).
+NET_REGULARIZERS = ("none", "cross_lipschitz", "weight_decay", "dropout", "certified_margin")
 #: Regularizers of the Gaussian-kernel models: Kernel-LogReg (RKHS norm) and Kernel-CL.
 KERNEL_REGULARIZERS = ("kernel_logreg", "kernel_cl")
 #: Network architectures (``arch`` of a training config).

@@ -13,6 +13,7 @@ with status ``diverged`` and empty means.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -20,12 +21,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .certified_accuracy import accuracy_columns, accuracy_row
+from .config.schema import default
 from .io import atomic_path
 from .jobs.selection import method_of
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
 
+from .norms import NORMS
 from .results_schema import (
     L2_UPPER_METHODS,
     MEAN_COLUMNS,
@@ -75,6 +79,7 @@ REG_LABEL = {
     "dropout": "Dropout",
     "weight_decay": "Weight Dec.",
     "cross_lipschitz": "Cross Lip.",
+    "certified_margin": "Cert. Margin",
     "kernel_logreg": "K-LogReg",
     "kernel_cl": "K-CL",
 }
@@ -84,6 +89,7 @@ REG_STYLE = {
     "weight_decay": ("tab:blue", "s"),
     "dropout": ("tab:green", "^"),
     "cross_lipschitz": ("tab:red", "D"),
+    "certified_margin": ("tab:cyan", "X"),
     "kernel_logreg": ("tab:purple", "v"),
     "kernel_cl": ("tab:orange", "P"),
 }
@@ -108,8 +114,13 @@ def _best_shares(ok: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def summarize(instances: pd.DataFrame) -> pd.DataFrame:
-    """One row per model: test error and mean bounds (see module docstring)."""
+def summarize(
+    instances: pd.DataFrame, radii: Mapping[str, Sequence[float]] | None = None
+) -> pd.DataFrame:
+    """One row per model: test error and mean bounds (see module docstring), then the
+    certified accuracy and its attack bound at each radius of ``radii`` (norm -> radii;
+    default: the schema's ``certify.radii``; :mod:`crosslip.certified_accuracy`)."""
+    radii = default("certify.radii") if radii is None else radii
     rows = []
     for key, g in instances.groupby(MODEL_KEYS, dropna=False, sort=True):
         ok = g[g["correct"].fillna(False).astype(bool)]
@@ -125,9 +136,10 @@ def summarize(instances: pd.DataFrame) -> pd.DataFrame:
                 **_best_shares(ok),
                 "max_ratio_global_local": ok["ratio_global_local"].max(),
                 "n_global_above_local": _n_global_above_local(ok),
+                **accuracy_row(g, radii),
             }
         )
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS + accuracy_columns(radii))
 
 
 def add_diverged(summary: pd.DataFrame, metrics: list[dict]) -> pd.DataFrame:
@@ -387,17 +399,114 @@ def plot_bracket(
         ax.legend(handles=handles, fontsize=7)
         ax.set_xlabel("test error (%)")
         ax.set_ylabel("mean L2 radius")
-        ax.set_title(
-            f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-            f"{FAMILY_LABEL.get(family, family)}\nguarantees (below) and upper bounds (above)",
-            fontsize=9,
-        )
-        ax.grid(alpha=0.3)
-        if not len(part):
-            ax.text(
-                0.5, 0.5, "no model evaluated", ha="center", va="center", transform=ax.transAxes
-            )
+        title = "\nguarantees (below) and upper bounds (above)"
+        _title_panel(ax, dataset, setting, family, title, empty=not len(part))
     _save(fig, png, pdf)
+
+
+def _title_panel(
+    ax: plt.Axes,
+    dataset: str,
+    setting: str,
+    family: str,
+    what: str,
+    empty: bool,
+    note: str = "no model evaluated",
+) -> None:
+    """A panel's title (dataset, setting, family, then ``what``, which starts with its own
+    separator), its grid, and ``note`` in its middle where ``empty``."""
+    ax.set_title(
+        f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
+        f"{FAMILY_LABEL.get(family, family)}{what}",
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3)
+    if empty:
+        ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes)
+
+
+#: The norms as axis labels write them.
+NORM_TEX = {"l1": "L_1", "l2": "L_2", "linf": "L_\\infty"}
+
+
+def model_label(row: Mapping) -> str:
+    """A model's name in a legend: its regularizer and grid value (lambda, dropout's keep
+    probability), or its id for a model trained elsewhere."""
+    reg = row["regularizer"]
+    if reg == "external":
+        return str(row["model_id"])
+    if reg == "none" or pd.isna(row.get("lam", np.nan)):
+        return REG_LABEL.get(reg, reg)
+    tag = "keep" if reg == "dropout" else "λ"
+    return f"{REG_LABEL.get(reg, reg)} {tag}={row['lam']:g}"
+
+
+def plot_certified_accuracy(
+    instances: pd.DataFrame, png: Path | str, pdf: Path | str, dataset: str, family: str
+) -> None:
+    """Certified accuracy against the radius (:mod:`crosslip.certified_accuracy`): a row per
+    setting, a column per norm with certificates or upper bounds; per model the certified
+    accuracy (solid) and the attack's bound on it (dashed), colour per regularizer (a shade
+    per model of one regularizer). The legend sits below the panels, clear of the data."""
+    from .certified_accuracy import attack_share, certified_share, curve_radii
+
+    sel = instances[(instances["dataset"] == dataset) & (instances["family"] == family)]
+    settings = ordered_settings(set(sel["setting"]))
+    norms = [
+        n
+        for n in NORMS
+        if f"guarantee_{n}_best" in sel and sel[f"guarantee_{n}_best"].notna().any()
+    ] or ["l2"]
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        len(settings),
+        len(norms),
+        figsize=(4.6 * len(norms), 3.6 * len(settings) + 0.9),
+        squeeze=False,
+    )
+    handles: dict[str, object] = {}
+    for row, setting in zip(axes, settings, strict=True):
+        part = sel[sel["setting"] == setting]
+        models = part.groupby("model_id", sort=True)
+        firsts = [g.iloc[0] for _, g in models]
+        order = sorted(
+            range(len(firsts)), key=lambda i: (firsts[i]["regularizer"], firsts[i]["lam"])
+        )
+        for ax, norm in zip(row, norms, strict=True):
+            radii = curve_radii(part, norm) if len(part) else np.linspace(0, 1, 2)
+            shade: dict[str, int] = {}
+            for i in order:
+                first, rows = firsts[i], models.get_group(firsts[i]["model_id"])
+                reg = first["regularizer"]
+                color = REG_STYLE.get(reg, ("black", "x"))[0]
+                k = shade[reg] = shade.get(reg, -1) + 1
+                alpha = max(1.0 - 0.25 * k, 0.35)
+                label = model_label(first)
+                cert = certified_share(rows, norm, radii)
+                att = attack_share(rows, norm, radii)
+                (line,) = ax.plot(radii, 100 * cert, color=color, alpha=alpha, lw=1.6)
+                ax.plot(radii, 100 * att, color=color, alpha=alpha, lw=1.2, ls="--")
+                handles.setdefault(label, line)
+            ax.set_xlabel(f"radius ε (${NORM_TEX[norm]}$)")
+            ax.set_ylabel("accuracy (%)")
+            ax.set_ylim(0, 100)
+            ax.set_xlim(left=0)
+            title = "\ncertified (solid) and attack bound (dashed)"
+            _title_panel(ax, dataset, setting, family, title, empty=not len(part))
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="lower center",
+            ncol=min(len(handles), 4),
+            fontsize=8,
+            frameon=False,
+        )
+    fig.tight_layout(rect=(0, 0.9 / (3.6 * len(settings) + 0.9), 1, 1))
+    for path in (png, pdf):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
+    plt.close(fig)
 
 
 #: The figures drawn per dataset and model family, by name (workflow/scripts/figure_bounds.py).
@@ -412,6 +521,7 @@ ILLUSTRATION_ORDER = [
     "weight_decay",
     "dropout",
     "cross_lipschitz",
+    "certified_margin",
 ]
 
 
@@ -708,18 +818,10 @@ def plot_training_curves(
             ax.set_xlabel("L-BFGS evaluation of the objective" if kernel else "epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(label)
-            ax.set_title(
-                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-                f"{FAMILY_LABEL.get(family, family)}: {len(part)} model(s)",
-                fontsize=9,
-            )
-            ax.grid(alpha=0.3)
+            what = f": {len(part)} model(s)"
+            _title_panel(ax, dataset, setting, family, what, not part, "no model trained")
             if part:
                 ax.legend(fontsize=8)
-            else:
-                ax.text(
-                    0.5, 0.5, "no model trained", ha="center", va="center", transform=ax.transAxes
-                )
     n_div = sum(c["status"] != "ok" for c in curves)
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s), dashed", fontsize=8)

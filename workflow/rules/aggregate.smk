@@ -13,6 +13,7 @@ if config["local_aggregation"]:
         kernel_table,
         figure_bounds,
         figure_bracket,
+        figure_certified_accuracy,
         figure_adversarial,
         figure_training,
 
@@ -50,6 +51,7 @@ rule summary:
     conda:
         ENV
     params:
+        radii=config["certify"]["radii"],
         code=code("summary.py"),
     script:
         "../scripts/summary.py"
@@ -137,6 +139,28 @@ rule figure_bracket:
         code=code("figure_bounds.py"),
     script:
         "../scripts/figure_bounds.py"
+
+
+rule figure_certified_accuracy:
+    input:
+        instances=evaluated(f"{RESULTS}/instances/{{dataset}}/{{model}}.parquet"),
+    output:
+        png=report(
+            f"{RESULTS}/figures/certified_accuracy/{{dataset}}-{{family}}.png",
+            caption="../report/certified_accuracy.rst",
+            category="Figures",
+            subcategory="{dataset}: certified accuracy",
+            labels={"family": "{family}"},
+        ),
+        pdf=f"{RESULTS}/figures/certified_accuracy/{{dataset}}-{{family}}.pdf",
+    log:
+        f"{RESULTS}/logs/figure_certified_accuracy/{{dataset}}-{{family}}.log",
+    conda:
+        ENV
+    params:
+        code=code("figure_accuracy.py"),
+    script:
+        "../scripts/figure_accuracy.py"
 
 
 rule figure_adversarial:

@@ -9,7 +9,8 @@ def main() -> None:
     from crosslip.report import add_diverged, summarize, write_tables
 
     instances = pd.concat([pd.read_parquet(p) for p in snakemake.input.instances])
-    summary = add_diverged(summarize(instances), [read_json(p) for p in snakemake.input.metrics])
+    summary = summarize(instances, snakemake.params.radii)
+    summary = add_diverged(summary, [read_json(p) for p in snakemake.input.metrics])
     write_tables(summary, snakemake.output.csv, snakemake.output.md, snakemake.output.tex)
 
 

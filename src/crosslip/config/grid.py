@@ -140,6 +140,8 @@ def training_grid(config: dict[str, Any]) -> dict[str, NetTrainSpec | KernelTrai
         adv_attack=tr["adv_attack"],
         adv_search_rtol=float(tr["adv_search_rtol"]),
         adv_search_steps=int(tr["adv_search_steps"]),
+        certified_radius=float(tr["certified_radius"]),
+        certified_warmup=float(tr["certified_warmup"]),
         tf32=tr["tf32"],
     )
     for setting in tr["settings"]:
@@ -214,7 +216,8 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     """Every table and figure the config calls for: the summary, Table 1 (one-hidden-layer
     networks), the kernel table (kernel models), one bounds-versus-error figure per dataset
     and family (a row per setting), the bracket between guarantees and upper bounds per
-    dataset for the one-hidden-layer networks (a panel per setting), the illustration, and
+    dataset for the one-hidden-layer networks (a panel per setting), their certified accuracy
+    against the radius (a row per setting, a column per norm), the illustration, and
     the training curves per dataset and family; models trained elsewhere add one bounds
     and one bracket figure (family ``external``) per dataset they are listed with."""
     res = config["results"]
@@ -238,6 +241,12 @@ def aggregate_targets(config: dict[str, Any]) -> list[str]:
     certified = sorted(fams & {"mlp"}) + ([EXTERNAL] if external else [])
     targets += [
         f"{res}/figures/bracket/{ds}-{fam}.{ext}"
+        for fam in certified
+        for ds in (external if fam == EXTERNAL else dataset_names(config))
+        for ext in ("png", "pdf")
+    ]
+    targets += [
+        f"{res}/figures/certified_accuracy/{ds}-{fam}.{ext}"
         for fam in certified
         for ds in (external if fam == EXTERNAL else dataset_names(config))
         for ext in ("png", "pdf")

@@ -23,10 +23,13 @@ ADV_ATTACKS = ("one_step", "search")
 class NetTrainSpec:
     """Hyperparameters of one network training job (SGD, Section 5). Defaults: the schema's.
 
-    ``lam`` weighs the penalty of ``weight_decay`` and ``cross_lipschitz`` and is 0 for
-    ``none`` and ``dropout``; dropout networks keep each hidden unit with probability
-    ``keep_hidden`` and each input coordinate with ``keep_input`` in training (1 = no dropout;
-    other regularizers keep everything). The learning rate is multiplied by ``lr_decay``
+    ``lam`` weighs the penalty of ``weight_decay``, ``cross_lipschitz`` and
+    ``certified_margin`` and is 0 for ``none`` and ``dropout``; ``certified_margin``
+    networks train for the L2 radius ``certified_radius``, reached after the fraction
+    ``certified_warmup`` of the updates (:mod:`crosslip.training.certified_margin`);
+    dropout networks keep each hidden unit with probability ``keep_hidden`` and each input
+    coordinate with ``keep_input`` in training (1 = no dropout; other regularizers keep
+    everything). The learning rate is multiplied by ``lr_decay``
     after each fraction ``lr_decay_at`` of all updates. ``tf32``: on CUDA, float32 products
     and convolutions of the training may use TF32 (:func:`crosslip.device.tf32`).
     """
@@ -55,6 +58,8 @@ class NetTrainSpec:
     adv_attack: str = default_field("train.adv_attack")
     adv_search_rtol: float = default_field("train.adv_search_rtol")
     adv_search_steps: int = default_field("train.adv_search_steps")
+    certified_radius: float = default_field("train.certified_radius")
+    certified_warmup: float = default_field("train.certified_warmup")
     tf32: bool = default_field("train.tf32")
 
     def __post_init__(self) -> None:
@@ -64,6 +69,11 @@ class NetTrainSpec:
         _one_of("adv_norm", self.adv_norm, ADV_NORM_NAMES)
         _one_of("adv_attack", self.adv_attack, ADV_ATTACKS)
         _one_of("init", self.init, INITS)
+        if self.regularizer == "certified_margin" and self.arch != "mlp":
+            raise ConfigError(
+                f"regularizer 'certified_margin' trains the one-hidden-layer network (model.arch "
+                f"mlp), not {self.arch}: its bound is the curvature certificate of that network"
+            )
         if self.regularizer in ("none", "dropout") and self.lam != 0:
             raise ConfigError(f"regularizer {self.regularizer!r} takes lambda = 0 (got {self.lam})")
         for name in ("keep_hidden", "keep_input"):

@@ -43,11 +43,13 @@ class TrainResult:
 @dataclass
 class Generators:
     """The CPU generators of a training seed: the batch order (``seed``), the augmentations
-    (``seed + 1``) and the one-step attack's fractions (``seed + 2``)."""
+    (``seed + 1``), the one-step attack's fractions (``seed + 2``) and the certified margin's
+    curvature vectors (``seed + 3``)."""
 
     batches: torch.Generator
     augment: torch.Generator
     adversarial: torch.Generator
+    certified: torch.Generator
 
 
 def generators(seed: int) -> Generators:
@@ -57,6 +59,7 @@ def generators(seed: int) -> Generators:
         torch.Generator(device="cpu").manual_seed(seed),
         torch.Generator(device="cpu").manual_seed(seed + 1),
         adversarial_generator(seed),
+        torch.Generator(device="cpu").manual_seed(seed + 3),
     )
 
 

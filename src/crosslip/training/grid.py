@@ -53,6 +53,7 @@ from .adversarial import (
     adversarial_rows,
     makes_one_step_samples,
 )
+from .certified_margin import CertifiedMargin, warmup_updates
 from .core import TrainConfig, TrainResult
 from .regularizers import cross_lipschitz_closed_form, half_squared_norm
 
@@ -63,7 +64,7 @@ LOG = logging.getLogger(__name__)
 PER_NETWORK = ("regularizer", "lam", "lr", "keep_hidden", "keep_input", "lr_decay", "lr_decay_at")
 #: Order of the grid points inside a stack: each regularizer's points are contiguous, so
 #: that the penalties act on slices (views) of the stacked weights.
-REGULARIZER_ORDER = ("none", "dropout", "weight_decay", "cross_lipschitz")
+REGULARIZER_ORDER = ("none", "dropout", "weight_decay", "cross_lipschitz", "certified_margin")
 #: Elements of one chunk of the error evaluation (G networks x rows x hidden units).
 EVAL_ELEMENTS = 2**24
 
@@ -183,6 +184,7 @@ class GridStep:
         stack: StackedSoftplusNet,
         cfgs: Sequence[TrainConfig],
         adv_norm: float | None = None,
+        certified: CertifiedMargin | None = None,
     ) -> None:
         self.stack = stack
         self.adv_norm = adv_norm
@@ -190,10 +192,14 @@ class GridStep:
         opts = {"dtype": p.dtype, "device": p.device}
         regs = [c.regularizer for c in cfgs]
         self.cl, self.wd = _span(regs, "cross_lipschitz"), _span(regs, "weight_decay")
-        # the penalty vector in pieces: zeros, weight decay, Cross-Lipschitz, in stack order
-        self.pieces = sorted(
-            [(s.start, s.stop, kind) for s, kind in ((self.cl, "cl"), (self.wd, "wd")) if s],
-        )
+        self.cm = _span(regs, "certified_margin")
+        if (self.cm is None) != (certified is None):
+            raise ValueError("a grid with certified_margin networks needs their state, only then")
+        self.certified = certified
+        # the penalty vector in pieces: zeros, weight decay, Cross-Lipschitz, certified
+        # margin, in stack order
+        spans = ((self.cl, "cl"), (self.wd, "wd"), (self.cm, "cm"))
+        self.pieces = sorted([(s.start, s.stop, kind) for s, kind in spans if s])
         size = len(cfgs)
         self.lam = torch.tensor([c.lam for c in cfgs], **opts)
         self.neg_lr = torch.tensor([-c.lr for c in cfgs], **opts)
@@ -228,6 +234,10 @@ class GridStep:
             if kind == "cl":
                 s = stack.sigma_prime(z[start:stop])
                 parts.append(cross_lipschitz_closed_form(s, w, u))
+            elif kind == "cm" and self.certified is not None:
+                done = self.updates[start:stop]
+                zp, lp = z[start:stop], logits[start:stop]
+                parts.append(self.certified.penalty(zp, lp, y, u, w, done))
             else:
                 parts.append(half_squared_norm([u, w], leading=1))
             at = stop
@@ -453,7 +463,16 @@ def train_grid(
     dropout = masks(specs, device)
     n, batches = data.n, data.batches
     schedule = core.Schedule(specs, epochs * batches)
-    step = GridStep(stack, specs, norm_p(shared["adv_norm"]) if one_step else None)
+    certified = None
+    cm = _span([c.regularizer for c in specs], "certified_margin")
+    if cm is not None:
+        warm = warmup_updates(shared["certified_warmup"], epochs * batches)
+        radius = shared["certified_radius"]
+        certified = CertifiedMargin(
+            stack.U[cm], stack.W[cm], stack.alpha, radius, warm, gens.certified
+        )
+    adv_norm = norm_p(shared["adv_norm"]) if one_step else None
+    step = GridStep(stack, specs, adv_norm, certified)
     curves: list[list[dict[str, float]]] = [[] for _ in specs]
     status = ["ok"] * size
     progress = Progress(

@@ -33,11 +33,13 @@ from torch.nn import functional as F
 
 from ..data.augment import augment
 from ..device import in_tf32
+from ..errors import ConfigError
 from ..models import SoftplusNet
 from ..models.resnet import ResNet
 from ..progress import Progress
 from . import core
 from .adversarial import adversarial_batch, adversarial_fractions
+from .certified_margin import CertifiedMargin, warmup_updates
 from .core import TrainConfig, TrainResult
 from .regularizers import cross_lipschitz_autograd, cross_lipschitz_softplus, weight_decay
 
@@ -70,12 +72,25 @@ class GradientDescent:
 
 
 def objective_terms(
-    net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig
+    net: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: TrainConfig,
+    certified: CertifiedMargin | None = None,
+    updates: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy on the batch ``(x, y)`` and the penalty (without lambda) of the
     chosen regularizer: Cross-Lipschitz in closed form for the one-hidden-layer net (sharing
     the forward pass's preactivation), by double backpropagation (exact) for any other
-    architecture."""
+    architecture; the certified margin (one-hidden-layer nets only) from its state
+    ``certified`` at the radius of ``updates`` updates done."""
+    if cfg.regularizer == "certified_margin":
+        if certified is None or not isinstance(net, SoftplusNet):
+            raise ValueError("the certified margin trains one-hidden-layer nets with its state")
+        logits, z = net.logits_and_preactivation(x)
+        done = torch.tensor(updates, device=x.device)
+        pen = certified.penalty(z, logits, y, net.U, net.W, done)
+        return F.cross_entropy(logits, y), pen
     if cfg.regularizer == "cross_lipschitz" and isinstance(net, SoftplusNet):
         logits, z = net.logits_and_preactivation(x)
         return F.cross_entropy(logits, y), cross_lipschitz_softplus(net, x, preactivation=z)
@@ -152,6 +167,14 @@ def train(
     t0 = time.perf_counter()
     n, batches = data.n, data.batches
     schedule = core.Schedule([cfg], cfg.epochs * batches)
+    certified = None
+    if cfg.regularizer == "certified_margin":
+        if not isinstance(net, SoftplusNet):
+            raise ConfigError("the certified_margin regularizer trains the mlp architecture")
+        warm = warmup_updates(cfg.certified_warmup, cfg.epochs * batches)
+        certified = CertifiedMargin(
+            net.U, net.W, net.alpha, cfg.certified_radius, warm, gens.certified
+        )
     updates = 0
     progress = Progress(
         "train", cfg.epochs, "epochs", every=1 / max(cfg.epochs, 1), fractional=True
@@ -171,7 +194,7 @@ def train(
                 xb = augment(xb, shape, gens.augment, size=cfg.crop, colour=shape[2] == 3)
             elif cfg.setting == "adversarial":
                 xb = adversarial_batch(net, xb, cfg, None if fractions is None else fractions[b])
-            ce, pen = objective_terms(net, xb, yb, cfg)
+            ce, pen = objective_terms(net, xb, yb, cfg, certified, updates)
             loss = ce + cfg.lam * pen
             if not math.isfinite(loss.item()):
                 status = "diverged"
