@@ -109,12 +109,16 @@ def integrated(
         sums = (widths[:, :, None] * lip).cumsum(0).mul_(grow)
         before = torch.cat([torch.zeros_like(sums[:1]), sums[:-1]])  # S_k for piece k
         left = (m_t[None] - before).mul_(1 - 2 * UNIT)  # (N, nt, K)
-        inner = torch.where(lip > 0, left / lip.clamp_min(torch.finfo(dt).tiny), torch.inf)
+        # a zero bound: nothing decreases on the piece; a NaN bound: handled below
+        quotient = left / lip.clamp_min(torch.finfo(dt).tiny)
+        inner = torch.where(lip > 0, quotient, torch.where(lip == 0, torch.inf, 0.0))
         inner = inner.mul_(1 - 2 * UNIT)
         reach_k = (s[:-1, :, None] + inner).mul_(1 - 2 * UNIT)
         piece = torch.minimum(reach_k, s[1:, :, None])
         piece = torch.where(left > 0, piece, torch.zeros_like(piece))
-        return piece.max(0).values.masked_fill_(~need, torch.inf)
+        # a class with a NaN node bound or margin gets 0, never a radius
+        unknown = torch.isnan(lip).any(0) | torch.isnan(m_t)
+        return piece.max(0).values.masked_fill_(unknown, 0.0).masked_fill_(~need, torch.inf)
 
     open_ = rho < r1[:, None]  # classes not already safe up to the last node
     radius = undercutting_rounds(rho, open_, radii).min(1).values.minimum(r1)

@@ -62,14 +62,16 @@ def quad_radius(beta: torch.Tensor, lower: QuadLower, quad_extra: torch.Tensor |
     Rounding: ``fl(beta - const) (1 - 2u)`` is below the real ``b``; the discriminant is
     rounded up by ``1 + 8u``, the square root and the sum by ``1 + 2u`` each, and the
     quotient is multiplied by ``1 - 2u`` (which, with its own rounding, stays below the
-    real quotient)."""
+    real quotient). A NaN in any input gives 0."""
     b = (beta - lower.const).mul_(1 - 2 * UNIT)
     c = lower.quad + quad_extra
     lin = lower.lin
     disc = torch.addcmul(lin * lin, c, b.clamp_min(0), value=4.0).mul_(1 + 8 * UNIT)
     den = (lin + disc.sqrt().mul_(1 + 2 * UNIT)).mul_(1 + 2 * UNIT)
     rho = (2 * b / den).mul_(1 - 2 * UNIT)
-    rho = torch.where(den > 0, rho, torch.inf)
+    # den = 0 exactly: no term can decrease the bound (lin = c = 0), every radius holds; a
+    # NaN anywhere (den, b, rho) gives 0, never a radius
+    rho = torch.where(den > 0, rho, torch.where(den == 0, torch.inf, 0.0))
     return torch.where(b > 0, rho.nan_to_num(nan=0.0, posinf=torch.inf), torch.zeros_like(rho))
 
 

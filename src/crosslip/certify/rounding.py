@@ -101,9 +101,12 @@ def spectral_norm_upper(U: torch.Tensor) -> torch.Tensor:
     at most ``u (t + max G_ii)``. Hence ``lambda_max(G) <= t + gamma_{n0+1} ||R||_F^2 +
     u (t + max G_ii) + gamma_k ||U||_F^2`` (each term doubled below for the rounding of its
     own evaluation) and ``||U||_2`` is at most its square root. If Cholesky fails for every
-    ``t`` tried, the Frobenius norm (always an upper bound) is returned.
+    ``t`` tried, the Frobenius norm (always an upper bound) is returned; ``inf`` where ``U``
+    has a NaN or an infinite entry.
     """
     A = U.detach().to(device="cpu", dtype=DTYPE)
+    if not torch.isfinite(A).all():  # no bound: a global certificate of 0
+        return torch.tensor(math.inf, dtype=DTYPE, device=U.device)
     if not torch.any(A != 0):
         return torch.zeros((), dtype=DTYPE, device=U.device)
     if A.shape[0] < A.shape[1]:

@@ -247,6 +247,8 @@ class ConcavePart:
         slack = g_k / (1 - g_k) * trace + form + 4 * (k + 2) ** 2 * UNDERFLOW
         verified = (mu_top + slack + tail).mul_(1 + 4 * UNIT).add_(UNDERFLOW)
         ok = (info == 0) & finite & (mu_top > 0) & torch.isfinite(verified)
+        # a NaN in the matrix can let a factorisation run to completion: it proves nothing
+        ok &= torch.isfinite(sgs).flatten(1).all(1) & torch.isfinite(tail) & torch.isfinite(t2)
         return torch.where(ok, torch.maximum(verified, mu), torch.inf)
 
 
@@ -431,7 +433,8 @@ class TrustRegionBound(CurvatureBound):
         since a batch's matrices take the size of its largest."""
         mu = mu.clone()
         cheap = self.curvature(kappa) if cheap is None else cheap
-        hard = (mu < cheap).nonzero()[:, 0]
+        # not "mu < cheap": a NaN cheap bound (or mu) must send the row to the factorisation
+        hard = (~(mu >= cheap)).nonzero()[:, 0]
         hard = hard[self.ranking(kappa[hard], mu[hard])[2].argsort()]
         for start in range(0, len(hard), FACTOR_ROWS):
             rows = hard[start : start + FACTOR_ROWS]
