@@ -75,6 +75,15 @@ onerror:
         print(line, file=sys.stderr)
 
 
+# What the run found, and where its tables and figures are (crosslip.run_summary).
+onsuccess:
+    from crosslip.run_summary import summary_lines
+
+    print(
+        "\n".join(summary_lines(RESULTS, config["certify"]["radii"].get("l2", [])))
+    )
+
+
 rule all:
     default_target: True
     input:

@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.models.exported",
         "crosslip.models.external",
     ),  # training, model files
-    ("crosslip.stages", "crosslip.report"),  # the workflow's stages and its tables
+    ("crosslip.stages", "crosslip.report", "crosslip.run_summary"),  # stages, tables
     ("crosslip.reproduction",),  # the reproduction record, from the tables
     ("crosslip.pipeline",),  # all stages in one namespace
 ]
@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
 #: Modules that must load without torch (the report's jobs draw tables and figures only).
 TORCH_FREE = [
     "crosslip.report",
+    "crosslip.run_summary",
     "crosslip.results_schema",
     "crosslip.certified_accuracy",
     "crosslip.io",

@@ -256,8 +256,12 @@ def _pyplot() -> ModuleType:
     return matplotlib.pyplot
 
 
-def _save(fig: plt.Figure, png: Path | str, pdf: Path | str) -> None:
-    fig.tight_layout()
+def _save(
+    fig: plt.Figure, png: Path | str, pdf: Path | str, rect: tuple[float, ...] | None = None
+) -> None:
+    """Lay the panels out (inside ``rect`` of the figure, where given), write the PNG and the
+    PDF atomically, close the figure."""
+    fig.tight_layout(rect=rect)
     for path in (png, pdf):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
@@ -294,16 +298,20 @@ def plot_bounds_vs_error(
     if family != "resnet":
         panels.append(("mean_guarantee_local", "Robustness guarantee (lower bound), $L_2$"))
     fig, axes = _pyplot().subplots(
-        len(settings), len(panels), figsize=(5 * len(panels), 3.8 * len(settings)), squeeze=False
+        len(settings),
+        len(panels),
+        figsize=(5 * len(panels) + 1.6, 3.8 * len(settings)),
+        squeeze=False,
     )
     for row, setting in zip(axes, settings, strict=True):
         part = sel[sel["setting"] == setting]
         data = part[(part["status"] == "ok") & part["mean_upper_bound"].notna()]
+        xs = pd.Series(dodge(100 * data["test_error"].to_numpy()), index=data.index)
         for ax, (col, title) in zip(row, panels, strict=True):
             for reg, g in data.groupby("regularizer"):
                 color, marker = REG_STYLE.get(reg, ("black", "x"))
                 ax.scatter(
-                    100 * g["test_error"],
+                    xs[g.index],
                     g[col],
                     c=color,
                     marker=marker,
@@ -312,18 +320,9 @@ def plot_bounds_vs_error(
                 )
             ax.set_xlabel("test error (%)")
             ax.set_ylabel(col.replace("_", " "))
-            ax.set_title(
-                f"{dataset} ({SETTING_LABEL.get(setting, setting)}), "
-                f"{FAMILY_LABEL.get(family, family)}\n{title}",
-                fontsize=9,
-            )
-            ax.grid(alpha=0.3)
-            if len(data):
-                ax.legend(fontsize=8)
-            else:
-                ax.text(
-                    0.5, 0.5, "no model evaluated", ha="center", va="center", transform=ax.transAxes
-                )
+            _title_panel(ax, dataset, setting, family, f"\n{title}", empty=not len(data))
+        if len(data):
+            _outside_legend(row[-1])
     n_div = int((sel["status"] != "ok").sum())
     if n_div:
         fig.text(0.01, 0.01, f"{n_div} diverged model(s) not shown", fontsize=8)
@@ -353,13 +352,13 @@ def plot_bracket(
     present = set(sel["setting"])
     settings = ordered_settings(present)
     fig, axes = _pyplot().subplots(
-        1, len(settings), figsize=(5.5 * len(settings), 4.2), squeeze=False
+        1, len(settings), figsize=(7.2 * len(settings), 4.2), squeeze=False
     )
     for ax, setting in zip(axes[0], settings, strict=True):
         part = sel[sel["setting"] == setting]
-        for _, row in part.iterrows():
+        xs = dodge(100 * part["test_error"].to_numpy())
+        for x, (_, row) in zip(xs, part.iterrows(), strict=True):
             color, _ = REG_STYLE.get(row["regularizer"], ("black", "x"))
-            x = 100 * row["test_error"]
             ax.plot(
                 [x, x],
                 [
@@ -396,12 +395,42 @@ def plot_bracket(
             )
             for r in sorted(set(part["regularizer"]))
         ]
-        ax.legend(handles=handles, fontsize=7)
+        _outside_legend(ax, handles=handles, fontsize=7)
         ax.set_xlabel("test error (%)")
         ax.set_ylabel("mean L2 radius")
         title = "\nguarantees (below) and upper bounds (above)"
         _title_panel(ax, dataset, setting, family, title, empty=not len(part))
     _save(fig, png, pdf)
+
+
+def dodge(x: np.ndarray, share: float = 0.04, least: float = 0.06) -> np.ndarray:
+    """Positions ``x`` (n,) moved apart so that models at (nearly) the same test error stay
+    visible side by side: points closer than the step to their neighbour form a group, spread
+    evenly by the step around the group's mean, in the order given. The step is ``share`` of
+    the range of ``x``, at least ``least`` (in the units of ``x``)."""
+    x = np.asarray(x, dtype=float)
+    out = x.copy()
+    finite = np.flatnonzero(np.isfinite(x))
+    if len(finite) < 2:
+        return out
+    step = max(share * float(np.ptp(x[finite])), least)
+    order = finite[np.argsort(x[finite], kind="stable")]
+    groups = [[order[0]]]
+    for i in order[1:]:
+        if x[i] - x[groups[-1][-1]] < step:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for g in groups:
+        g = sorted(g)  # the order given
+        out[g] = x[g].mean() + (np.arange(len(g)) - (len(g) - 1) / 2) * step
+    return out
+
+
+def _outside_legend(ax: plt.Axes, **kwargs) -> None:
+    """The legend to the right of the panel, outside it, so that it covers no data."""
+    kwargs.setdefault("fontsize", 8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
 
 
 def _title_panel(
@@ -502,11 +531,7 @@ def plot_certified_accuracy(
             fontsize=8,
             frameon=False,
         )
-    fig.tight_layout(rect=(0, 0.9 / (3.6 * len(settings) + 0.9), 1, 1))
-    for path in (png, pdf):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=Path(path).suffix[1:], dpi=120)
-    plt.close(fig)
+    _save(fig, png, pdf, rect=(0, 0.45 / (3.6 * len(settings) + 0.45), 1, 1))
 
 
 #: The figures drawn per dataset and model family, by name (workflow/scripts/figure_bounds.py).

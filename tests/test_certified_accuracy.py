@@ -1,0 +1,101 @@
+"""Certified accuracy and its attack bound in the summary (crosslip.certified_accuracy),
+against a plain loop over the instances, and never above the attack's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crosslip.certified_accuracy import accuracy_columns
+from crosslip.report import summarize
+from crosslip.results_schema import INSTANCE_SCHEMA
+
+RADII = {"l2": [0.5, 1.0, 1.58], "l1": [1.0, 4.0], "linf": [0.01, 0.1]}
+
+
+def random_instances(seed: int, n: int = 250) -> pd.DataFrame:
+    """Per-instance rows of three models: certificates below every upper bound, some
+    missing (no certificate, no sample found), some points wrong."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for m in range(3):
+        row = {"dataset": "d", "model_id": f"m{m}", "family": "mlp", "regularizer": "none"}
+        row.update(lr=0.2, lam=0.0, kernel_a=np.nan, seed=0, setting="plain", status="ok")
+        df = pd.DataFrame([row] * n)
+        df["test_error"] = 0.1
+        df["correct"] = rng.random(n) < 0.85
+        scale = {"l2": 1.0, "l1": 3.0, "linf": 0.05}
+        for norm, s in scale.items():
+            cert = rng.exponential(s, n)
+            cert[rng.random(n) < 0.05] = np.nan
+            df[f"guarantee_{norm}_best"] = cert
+            ups = [np.where(np.isnan(cert), s, cert) * (1 + rng.exponential(0.4, n)) for _ in "ab"]
+            for u in ups:
+                u[rng.random(n) < 0.05] = np.nan
+            if norm == "l2":
+                df["upper_bound_l2_best"] = np.fmin(*ups)
+            else:
+                df[f"upper_bound_{norm}"], df[f"upper_bound_{norm}_refined"] = ups
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    for col in INSTANCE_SCHEMA.names:  # the rest of the schema, empty
+        if col not in out:
+            out[col] = np.nan
+    return out
+
+
+def by_loop(rows: pd.DataFrame, norm: str, eps: float) -> tuple[float, float]:
+    """(certified, attack) accuracy of one model's rows, point by point."""
+    cert = att = 0
+    for _, r in rows.iterrows():
+        g = r[f"guarantee_{norm}_best"]
+        if norm == "l2":
+            ups = [r["upper_bound_l2_best"]]
+        else:
+            ups = [r[f"upper_bound_{norm}"], r[f"upper_bound_{norm}_refined"]]
+        found = [u for u in ups if not math.isnan(u)]
+        if r["correct"] and not math.isnan(g) and g >= eps:
+            cert += 1
+        if r["correct"] and (not found or min(found) > eps):
+            att += 1
+    return cert / len(rows), att / len(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_columns_equal_a_plain_count_and_never_exceed_the_attack(seed):
+    inst = random_instances(seed)
+    summary = summarize(inst, RADII)
+    assert list(summary.columns[-len(accuracy_columns(RADII)) :]) == accuracy_columns(RADII)
+    for _, row in summary.iterrows():
+        rows = inst[inst["model_id"] == row["model_id"]]
+        for norm, radii in RADII.items():
+            for eps in radii:
+                cert, att = by_loop(rows, norm, eps)
+                assert row[f"certified_accuracy_{norm}_{eps:g}"] == pytest.approx(cert)
+                assert row[f"attack_accuracy_{norm}_{eps:g}"] == pytest.approx(att)
+                assert cert <= att
+
+
+def test_a_norm_without_certificates_or_attacks_has_empty_columns():
+    inst = random_instances(2)
+    inst["guarantee_linf_best"] = np.nan
+    inst[["upper_bound_l1", "upper_bound_l1_refined"]] = np.nan
+    row = summarize(inst, RADII).iloc[0]
+    assert math.isnan(row["certified_accuracy_linf_0.1"])
+    assert not math.isnan(row["attack_accuracy_linf_0.1"])
+    assert math.isnan(row["attack_accuracy_l1_1"])
+    assert not math.isnan(row["certified_accuracy_l1_1"])
+
+
+def test_column_names_follow_the_radii_as_written():
+    assert accuracy_columns({"l2": [1.58, 1.0]}) == [
+        "certified_accuracy_l2_1.58",
+        "attack_accuracy_l2_1.58",
+        "certified_accuracy_l2_1",
+        "attack_accuracy_l2_1",
+    ]
+    with pytest.raises(ValueError, match="l3"):
+        accuracy_columns({"l3": [1.0]})
