@@ -451,3 +451,29 @@ def test_curvature_needs_the_curvature_of_the_concave_units_only():
     grad = net.class_gradients(x)[:, 0] - net.class_gradients(x)[:, 1]
     first = m[:, 1] / torch.linalg.vector_norm(grad, dim=1)
     assert torch.all(cert.guarantee <= first) and torch.all(cert.guarantee > first * (1 - 1e-6))
+
+
+def test_l1_curvature_is_the_exact_maximum_and_linf_bounds_every_vertex():
+    """``Lambda_1`` is ``max_i K_ii`` (the maximum of the convex ``v^T K v`` over the L1
+    ball is at a vertex); ``Lambda_inf`` is at least ``v^T K v`` at every vertex of the cube
+    (where its maximum over the cube is) and at most the per-unit bound it improves on."""
+    import itertools
+
+    net = random_net(6, 3, 10, 11, 2.0)
+    x = random_points(3, 6, 12)
+    kappa = torch.rand(7, 10, dtype=DT, generator=torch.Generator().manual_seed(3))
+    kappa[0] = 0.0
+    u = net.U.detach()
+    mats = torch.einsum("hd,mh,he->mde", u, kappa, u)
+    rng1, m, _, _ = pieces(net, x, 1.0, False)
+    lam1 = CurvatureBound(rng1, m).curvature(kappa)
+    exact1 = mats.diagonal(dim1=1, dim2=2).max(-1).values
+    assert torch.all(lam1 >= exact1) and torch.all(lam1 <= exact1 * (1 + 1e-12))
+    rng_inf, m, _, _ = pieces(net, x, math.inf, False)
+    lam_inf = CurvatureBound(rng_inf, m).curvature(kappa)
+    cube = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=6)), dtype=DT)
+    exact_inf = torch.einsum("vd,mde,ve->mv", cube, mats, cube).max(-1).values
+    per_unit = kappa @ torch.linalg.vector_norm(u, ord=1, dim=1).square()
+    assert torch.all(lam_inf >= exact_inf)
+    assert torch.all(lam_inf <= per_unit * (1 + 1e-12))
+    assert lam1[0] == 0 and lam_inf[0] == 0

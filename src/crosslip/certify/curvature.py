@@ -25,7 +25,11 @@ So, for ``||v||_p <= r <= R``,
   bounded by the smaller of ``max_l kappa_l ||U||_2^2`` (the verified spectral norm) and
   ``max_{l: kappa_l > 0} (|G| kappa)_l`` (the Perron-Frobenius/Schur test with the vector
   ``sqrt(kappa)`` on the units with ``kappa > 0``);
-* p = 1, inf: ``sum_l kappa_l ||u_l||_q^2`` (``(u_l^T v)^2 <= ||u_l||_q^2 ||v||_p^2``).
+* p = 1: ``max_i sum_l kappa_l U_li^2``, exactly the maximum: ``v^T K v`` is convex, so
+  its maximum over the L1 ball is at a vertex ``+-e_i``, where it is ``K_ii``;
+* p = inf: the smaller of ``sum_l kappa_l ||u_l||_1^2`` (``(u_l^T v)^2 <= ||u_l||_1^2
+  ||v||_inf^2``) and ``d`` times the bound on ``lambda_max(K)`` of p = 2 (``||v||_2^2 <= d
+  ||v||_inf^2``).
 
 Class j cannot overtake c within the root ``rho_j`` of ``m - const - lin r - quad r^2``
 (:func:`.linear_min.quad_radius`; the search takes ``min(rho_j, R)``): a radius function for
@@ -34,7 +38,7 @@ negative, so a network whose units are saturated or in their linear regime over 
 is certified nearly to its first-order distance ``m / ||grad g(x)||_q``.
 
 *Rounding.* ``sup Q`` is bounded with its rounding covered (:mod:`.secant`); ``kappa``
-by ``1 + 4u`` (``|delta|``
+(and each ``U_li^2``) by ``1 + 4u`` (``|delta|``
 within ``2u`` of the real one). ``|fl(G)|`` is within ``gamma_d ||u_r|| ||u_m||`` of
 ``|G|``, and sums of non-negative terms are inflated by ``1 + gamma_{H+2}``. The gradient at
 x is ``U^T (delta sigma'(z(x)))``; the computed one differs by at most ``sum_l |delta_l|
@@ -74,18 +78,30 @@ class CurvatureBound:
         self.slope = torch.sigmoid(self.alpha * rng.z)
         spread = (self.slope * (4 * FN_REL)).add_(UNDERFLOW)
         self.slope_err = spread.add_(rng.pad, alpha=self.alpha / 4 * (1 + UNIT))
-        if rng.p == 2:
+        self.d = d
+        if rng.p != 1:  # the largest eigenvalue: L2's constant, and L-inf's second bound
             self.gram = terms.abs_gram
             self.unorm2 = terms.row_norms(2)
             self.unorm_max = float(self.unorm2.max()) if h else 0.0
             self.spec2 = float(terms.spectral_norm) ** 2 * (1 + 4 * UNIT)
-        else:
+        if rng.p == 1:  # U_li^2, rounded up
+            self.u_sq = self.U.square().mul_(1 + 4 * UNIT)
+        elif rng.p != 2:
             self.unorm_q2 = self.unorm_q.square().mul_(1 + 4 * UNIT)
 
     def curvature(self, kappa: torch.Tensor) -> torch.Tensor:
         """``Lambda_p`` (nr,) from ``kappa`` (nr, H) (module docstring), rounded up."""
-        if self.rng.p != 2:
-            return (kappa @ self.unorm_q2).mul_(self.sum_up)
+        if self.rng.p == 1:  # the largest diagonal entry of K: its maximum over the L1 ball
+            return (kappa @ self.u_sq).max(-1).values.mul_(self.sum_up)
+        lam = self.largest_eigenvalue(kappa)
+        if self.rng.p == 2:
+            return lam
+        per_unit = (kappa @ self.unorm_q2).mul_(self.sum_up)
+        return torch.minimum(per_unit, (lam * self.d).mul_(1 + 2 * UNIT))
+
+    def largest_eigenvalue(self, kappa: torch.Tensor) -> torch.Tensor:
+        """An upper bound on ``lambda_max(U^T diag(kappa) U)`` (nr,), rounded up: the smaller
+        of the spectral-norm and the Schur bounds (module docstring)."""
         spectral = kappa.max(-1).values * self.spec2
         schur = (kappa @ self.gram).masked_fill_(kappa == 0, 0.0).max(-1).values
         # |fl(G)| vs |G|: + gamma_d ||u_r|| sum_m ||u_m|| kappa_m, at most max_r ||u_r|| times it
