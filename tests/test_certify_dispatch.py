@@ -100,7 +100,7 @@ def test_a_new_kind_of_model_is_certified_by_registering_its_bounds():
         pass
 
     @certify_model.register(Linear)
-    def _(model, x, kinds, rtol):  # exact for a linear classifier (L2)
+    def _(model, x, settings):  # exact for a linear classifier (L2)
         logits = model(x).detach()
         pred = logits.argmax(1)
         w = model.weight.detach()

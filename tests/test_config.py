@@ -619,3 +619,28 @@ def test_spec_defaults_are_the_schema_defaults():
     assert spec.epochs == default("train.epochs") and spec.bias is default("model.bias")
     assert spec.lr_decay_at == default("train.lr_decay_at") and spec.init == default("model.init")
     assert kern.n_centers == default("kernel.n_centers")
+
+
+def test_certification_settings_are_one_object_with_the_schemas_defaults():
+    """The certify rule's params are the settings' fields, whose defaults are the
+    schema's; the library's entry points default to them (the trust region on)."""
+    import dataclasses
+    import inspect
+
+    from crosslip.certify import certify, certify_softplus
+    from crosslip.certify.settings import DEFAULT_SETTINGS, CertifySettings
+    from crosslip.config.schema import default
+    from crosslip.jobs.batches import EVALUATION_PARAMS
+
+    names = [f.name for f in dataclasses.fields(CertifySettings)]
+    assert sorted(names) == sorted(EVALUATION_PARAMS["certify"])
+    for name, key in EVALUATION_PARAMS["certify"].items():
+        want = default(key)
+        got = getattr(DEFAULT_SETTINGS, name)
+        assert (tuple(want) if isinstance(want, list) else want) == got, name
+    assert DEFAULT_SETTINGS.trust_region_steps > 0
+    for fn in (certify, certify_softplus):  # no default of their own
+        params = inspect.signature(fn).parameters
+        assert "trust_region_steps" not in params and "rtol" not in params
+    with pytest.raises(TypeError, match="rtl"):
+        DEFAULT_SETTINGS.but(rtl=1e-3)

@@ -91,9 +91,25 @@ def test_the_curvature_certificate_minimised_over_the_ball_on_cuda_matches_the_c
     frames = {}
     for dev in ("cpu", "cuda"):
         frames[dev] = certify_stage(
-            d, m, j, trained / f"t-{dev}.parquet", 30, 1e-4, device=dev, trust_region_steps=6
+            d,
+            m,
+            j,
+            trained / f"t-{dev}.parquet",
+            n_points=30,
+            rtol=1e-4,
+            device=dev,
+            trust_region_steps=6,
         )
-    plain = certify_stage(d, m, j, trained / "p.parquet", 30, 1e-4, device="cuda")
+    plain = certify_stage(
+        d,
+        m,
+        j,
+        trained / "p.parquet",
+        n_points=30,
+        rtol=1e-4,
+        device="cuda",
+        trust_region_steps=0,
+    )
     att = attack_stage(d, m, j, trained / "ta.parquet", 30, 1e-4, max_steps=40, device="cuda")
     ok = att["attack_success"]
     for col in cols:
@@ -128,7 +144,9 @@ def test_kernel_training_certification_and_attack_on_cuda_match_the_cpu(trained)
     m, j = trained / "k-cpu.pt", trained / "k-cpu.json"
     frames = {}
     for dev in ("cpu", "cuda"):
-        cert = certify_stage(d, m, j, trained / f"kc-{dev}.parquet", 30, 1e-4, device=dev)
+        cert = certify_stage(
+            d, m, j, trained / f"kc-{dev}.parquet", n_points=30, rtol=1e-4, device=dev
+        )
         att = attack_stage(
             d, m, j, trained / f"ka-{dev}.parquet", 30, 1e-4, 40, norms=["l2"], device=dev
         )

@@ -244,7 +244,12 @@ def test_the_stages_make_no_tensor_on_an_implicit_device(stage_data):
         def stages(tag: str, name=name) -> list[pd.DataFrame]:
             files = folder / "d.npz", folder / f"{name}.pt", folder / f"{name}.json"
             cert = certify_stage(
-                *files, folder / f"c{tag}.parquet", 8, 1e-4, device="cpu", memory_gb=STAGE_BUDGET
+                *files,
+                folder / f"c{tag}.parquet",
+                n_points=8,
+                rtol=1e-4,
+                device="cpu",
+                memory_gb=STAGE_BUDGET,
             )
             att = attack_stage(
                 *files, folder / f"a{tag}.parquet", 8, 1e-4, 15, ["l2"], 1, device="cpu"

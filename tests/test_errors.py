@@ -180,10 +180,13 @@ def test_run_script_without_threads_does_not_load_torch(tmp_path):
 SCRIPT_RUNNER = """
 import json, runpy, sys
 
-class Files(list):
+class Files(list):  # Snakemake's Namedlist: by position, by name, and its items
     def __init__(self, named):
         super().__init__(named.values())
         self.__dict__.update(named)
+
+    def items(self):
+        return dict(self.__dict__).items()
 
 spec = json.loads(sys.argv[2])
 class Snakemake:

@@ -81,7 +81,12 @@ def test_an_exported_softplus_net_is_certified_as_its_state_dict(tmp_path, scans
         met = import_model_stage(scans, ent, out / "model.pt", out / "metrics.json")
         assert met["config"]["guarantees"].startswith("prop2.3")
         rows[name] = certify_stage(
-            scans, out / "model.pt", out / "metrics.json", out / "c.parquet", 8, 1e-3, KINDS
+            scans,
+            out / "model.pt",
+            out / "metrics.json",
+            out / "c.parquet",
+            n_points=8,
+            kinds=KINDS,
         )
     a, b = rows["exported"], rows["state"]
     guarantees = [c for c in a if c.startswith("guarantee_")]
@@ -106,7 +111,9 @@ def test_any_other_exported_classifier_gets_upper_bounds_only(tmp_path, scans, d
     assert met["config"]["guarantees"] == "none (upper bounds only)"
     assert zipfile.is_zipfile(out / "model.pt")  # the archive itself, vetted again on load
     assert isinstance(load_stored(out / "model.pt", "torch_export"), ExportedClassifier)
-    cert = certify_stage(scans, out / "model.pt", out / "m.json", out / "c.parquet", 6, 1e-3, KINDS)
+    cert = certify_stage(
+        scans, out / "model.pt", out / "m.json", out / "c.parquet", n_points=6, kinds=KINDS
+    )
     att = attack_stage(scans, out / "model.pt", out / "m.json", out / "a.parquet", 6, 1e-3, 20)
     assert (cert["local_bound"] == "none").all()
     guarantees = [c for c in cert if c.startswith("guarantee_") and c != "guarantee_l2_method"]

@@ -305,7 +305,7 @@ def test_import_certify_and_attack_stages(tmp_path, scans):
             logits = model.double()(torch.as_tensor(ds.x_test, dtype=torch.float64))
         assert met["test_error"] == float((logits.argmax(1).numpy() != ds.y_test).mean())
         cert = certify_stage(
-            scans, model_out, met_out, tmp_path / f"{key}-c.parquet", 6, 1e-3, kinds
+            scans, model_out, met_out, tmp_path / f"{key}-c.parquet", n_points=6, kinds=kinds
         )
         att = attack_stage(scans, model_out, met_out, tmp_path / f"{key}-a.parquet", 6, 1e-3, 20)
         rows[key] = cert.merge(att, on="test_index")

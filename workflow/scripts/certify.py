@@ -9,6 +9,7 @@ from crosslip.io import run_script
 
 
 def main() -> None:
+    from crosslip.certify.settings import CertifySettings
     from crosslip.jobs.files import as_list
     from crosslip.stages.certification import certify_models_stage
 
@@ -19,18 +20,8 @@ def main() -> None:
             models, as_list(snakemake.input.metrics), snakemake.output, strict=True
         )
     ]
-    done = certify_models_stage(
-        snakemake.input.data,
-        jobs,
-        n_points=snakemake.params.n_points,
-        rtol=snakemake.params.rtol,
-        kinds=list(snakemake.params.kinds),
-        tangent_steps=snakemake.params.tangent_steps,
-        trust_region_steps=snakemake.params.trust_region_steps,
-        integration_nodes=snakemake.params.integration_nodes,
-        device=snakemake.params.device,
-        memory_gb=snakemake.params.memory_gb,
-    )
+    settings = CertifySettings.from_params(dict(snakemake.params.items()))
+    done = certify_models_stage(snakemake.input.data, jobs, settings)
     for model_id, df in done.items():
         logging.getLogger("crosslip").info(
             "%d points, mean local guarantee %.4f",

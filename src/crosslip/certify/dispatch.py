@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +40,7 @@ from ..models.torch_softplus import from_sequential
 from .engine import KINDS, certify_softplus
 from .kernel_bounds import certify_kernel
 from .search import margins
+from .settings import CertifySettings, settings_with
 
 
 @dataclass(frozen=True)
@@ -58,50 +59,31 @@ class Certification:
 
 
 def certify(
-    model: nn.Module,
-    x: torch.Tensor,
-    kinds: Sequence[str] = KINDS,
-    rtol: float = 1e-3,
-    memory_gb: float | None = None,
-    tangent_steps: int = 0,
-    integration_nodes: int = 8,
-    trust_region_steps: int = 0,
+    model: nn.Module, x: torch.Tensor, settings: CertifySettings | None = None, **changes: Any
 ) -> Certification:
     """Guarantees (Theorem 2.1 and the certificates beyond it) of ``model`` at the points
-    ``x`` (n, d), chosen by the model's kind (see the module docstring; ``kinds`` selects
-    among :data:`~crosslip.certify.engine.KINDS` where the model has several, and must name
-    known kinds for every model). ``rtol``: relative tolerance of the searches over R.
-    Computed in float64 on ``x``'s device; results on the CPU. ``memory_gb``: the memory
-    budget of a Gaussian-kernel model's bound (default: the schema's ``kernel.memory_gb``;
-    see :func:`.kernel_bounds.plan_for`). ``tangent_steps``, ``integration_nodes`` and
-    ``trust_region_steps``: the linear relaxation's steps on its tangent points, the
-    integrated bound's nodes and the L2 curvature certificate's Lanczos steps
-    (one-hidden-layer nets; :func:`.engine.certify_softplus`). ``model`` is not modified."""
-    unknown = sorted(set(kinds) - set(KINDS))
+    ``x`` (n, d), chosen by the model's kind (see the module docstring). ``settings``
+    (default: the schema's; keyword ``changes`` of its fields apply on top): ``kinds``
+    selects among :data:`~crosslip.certify.engine.KINDS` where the model has several, and
+    must name known kinds for every model; ``rtol`` is the searches' relative tolerance;
+    ``memory_gb`` the budget of a Gaussian-kernel model's bound
+    (:func:`.kernel_bounds.plan_for`); ``tangent_steps``, ``integration_nodes`` and
+    ``trust_region_steps`` those of the one-hidden-layer nets
+    (:func:`.engine.certify_softplus`). Computed in float64 on ``x``'s device; results on
+    the CPU. ``model`` is not modified."""
+    settings = settings_with(settings, changes)
+    unknown = sorted(set(settings.kinds) - set(KINDS))
     if unknown:
         raise ConfigError(f"unknown guarantee kinds {unknown}; choose from {', '.join(KINDS)}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"certify needs a torch.nn.Module, got {type(model).__name__}")
     if x.ndim != 2:
         raise ValueError(f"x must have shape (n, d), got {tuple(x.shape)}")
-    # the memory budget concerns the kernel bound only, the relaxation's settings the
-    # one-hidden-layer nets; registered kinds take four arguments
-    extra: dict = {}
-    if isinstance(model, GaussianKernelModel):
-        extra = {"memory_gb": memory_gb}
-    elif isinstance(model, SoftplusNet | nn.Sequential):
-        extra = {
-            "tangent_steps": tangent_steps,
-            "integration_nodes": integration_nodes,
-            "trust_region_steps": trust_region_steps,
-        }
-    return certify_model(model, x, tuple(kinds), rtol, **extra)
+    return certify_model(model, x, settings)
 
 
 @functools.singledispatch
-def certify_model(
-    model: nn.Module, x: torch.Tensor, kinds: tuple[str, ...], rtol: float
-) -> Certification:
+def certify_model(model: nn.Module, x: torch.Tensor, settings: CertifySettings) -> Certification:
     """Any other classifier: its prediction ``c`` and margin ``f_c - max_{j != c} f_j``
     (float64, batches of 256 points), no guarantee."""
     net = copy.deepcopy(model).to(device=x.device, dtype=torch.float64).eval()
@@ -118,29 +100,27 @@ def certify_model(
 
 @certify_model.register
 def _certify_kernel_model(
-    model: GaussianKernelModel,
-    x: torch.Tensor,
-    kinds: tuple[str, ...],
-    rtol: float,
-    memory_gb: float | None = None,
+    model: GaussianKernelModel, x: torch.Tensor, settings: CertifySettings
 ) -> Certification:
     # Proposition 2.2, the only L2 bound, on x's device within the budget
-    columns = certify_kernel(model, x, rtol=rtol, memory_gb=memory_gb, device=x.device)
+    columns = certify_kernel(
+        model, x, rtol=settings.rtol, memory_gb=settings.memory_gb, device=x.device
+    )
     columns["guarantee_l2"] = columns["guarantee_local"]
     return Certification(columns, "prop2.2")
 
 
 @certify_model.register
 def _certify_softplus_net(
-    model: SoftplusNet, x: torch.Tensor, kinds: tuple[str, ...], rtol: float, **settings: int
+    model: SoftplusNet, x: torch.Tensor, settings: CertifySettings
 ) -> Certification:
-    columns = certify_softplus(model, x, rtol=rtol, kinds=kinds, **settings)
+    columns = certify_softplus(model, x, settings)
     return Certification(columns, "prop2.3" if "guarantee_local" in columns else None)
 
 
 @certify_model.register
 def _certify_sequential(
-    model: nn.Sequential, x: torch.Tensor, kinds: tuple[str, ...], rtol: float, **settings: int
+    model: nn.Sequential, x: torch.Tensor, settings: CertifySettings
 ) -> Certification:
     net = from_sequential(model).to(x.device)
-    return _certify_softplus_net(net, x, kinds, rtol, **settings)
+    return _certify_softplus_net(net, x, settings)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -64,6 +65,7 @@ from .search import (
     theorem21,
     unbounded_points,
 )
+from .settings import CertifySettings, settings_with
 from .softplus_bounds import (
     IntervalBound,
     MinBound,
@@ -88,23 +90,22 @@ KINDS = NORM_KINDS + METHOD_KINDS
 def certify_softplus(
     net: SoftplusNet,
     x: torch.Tensor,
-    rtol: float = 1e-3,
+    settings: CertifySettings | None = None,
     dtype: torch.dtype = torch.float64,
     batch_size: int = 1024,
-    kinds: tuple[str, ...] = KINDS,
-    tangent_steps: int = 0,
-    integration_nodes: int = 8,
-    trust_region_steps: int = 0,
+    **changes: Any,
 ) -> dict[str, torch.Tensor]:
     """Guarantees of the one-hidden-layer net for the points ``x`` (n, d); see the module
-    docstring for the columns. ``kinds`` selects the families (``"local"`` and ``"global"``
-    are always computed when ``"l2"`` is requested; ``"box"`` adds the ``*_box`` column of
-    each requested p-norm and needs ``x`` in ``[0, 1]^d``; each of :data:`METHOD_KINDS`
-    adds its column for every requested p-norm, box included). ``tangent_steps``: steps on
-    the tangent points of the linear relaxation (0: tangents at the point);
-    ``integration_nodes``: nodes of the integrated bound; ``trust_region_steps``: Lanczos
-    steps of the L2 curvature certificate minimised over the ball (:mod:`.trust_region`;
-    0: only the ``lambda_max`` form; otherwise its column is the better of the two).
+    docstring for the columns. ``settings`` (default: the schema's; keyword ``changes``
+    of its fields, e.g. ``rtol=1e-4``, apply on top): ``kinds`` selects the families
+    (``"local"`` and ``"global"`` are always computed when ``"l2"`` is requested; ``"box"``
+    adds the ``*_box`` column of each requested p-norm and needs ``x`` in ``[0, 1]^d``; each
+    of :data:`METHOD_KINDS` adds its column for every requested p-norm, box included);
+    ``rtol``: the searches' relative precision; ``tangent_steps``: steps on the tangent
+    points of the linear relaxation (0: tangents at the point); ``integration_nodes``: nodes
+    of the integrated bound; ``trust_region_steps``: Lanczos steps of the L2 curvature
+    certificate minimised over the ball (:mod:`.trust_region`; 0: only the ``lambda_max``
+    form; otherwise its column is the better of the two).
     Computation in float64 (``dtype`` must be float64: the rounding analysis is
     float64's), on ``x.device``, in batches of ``batch_size`` points; results on the CPU.
 
@@ -114,6 +115,8 @@ def certify_softplus(
     goes to the ``"crosslip"`` logger (:mod:`crosslip.progress`).
     """
     require_float64(dtype)
+    settings = settings_with(settings, changes)
+    kinds, rtol = settings.kinds, settings.rtol
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise ValueError(f"unknown guarantee kinds {sorted(unknown)}; choose from {KINDS}")
@@ -125,7 +128,13 @@ def certify_softplus(
             f"the certificates {sorted(set(kinds) & set(METHOD_KINDS))} are computed for the "
             "requested norms: add l2, l1 or linf to the kinds"
         )
-    options = Options(rtol, kinds, tangent_steps, integration_nodes, trust_region_steps)
+    options = Options(
+        rtol,
+        kinds,
+        settings.tangent_steps,
+        settings.integration_nodes,
+        settings.trust_region_steps,
+    )
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad(), Progress("certify", len(x), "points") as progress:
@@ -140,7 +149,8 @@ def certify_softplus(
 
 @dataclass(frozen=True)
 class Options:
-    """What :func:`certify_softplus` computes and how (its arguments)."""
+    """What one batch of :func:`certify_softplus` computes and how (its settings, the kinds
+    completed)."""
 
     rtol: float
     kinds: tuple[str, ...]
