@@ -110,7 +110,9 @@ def test_the_curvature_certificate_minimised_over_the_ball_on_cuda_matches_the_c
         device="cuda",
         trust_region_steps=0,
     )
-    att = attack_stage(d, m, j, trained / "ta.parquet", 30, 1e-4, max_steps=40, device="cuda")
+    att = attack_stage(
+        d, m, j, trained / "ta.parquet", n_points=30, rtol=1e-4, max_steps=40, device="cuda"
+    )
     ok = att["attack_success"]
     for col in cols:
         np.testing.assert_allclose(frames["cpu"][col], frames["cuda"][col], rtol=1e-3)
@@ -148,7 +150,15 @@ def test_kernel_training_certification_and_attack_on_cuda_match_the_cpu(trained)
             d, m, j, trained / f"kc-{dev}.parquet", n_points=30, rtol=1e-4, device=dev
         )
         att = attack_stage(
-            d, m, j, trained / f"ka-{dev}.parquet", 30, 1e-4, 40, norms=["l2"], device=dev
+            d,
+            m,
+            j,
+            trained / f"ka-{dev}.parquet",
+            n_points=30,
+            rtol=1e-4,
+            max_steps=40,
+            norms=["l2"],
+            device=dev,
         )
         frames[dev] = (cert, att)
     (c_cpu, a_cpu), (c_gpu, a_gpu) = frames["cpu"], frames["cuda"]

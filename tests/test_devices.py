@@ -252,7 +252,14 @@ def test_the_stages_make_no_tensor_on_an_implicit_device(stage_data):
                 memory_gb=STAGE_BUDGET,
             )
             att = attack_stage(
-                *files, folder / f"a{tag}.parquet", 8, 1e-4, 15, ["l2"], 1, device="cpu"
+                *files,
+                folder / f"a{tag}.parquet",
+                n_points=8,
+                rtol=1e-4,
+                max_steps=15,
+                norms=["l2"],
+                refine_steps=1,
+                device="cpu",
             )
             return [cert.drop(columns="certify_seconds"), att.drop(columns="attack_seconds")]
 

@@ -114,7 +114,9 @@ def test_any_other_exported_classifier_gets_upper_bounds_only(tmp_path, scans, d
     cert = certify_stage(
         scans, out / "model.pt", out / "m.json", out / "c.parquet", n_points=6, kinds=KINDS
     )
-    att = attack_stage(scans, out / "model.pt", out / "m.json", out / "a.parquet", 6, 1e-3, 20)
+    att = attack_stage(
+        scans, out / "model.pt", out / "m.json", out / "a.parquet", n_points=6, max_steps=20
+    )
     assert (cert["local_bound"] == "none").all()
     guarantees = [c for c in cert if c.startswith("guarantee_") and c != "guarantee_l2_method"]
     assert cert[guarantees].isna().all().all()  # null, not 0: no guarantee

@@ -307,7 +307,9 @@ def test_import_certify_and_attack_stages(tmp_path, scans):
         cert = certify_stage(
             scans, model_out, met_out, tmp_path / f"{key}-c.parquet", n_points=6, kinds=kinds
         )
-        att = attack_stage(scans, model_out, met_out, tmp_path / f"{key}-a.parquet", 6, 1e-3, 20)
+        att = attack_stage(
+            scans, model_out, met_out, tmp_path / f"{key}-a.parquet", n_points=6, max_steps=20
+        )
         rows[key] = cert.merge(att, on="test_index")
     assert (rows["state"]["local_bound"] == "prop2.3").all()
     assert (rows["kernel"]["local_bound"] == "prop2.2").all()

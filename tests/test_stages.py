@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import torch
 
 from crosslip.attacks import min_norm_attack
@@ -158,17 +159,30 @@ def test_min_norm_steps_0_turns_the_attack_off(tmp_path):
     assert table.schema.field("upper_bound_l2_best_method").type in (pa.string(), pa.null())
 
 
-def test_the_attack_stage_defaults_are_the_schemas():
-    """The library's defaults of the attack settings are the workflow's (the schema's)."""
-    params = inspect.signature(attack_stage).parameters
-    keys = ["refine_steps", *(f"min_norm_{k}" for k in ("steps", "targets", "restarts"))]
-    keys += [f"min_norm_{k}" for k in ("tol", "patience", "prune")]
-    for key in keys:
-        assert params[key].default == default(f"attack.{key}"), key
-    # and the attack's own, which the stage passes on
-    attack = inspect.signature(min_norm_attack).parameters
-    for key in keys[1:]:
-        assert attack[key.removeprefix("min_norm_")].default == default(f"attack.{key}"), key
+def test_the_attack_settings_are_one_object_with_the_schemas_defaults():
+    """The attack rule's params are the settings' fields (the minimal-norm attack's as
+    ``min_norm_<field>``), their defaults the schema's, and the stage and the attack have
+    no default of their own."""
+    from crosslip.attacks.settings import DEFAULT_SETTINGS, FLAT_NAMES, AttackSettings
+    from crosslip.jobs.batches import EVALUATION_PARAMS
+
+    assert sorted(FLAT_NAMES) == sorted(EVALUATION_PARAMS["attack"])
+    params = {name: default(key) for name, key in EVALUATION_PARAMS["attack"].items()}
+    assert AttackSettings.from_params({**params, "code": "x"}) == DEFAULT_SETTINGS
+    for name, key in EVALUATION_PARAMS["attack"].items():
+        if name.startswith("min_norm_"):
+            got = getattr(DEFAULT_SETTINGS.min_norm, name.removeprefix("min_norm_"))
+        else:
+            got = getattr(DEFAULT_SETTINGS, name)
+        want = default(key)
+        assert got == (tuple(want) if isinstance(want, list) else want), name
+    changed = DEFAULT_SETTINGS.but(min_norm_steps=7, rtol=0.01)
+    assert changed.min_norm.steps == 7 and changed.rtol == 0.01
+    for fn in (attack_stage, min_norm_attack):
+        names = inspect.signature(fn).parameters
+        assert not {"steps", "targets", "min_norm_steps", "refine_steps"} & set(names)
+    with pytest.raises(TypeError):
+        DEFAULT_SETTINGS.but(min_norm_stepz=3)
 
 
 def test_kernel_models_get_the_proposition_22_guarantee(tmp_path):

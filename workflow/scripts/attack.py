@@ -9,6 +9,7 @@ from crosslip.io import run_script
 
 
 def main() -> None:
+    from crosslip.attacks.settings import AttackSettings
     from crosslip.jobs.files import as_list
     from crosslip.stages.attack import attack_models_stage
 
@@ -20,23 +21,9 @@ def main() -> None:
         as_list(snakemake.output.examples),
         strict=True,
     )
-    done = attack_models_stage(
-        snakemake.input.data,
-        [(Path(m).parent.name, m, metrics, table, ex) for m, metrics, table, ex in outputs],
-        n_points=snakemake.params.n_points,
-        rtol=snakemake.params.rtol,
-        max_steps=snakemake.params.max_steps,
-        norms=list(snakemake.params.norms),
-        refine_steps=snakemake.params.refine_steps,
-        min_norm_steps=snakemake.params.min_norm_steps,
-        min_norm_targets=snakemake.params.min_norm_targets,
-        min_norm_restarts=snakemake.params.min_norm_restarts,
-        min_norm_tol=snakemake.params.min_norm_tol,
-        min_norm_patience=snakemake.params.min_norm_patience,
-        min_norm_prune=snakemake.params.min_norm_prune,
-        device=snakemake.params.device,
-        n_examples=snakemake.params.n_examples,
-    )
+    settings = AttackSettings.from_params(dict(snakemake.params.items()))
+    jobs = [(Path(m).parent.name, m, metrics, table, ex) for m, metrics, table, ex in outputs]
+    done = attack_models_stage(snakemake.input.data, jobs, settings)
     for model_id, df in done.items():
         logging.getLogger("crosslip").info(
             "%d points, mean upper bound %.4f (paper), %.4f (best L2)",

@@ -91,11 +91,13 @@ for a ``seed`` and ``batch_size`` (the random restarts draw from a generator on 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from ..models import class_gradients
 from ..progress import Progress
+from .settings import MinNormSettings
 from .upper_bounds import UpperBound, _cat, _prepare, refine_upper_bound
 
 #: A sample counts as adversarial when another class beats ``c`` by more than this times
@@ -301,19 +303,16 @@ def _batch(
     model: torch.nn.Module,
     x: torch.Tensor,
     start: UpperBound | None,
-    steps: int,
-    targets: int,
-    restarts: int,
+    walks: MinNormSettings,
     lo: float,
     hi: float,
     polish_steps: int,
     rtol: float,
     max_steps: int,
     gen: torch.Generator,
-    tol: float = 0.0,
-    patience: int = 0,
-    prune: float = 0.0,
 ) -> UpperBound:
+    steps, targets, restarts = walks.steps, walks.targets, walks.restarts
+    tol, patience, prune = walks.tol, walks.patience, walks.prune
     n, dev = x.shape[0], x.device
     with torch.no_grad():
         c = model(x).argmax(1)
@@ -429,9 +428,7 @@ def min_norm_attack(
     model: torch.nn.Module,
     x: torch.Tensor,
     start: UpperBound | None = None,
-    steps: int = 100,
-    targets: int = 3,
-    restarts: int = 2,
+    settings: MinNormSettings | None = None,
     lo: float = 0.0,
     hi: float = 1.0,
     polish_steps: int = 5,
@@ -441,16 +438,16 @@ def min_norm_attack(
     batch_size: int = 4096,
     seed: int = 0,
     progress: bool = True,
-    tol: float = 1e-3,
-    patience: int = 10,
-    prune: float = 1.5,
+    **changes: Any,
 ) -> UpperBound:
     """Minimal-norm L2 adversarial samples in the box ``[lo, hi]^d`` for each point of ``x``
-    (n, d) by FMN walks (module docstring): one from ``start`` (an :class:`UpperBound` of
-    the same points, e.g. the paper's or the refined one; None: from ``x``), ``targets``
-    targeted ones and ``restarts`` random restarts per point, at most ``steps`` iterations
-    each (a walk stops early per ``tol`` and ``patience``; targets beyond ``prune`` times
-    the start's norm are not walked: module docstring), then ``polish_steps``
+    (n, d) by FMN walks (module docstring), with ``settings`` (:class:`MinNormSettings`,
+    default the schema's ``attack.min_norm_*``; keyword ``changes`` of its fields, e.g.
+    ``steps=20``, apply on top): one walk from ``start`` (an :class:`UpperBound` of the same
+    points, e.g. the paper's or the refined one; None: from ``x``), ``targets`` targeted
+    ones and ``restarts`` random restarts per point, at most ``steps`` iterations each (a
+    walk stops early per ``tol`` and ``patience``; targets beyond ``prune`` times the
+    start's norm are not walked: module docstring), then ``polish_steps``
     re-linearizations (:func:`refine_upper_bound` with ``rtol``,
     ``max_steps``). Every reported sample is verified by a forward pass in ``dtype``.
 
@@ -459,15 +456,16 @@ def min_norm_attack(
     aimed at (for the untargeted walks the class reached). ``batch_size`` bounds the rows
     (point x run) of one forward pass. ``progress``: points done and rate per batch to the
     ``"crosslip"`` logger (:mod:`crosslip.progress`)."""
-    for name, value in (("targets", targets), ("restarts", restarts)):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    walks = (settings or MinNormSettings()).but(**changes)
+    for name in ("targets", "restarts"):
+        if getattr(walks, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(walks, name)}")
+    if walks.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {walks.steps}")
     model = _prepare(model, x, dtype)
     x = x.to(dtype)
     gen = torch.Generator(device=x.device).manual_seed(seed)
-    runs = max(1 + targets, restarts, 1)
+    runs = max(1 + walks.targets, walks.restarts, 1)
     per_batch = max(1, batch_size // runs)
     parts, found = [], 0
     with Progress("attack min-norm L2", len(x), "points", active=progress) as bar:
@@ -479,23 +477,7 @@ def min_norm_attack(
                     *(getattr(start, f)[sl] for f in UpperBound.__annotations__)
                 )
             parts.append(
-                _batch(
-                    model,
-                    x[sl],
-                    part_start,
-                    steps,
-                    targets,
-                    restarts,
-                    lo,
-                    hi,
-                    polish_steps,
-                    rtol,
-                    max_steps,
-                    gen,
-                    tol,
-                    patience,
-                    prune,
-                )
+                _batch(model, x[sl], part_start, walks, lo, hi, polish_steps, rtol, max_steps, gen)
             )
             found += int(parts[-1].success.sum())
             bar.update(len(parts[-1].norm), successes=found)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..attacks import min_norm_attack, refine_upper_bound, upper_bound
+from ..attacks.settings import AttackSettings, attack_settings_with
 from ..data import read_class_names
 from ..device import resolve_device
 from ..io import about_model, atomic_path, read_json
@@ -26,44 +27,35 @@ def attack_stage(
     model: Path | str,
     metrics: Path | str,
     out: Path | str,
-    n_points: int,
-    rtol: float,
-    max_steps: int,
-    norms: list[str] | tuple[str, ...] = ("l2", "l1", "linf"),
-    refine_steps: int = 5,
-    min_norm_steps: int = 100,
-    min_norm_targets: int = 3,
-    min_norm_restarts: int = 2,
-    min_norm_tol: float = 1e-3,
-    min_norm_patience: int = 10,
-    min_norm_prune: float = 1.5,
-    device: str = "auto",
+    settings: AttackSettings | None = None,
     examples_out: Path | str | None = None,
-    n_examples: int = 2,
+    **changes: Any,
 ) -> pd.DataFrame:
-    """Upper bounds (Section 4) for the eval points, per requested norm: the paper's search
+    """Upper bounds (Section 4) for the ``settings.n_points`` eval points with ``settings``
+    (default: the schema's; keyword ``changes`` apply on top, ``min_norm_<field>`` for the
+    minimal-norm attack's), per norm of ``settings.norms``: the paper's search
     (``upper_bound_{p}``; for L2 the column ``upper_bound`` with its target and class) and
     the refinement by re-linearization (``upper_bound_{p}_refined``). For L2 also the
-    minimal-norm attack (:func:`crosslip.attacks.min_norm_attack`, ``min_norm_steps`` per
-    walk, ``min_norm_targets`` targets, ``min_norm_restarts`` restarts, walks stopped early
-    by ``min_norm_tol`` and ``min_norm_patience``, targets pruned by ``min_norm_prune``,
+    minimal-norm attack (:func:`crosslip.attacks.min_norm_attack` with ``settings.min_norm``,
     started from the refined samples; ``upper_bound_l2_min_norm``, null throughout with
-    ``min_norm_steps`` 0) and the smallest of the three L2 bounds with the method that gave it
-    (:func:`best_l2_upper_bound`). Failed attacks are null (``attack_success`` says which,
-    for the L2 paper procedure).
+    ``min_norm.steps`` 0) and the smallest of the three L2 bounds with the method that gave
+    it (:func:`best_l2_upper_bound`). Failed attacks are null (``attack_success`` says
+    which, for the L2 paper procedure).
 
     ``examples_out`` (``.npz``) receives the L2 adversarial samples of the paper's procedure
-    for the first ``n_examples`` eval points (``m`` of them), the candidates of the
+    for the first ``settings.n_examples`` eval points (``m`` of them), the candidates of the
     illustration figure: ``test_index``, ``label`` (the true class), ``x``, ``delta``, ``adv``
     (each (m, d)), ``pred``, ``adv_class``, ``norm``, ``success`` (each (m,)), the image
     ``shape`` and the dataset's ``class_names``; no samples for a diverged model."""
+    settings = attack_settings_with(settings, changes)
+    rtol, max_steps, norms = settings.rtol, settings.max_steps, settings.norms
     met = read_json(metrics)
-    idx, x, y, shape = eval_points(data, n_points, met)
+    idx, x, y, shape = eval_points(data, settings.n_points, met)
     examples: dict[str, np.ndarray] = {}
     if met["status"] != "ok":
         df = empty_frame(ATTACK_COLUMNS)
     else:
-        dev = resolve_device(device)
+        dev = resolve_device(settings.device)
         net = load_stored(model, met["config"].get("format"))
         xd = x.to(dev)
         t0 = time.perf_counter()
@@ -72,25 +64,15 @@ def attack_stage(
             p = norm_p(name)
             ub = upper_bound(net, xd, p=p, rtol=rtol, max_steps=max_steps)
             ref = refine_upper_bound(
-                net, xd, ub, p=p, steps=refine_steps, rtol=rtol, max_steps=max_steps
+                net, xd, ub, p=p, steps=settings.refine_steps, rtol=rtol, max_steps=max_steps
             )
             df[upper_bound_column(name)] = np.where(ub.success.numpy(), ub.norm.numpy(), np.nan)
             df[f"upper_bound_{name}_refined"] = np.where(
                 ref.success.numpy(), ref.norm.numpy(), np.nan
             )
             if name == "l2":
-                if min_norm_steps > 0:
-                    mn = min_norm_attack(
-                        net,
-                        xd,
-                        start=ref,
-                        steps=min_norm_steps,
-                        targets=min_norm_targets,
-                        restarts=min_norm_restarts,
-                        tol=min_norm_tol,
-                        patience=min_norm_patience,
-                        prune=min_norm_prune,
-                    )
+                if settings.min_norm.steps > 0:
+                    mn = min_norm_attack(net, xd, start=ref, settings=settings.min_norm)
                     df["upper_bound_l2_min_norm"] = np.where(
                         mn.success.numpy(), mn.norm.numpy(), np.nan
                     )
@@ -100,7 +82,7 @@ def attack_stage(
                 df["attack_success"] = ub.success.numpy()
                 df["attack_target"] = ub.target.numpy()
                 df["adv_class"] = ub.adv_class.numpy()
-                m = min(n_examples, len(idx))
+                m = min(settings.n_examples, len(idx))
                 examples = {
                     "test_index": idx[:m],
                     "label": np.asarray(y[:m], dtype=np.int64),
@@ -133,7 +115,7 @@ def attack_stage(
 def attack_models_stage(
     data: Path | str,
     models: Sequence[tuple[str, Path | str, Path | str, Path | str, Path | str]],
-    **settings: Any,
+    settings: AttackSettings | None = None,
 ) -> dict[str, pd.DataFrame]:
     """:func:`attack_stage` with ``settings`` for each ``(model id, model file, metrics
     file, output table, examples file)`` of ``models``, in this one process (config
@@ -142,9 +124,7 @@ def attack_models_stage(
     out = {}
     for model_id, model, metrics, table, examples in models:
         with about_model(model_id):
-            out[model_id] = attack_stage(
-                data, model, metrics, table, examples_out=examples, **settings
-            )
+            out[model_id] = attack_stage(data, model, metrics, table, settings, examples)
     return out
 
 
