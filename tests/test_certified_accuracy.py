@@ -99,3 +99,26 @@ def test_column_names_follow_the_radii_as_written():
     ]
     with pytest.raises(ValueError, match="l3"):
         accuracy_columns({"l3": [1.0]})
+
+
+def test_exact_points_and_their_share_equal_a_plain_check():
+    """A point is exact where its best certificate is within 1% of its best upper bound;
+    the summary's share counts them among the correct points."""
+    from crosslip.certified_accuracy import exact_points
+
+    inst = random_instances(3)
+    # some certificates right at the upper bound: exact
+    close = inst.index[::7]
+    inst.loc[close, "guarantee_l2_best"] = inst.loc[close, "upper_bound_l2_best"] * 0.995
+    flags = exact_points(inst, "l2")
+    for i, r in inst.iterrows():
+        g, u = r["guarantee_l2_best"], r["upper_bound_l2_best"]
+        if math.isnan(g) or math.isnan(u):
+            assert flags[i] is None
+        else:
+            assert flags[i] == (g >= 0.99 * u)
+    summary = summarize(inst, RADII)
+    for _, row in summary.iterrows():
+        rows = inst[(inst["model_id"] == row["model_id"]) & inst["correct"]]
+        want = np.mean([f is True for f in exact_points(rows, "l2")])
+        assert row["share_exact_l2"] == pytest.approx(want) and want > 0

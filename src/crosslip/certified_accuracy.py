@@ -71,6 +71,30 @@ def best_upper_bound(instances: pd.DataFrame, norm: str) -> pd.Series:
     return instances[cols].astype(float).min(axis=1, skipna=True)
 
 
+#: A certificate within this share of the best upper bound closes the bracket: the minimal
+#: adversarial perturbation is known to 1%.
+EXACT_RTOL = 0.01
+
+
+def exact_points(instances: pd.DataFrame, norm: str) -> pd.Series:
+    """Per row, whether the best certificate in ``norm`` is at least ``1 - EXACT_RTOL``
+    times the best upper bound (nullable boolean: null where either is missing)."""
+    cert, upper = best_guarantee(instances, norm), best_upper_bound(instances, norm)
+    known = cert.notna() & upper.notna()
+    exact = (cert >= (1 - EXACT_RTOL) * upper).astype(object)
+    return exact.where(known, None)
+
+
+def share_exact(instances: pd.DataFrame, norm: str) -> float:
+    """The share of the correctly classified rows whose ``exact_<norm>`` is true (a row
+    without an upper bound counts as not exact); NaN without any correct row or any
+    certificate of the norm."""
+    ok = instances[instances["correct"].fillna(False).astype(bool)]
+    if not len(ok) or best_guarantee(ok, norm).isna().all():
+        return float("nan")
+    return float((exact_points(ok, norm) == True).mean())  # noqa: E712 (null is not exact)
+
+
 def attacked(instances: pd.DataFrame, norm: str) -> bool:
     """Whether any row has an upper bound in ``norm`` (else the norm was not attacked)."""
     return bool(best_upper_bound(instances, norm).notna().any())

@@ -6,8 +6,10 @@ points (a guarantee certifies the decision, which is only worth certifying when 
 upper-bound mean) averages the successful attacks only; ``max_ratio_global_local`` and
 ``n_global_above_local`` are taken over the same points. ``share_best_l2_<method>`` is how
 often each L2 method (:data:`~crosslip.results_schema.L2_UPPER_METHODS`) gave the smallest
-verified upper bound, over the same points where one did. A diverged model keeps its row
-with status ``diverged`` and empty means.
+verified upper bound, over the same points where one did. ``share_exact_<norm>`` is the
+share of the same points whose best certificate is within 1% of the best upper bound
+(:func:`crosslip.certified_accuracy.share_exact`). A diverged model keeps its row with
+status ``diverged`` and empty means.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .certified_accuracy import accuracy_columns, accuracy_row
+from .certified_accuracy import accuracy_columns, accuracy_row, share_exact
 from .config.schema import default
 from .io import atomic_path
 from .jobs.selection import method_of
@@ -49,6 +51,7 @@ SUMMARY_COLUMNS = [
     *[f"share_best_l2_{m}" for m in L2_UPPER_METHODS],
     "max_ratio_global_local",
     "n_global_above_local",
+    *[f"share_exact_{norm}" for norm in NORMS],
 ]
 TABLE1_COLUMNS = [
     "dataset",
@@ -136,6 +139,7 @@ def summarize(
                 **_best_shares(ok),
                 "max_ratio_global_local": ok["ratio_global_local"].max(),
                 "n_global_above_local": _n_global_above_local(ok),
+                **{f"share_exact_{norm}": share_exact(g, norm) for norm in NORMS},
                 **accuracy_row(g, radii),
             }
         )
@@ -345,8 +349,9 @@ def plot_bracket(
     for each model (at its test error) the paper's guarantee and the best sound guarantee
     below, the paper's upper bound and the best verified upper bound above, joined by a
     line from the best guarantee to the best upper bound (the bracket that the
-    certificates beyond the paper narrow). Colour per regularizer; means over correctly
-    classified points (:func:`summarize`)."""
+    certificates beyond the paper narrow), and above it the share of its points certified
+    to within 1% of their best upper bound (``share_exact_l2``). Colour per regularizer;
+    means over correctly classified points (:func:`summarize`)."""
     sel = summary[(summary["dataset"] == dataset) & (summary["family"] == family)]
     sel = sel[sel["status"] == "ok"]
     present = set(sel["setting"])
@@ -359,15 +364,20 @@ def plot_bracket(
         xs = dodge(100 * part["test_error"].to_numpy())
         for x, (_, row) in zip(xs, part.iterrows(), strict=True):
             color, _ = REG_STYLE.get(row["regularizer"], ("black", "x"))
-            ax.plot(
-                [x, x],
-                [
-                    row.get("mean_guarantee_l2_best", np.nan),
-                    row.get("mean_upper_bound_l2_best", np.nan),
-                ],
-                color=color,
-                alpha=0.5,
-            )
+            bottom = row.get("mean_guarantee_l2_best", np.nan)
+            top = row.get("mean_upper_bound_l2_best", np.nan)
+            ax.plot([x, x], [bottom, top], color=color, alpha=0.5)
+            exact = row.get("share_exact_l2", np.nan)
+            if pd.notna(exact) and pd.notna(top):  # the share known to 1%, above the bar
+                ax.annotate(
+                    f"{100 * exact:.0f}%",
+                    (x, top),
+                    xytext=(0, 9),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=6,
+                    color=color,
+                )
             for col, _, filled, upper in BRACKET_MEANS:
                 ax.scatter(
                     [x],

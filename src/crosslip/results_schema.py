@@ -4,7 +4,8 @@ One row per evaluated test point per model (Section 5's experiments): the model'
 identifying columns (:data:`MODEL_KEYS`), the certification stage's columns
 (:data:`CERTIFY_COLUMNS`: prediction, margin and the guarantees of Theorem 2.1), the attack
 stage's columns (:data:`ATTACK_COLUMNS`: the upper bounds of Section 4), and two derived ones
-(``correct``, ``ratio_global_local``). :data:`INSTANCE_SCHEMA` fixes names, order and types;
+(``correct``, ``ratio_global_local``, ``exact_<norm>``). :data:`INSTANCE_SCHEMA` fixes
+names, order and types;
 every other list of columns in the package is built from the groups here.
 
 Only pyarrow is needed (no torch), so that the report reads the results without loading the
@@ -89,6 +90,9 @@ INSTANCE_SCHEMA = pa.schema(
         ("upper_bound_l2_best_method", pa.string()),
         ("certify_seconds", pa.float64()),
         ("attack_seconds", pa.float64()),
+        ("exact_l2", pa.bool_()),
+        ("exact_l1", pa.bool_()),
+        ("exact_linf", pa.bool_()),
     ]
 )
 
@@ -171,9 +175,11 @@ ATTACK_COLUMNS = [
 ]
 
 #: Columns computed when the two stages' results are joined (:func:`crosslip.pipeline.
-#: instances_stage`): whether the prediction is right, and ``guarantee_global /
-#: guarantee_local`` where the local guarantee is positive (Table 1).
-JOINED_COLUMNS = ["correct", "ratio_global_local"]
+#: instances_stage`): whether the prediction is right, ``guarantee_global /
+#: guarantee_local`` where the local guarantee is positive (Table 1), and per norm whether
+#: the best certificate is within 1% of the best upper bound (the minimal adversarial
+#: perturbation known to 1%: :func:`crosslip.certified_accuracy.exact_points`).
+JOINED_COLUMNS = ["correct", "ratio_global_local", "exact_l2", "exact_l1", "exact_linf"]
 
 
 def upper_bound_column(norm: str) -> str:

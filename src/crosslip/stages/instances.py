@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..certified_accuracy import exact_points
 from ..io import read_json
+from ..norms import NORMS
 from ..results_schema import INSTANCE_SCHEMA, model_keys
 from .parquet import write_parquet
 
@@ -26,6 +28,8 @@ def instances_stage(
     df["correct"] = df["pred"] == df["label"]
     ratio = df["guarantee_global"] / df["guarantee_local"]
     df["ratio_global_local"] = ratio.where(df["guarantee_local"] > 0)
+    for norm in NORMS:
+        df[f"exact_{norm}"] = exact_points(df, norm)
     for k, v in model_keys(met, model_id).items():
         df[k] = v
     df = df.sort_values("test_index")[INSTANCE_SCHEMA.names]
