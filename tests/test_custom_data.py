@@ -19,14 +19,14 @@ import pytest
 import yaml
 from PIL import Image
 
-import crosslip.report
 from crosslip.config.grid import aggregate_targets, dataset_entry, dataset_names
 from crosslip.config.validate import validate
 from crosslip.data import CustomDataError, Dataset, available, load_custom, load_prepared
 from crosslip.data.custom import check_fits_training, fingerprint
 from crosslip.errors import ConfigError
 from crosslip.pipeline import prepare_data
-from crosslip.report import plot_adversarial_samples
+from crosslip.report import illustration
+from crosslip.report.illustration import plot_adversarial_samples
 from crosslip.training.core import TrainConfig
 from crosslip.training.single import train
 
@@ -689,13 +689,13 @@ def test_fingerprint_follows_the_files(tmp_path):
 
 def test_illustration_shows_class_names(tmp_path, monkeypatch):
     titles: list[str] = []
-    save = crosslip.report._save
+    save = illustration._save
 
     def capture(fig, png, pdf):
         titles.extend(a.get_title() for a in fig.axes)
         save(fig, png, pdf)
 
-    monkeypatch.setattr(crosslip.report, "_save", capture)
+    monkeypatch.setattr(illustration, "_save", capture)  # where the figure looks it up
     summary = pd.DataFrame(
         {
             "status": ["ok"],

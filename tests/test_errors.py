@@ -29,7 +29,7 @@ from crosslip.errors import (
 from crosslip.io import write_json
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.norms import norm_p
-from crosslip.report import SUMMARY_COLUMNS
+from crosslip.report.tables import SUMMARY_COLUMNS
 from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig
 

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crosslip import report
 from crosslip.certified_accuracy import accuracy_row, attack_share, certified_share
+from crosslip.report import figures
+from crosslip.report.style import REG_STYLE
 
 REGS = ["none", "weight_decay", "dropout", "cross_lipschitz", "cross_lipschitz"]
 
@@ -38,10 +39,10 @@ def summary_with_ties() -> pd.DataFrame:
 
 def drawn_figure(monkeypatch, plot, data) -> list:
     """The matplotlib figure that ``plot`` draws (kept open instead of saved)."""
-    figures = []
-    monkeypatch.setattr(report, "_save", lambda fig, png, pdf, rect=None: figures.append(fig))
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, png, pdf, rect=None: drawn.append(fig))
     plot(data, "unused.png", "unused.pdf", "d", "mlp")
-    return figures
+    return drawn
 
 
 def marker_positions(ax) -> np.ndarray:
@@ -57,7 +58,7 @@ def assert_legend_clear_of_markers(fig, ax) -> None:
         assert not legend.contains(x, y)
 
 
-@pytest.mark.parametrize("plot", [report.plot_bracket, report.plot_bounds_vs_error])
+@pytest.mark.parametrize("plot", [figures.plot_bracket, figures.plot_bounds_vs_error])
 def test_models_at_the_same_test_error_are_drawn_apart(monkeypatch, plot):
     (fig,) = drawn_figure(monkeypatch, plot, summary_with_ties())
     axes = [ax for ax in fig.axes if ax.collections]
@@ -70,16 +71,16 @@ def test_models_at_the_same_test_error_are_drawn_apart(monkeypatch, plot):
     assert legends
     for ax in legends:
         assert_legend_clear_of_markers(fig, ax)
-    report._pyplot().close(fig)
+    figures._pyplot().close(fig)
 
 
 def test_dodge_spreads_only_points_that_collide_and_keeps_their_order():
     x = np.array([8.3, 8.3, 7.4, 8.3, 7.9])
-    out = report.dodge(x)
+    out = figures.dodge(x)
     assert out[2] == 7.4 and out[4] == 7.9  # alone: unmoved
     assert out[0] < out[1] < out[3] and np.isclose(out[[0, 1, 3]].mean(), 8.3)
     assert np.isclose(out[1] - out[0], out[3] - out[1])
-    assert report.dodge(np.array([1.0])).tolist() == [1.0]
+    assert figures.dodge(np.array([1.0])).tolist() == [1.0]
 
 
 def instances(seed: int, n: int = 300) -> pd.DataFrame:
@@ -112,7 +113,7 @@ def instances(seed: int, n: int = 300) -> pd.DataFrame:
 
 def test_the_curves_are_the_summary_columns_and_never_cross(monkeypatch):
     inst = instances(0)
-    (fig,) = drawn_figure(monkeypatch, report.plot_certified_accuracy, inst)
+    (fig,) = drawn_figure(monkeypatch, figures.plot_certified_accuracy, inst)
     (ax,) = fig.axes
     lines = ax.get_lines()
     assert len(lines) == 4  # per model: certified (solid), attack (dashed)
@@ -122,7 +123,7 @@ def test_the_curves_are_the_summary_columns_and_never_cross(monkeypatch):
     from matplotlib.colors import to_rgba
 
     for model, reg in (("a", "none"), ("b", "certified_margin")):
-        colour = to_rgba(report.REG_STYLE[reg][0])
+        colour = to_rgba(REG_STYLE[reg][0])
         line = next(ln for ln in solid if to_rgba(ln.get_color())[:3] == colour[:3])
         att = next(ln for ln in dashed if to_rgba(ln.get_color())[:3] == colour[:3])
         one = inst[inst["model_id"] == model]
@@ -135,4 +136,4 @@ def test_the_curves_are_the_summary_columns_and_never_cross(monkeypatch):
     assert row["certified_accuracy_l2_0.5"] == pytest.approx(
         certified_share(one, "l2", np.array([0.5]))[0]
     )
-    report._pyplot().close(fig)
+    figures._pyplot().close(fig)

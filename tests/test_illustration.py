@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.report import (
+from crosslip.report.illustration import (
     ILLUSTRATION_COLUMNS,
     common_correct_points,
     illustration_models,
@@ -120,7 +120,7 @@ def test_figure_shows_only_points_correct_for_every_model(tmp_path):
 
 
 def test_examples_without_labels_are_refused(tmp_path):
-    from crosslip.report import load_examples
+    from crosslip.report.illustration import load_examples
 
     path = tmp_path / "toy" / "m.npz"
     path.parent.mkdir()

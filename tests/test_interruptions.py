@@ -27,7 +27,7 @@ from crosslip.pipeline import (
     certify_stage,
     train_stage,
 )
-from crosslip.report import write_tables
+from crosslip.report.tables import write_tables
 
 from .helpers import fields, random_net, snakemake_cmd
 from .job_gate import JobGate

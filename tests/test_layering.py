@@ -52,14 +52,14 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.models.exported",
         "crosslip.models.external",
     ),  # training, model files
-    ("crosslip.stages", "crosslip.report", "crosslip.run_summary"),  # stages, tables
+    ("crosslip.stages", "crosslip.report", "crosslip.run_summary"),  # stages, tables, figures
     ("crosslip.reproduction",),  # the reproduction record, from the tables
     ("crosslip.pipeline",),  # all stages in one namespace
 ]
 
 #: Modules that must load without torch (the report's jobs draw tables and figures only).
 TORCH_FREE = [
-    "crosslip.report",
+    "crosslip.report",  # with every module of the package (its __init__ imports them all)
     "crosslip.run_summary",
     "crosslip.results_schema",
     "crosslip.certified_accuracy",
@@ -317,9 +317,35 @@ def test_every_module_imports_only_its_own_layer_or_below():
 
 def test_stages_and_report_are_imported_by_no_library_module():
     graph = import_graph(SRC, PACKAGE)
-    top = {"crosslip.pipeline", "crosslip.report"}
-    users = sorted(m for m, targets in graph.items() if targets & top)
+    top = ("crosslip.pipeline", "crosslip.report")
+
+    def inside(module: str) -> bool:
+        return any(module == t or module.startswith(t + ".") for t in top)
+
+    users = sorted(m for m, targets in graph.items() if not inside(m) and any(map(inside, targets)))
     assert users == []
+
+
+def test_the_report_package_imports_and_re_exports_every_public_name_of_its_modules():
+    """``from crosslip.report import NAME`` works for every public name of its modules (the
+    same object), so importing the package loads every module (TORCH_FREE checks them)."""
+    import importlib
+
+    report = importlib.import_module("crosslip.report")
+    for path in sorted((SRC / "crosslip" / "report").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = importlib.import_module(f"crosslip.report.{path.stem}")
+        names = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        public = sorted(n for n in names if not n.startswith("_"))
+        assert public and set(public) <= set(report.__all__), path.name
+        assert all(getattr(report, n) is getattr(module, n) for n in public), path.name
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)

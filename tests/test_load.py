@@ -7,7 +7,7 @@ import pytest
 
 from crosslip.io import read_json
 from crosslip.models.checkpoints import load_model
-from crosslip.report import add_diverged, summarize
+from crosslip.report.tables import add_diverged, summarize
 
 from .helpers import fields
 from .workflow_helpers import (

@@ -20,7 +20,7 @@ from crosslip.models import SoftplusNet
 from crosslip.models.checkpoints import save_model
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.pipeline import attack_stage, certify_stage, instances_stage
-from crosslip.report import summarize
+from crosslip.report.tables import summarize
 from crosslip.results_schema import GUARANTEE_COLUMNS, INSTANCE_SCHEMA, MEAN_COLUMNS, UPPER_COLUMNS
 
 from .helpers import random_net

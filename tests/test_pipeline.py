@@ -16,7 +16,7 @@ from crosslip.certified_accuracy import accuracy_columns
 from crosslip.config.grid import training_grid
 from crosslip.config.schema import default
 from crosslip.config.validate import validate
-from crosslip.report import SUMMARY_COLUMNS
+from crosslip.report.tables import SUMMARY_COLUMNS
 from crosslip.results_schema import INSTANCE_SCHEMA
 
 from .helpers import (

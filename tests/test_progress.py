@@ -341,7 +341,7 @@ def net_metrics(model_id, reg, setting, losses, status="ok"):
 
 
 def test_training_curves_are_read_per_dataset_and_family(tmp_path):
-    from crosslip.report import plot_training_curves, training_curves
+    from crosslip.report.training_figure import plot_training_curves, training_curves
 
     kernel = {
         "dataset": "ds",

@@ -1,5 +1,5 @@
 """Certified accuracy against the radius per dataset and model family: a row per setting,
-a column per norm (crosslip.report.plot_certified_accuracy)."""
+a column per norm (crosslip.report.figures.plot_certified_accuracy)."""
 
 from crosslip.io import run_script
 
@@ -7,7 +7,7 @@ from crosslip.io import run_script
 def main() -> None:
     import pandas as pd
 
-    from crosslip.report import plot_certified_accuracy
+    from crosslip.report.figures import plot_certified_accuracy
 
     instances = pd.concat([pd.read_parquet(p) for p in snakemake.input.instances])
     wc = snakemake.wildcards

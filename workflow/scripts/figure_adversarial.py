@@ -4,7 +4,8 @@ from crosslip.io import run_script
 
 
 def main() -> None:
-    from crosslip.report import load_examples, plot_adversarial_samples, read_summary
+    from crosslip.report.illustration import load_examples, plot_adversarial_samples
+    from crosslip.report.tables import read_summary
 
     plot_adversarial_samples(
         read_summary(snakemake.input.summary),

@@ -1,12 +1,13 @@
 """A figure per dataset and model family (Section 5): bounds against test error, a row per
 setting, or the bracket between guarantees and upper bounds, a panel per setting
-(params.figure names it: crosslip.report.FAMILY_FIGURES)."""
+(params.figure names it: crosslip.report.figures.FAMILY_FIGURES)."""
 
 from crosslip.io import run_script
 
 
 def main() -> None:
-    from crosslip.report import FAMILY_FIGURES, read_summary
+    from crosslip.report.figures import FAMILY_FIGURES
+    from crosslip.report.tables import read_summary
 
     wc = snakemake.wildcards
     FAMILY_FIGURES[snakemake.params.figure](

@@ -5,7 +5,7 @@ from crosslip.io import read_json, run_script
 
 
 def main() -> None:
-    from crosslip.report import plot_training_curves
+    from crosslip.report.training_figure import plot_training_curves
 
     wc = snakemake.wildcards
     plot_training_curves(

@@ -6,7 +6,7 @@ from crosslip.io import read_json, run_script
 def main() -> None:
     import pandas as pd
 
-    from crosslip.report import add_diverged, summarize, write_tables
+    from crosslip.report.tables import add_diverged, summarize, write_tables
 
     instances = pd.concat([pd.read_parquet(p) for p in snakemake.input.instances])
     summary = summarize(instances, snakemake.params.radii)

@@ -4,7 +4,7 @@ from crosslip.io import run_script
 
 
 def main() -> None:
-    from crosslip.report import kernel_table, read_summary, table1, write_tables
+    from crosslip.report.tables import kernel_table, read_summary, table1, write_tables
 
     tables = {"table1": table1, "kernel": kernel_table}
     table = tables[snakemake.params.table](read_summary(snakemake.input.summary))
