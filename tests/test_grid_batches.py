@@ -122,11 +122,25 @@ def params_read(script: str) -> set[str]:
 @pytest.mark.parametrize("stage", ["certify", "attack"])
 def test_an_evaluation_job_gets_exactly_the_params_its_script_reads(stage):
     """The per-model and the batched certify (attack) rules pass
-    crosslip.jobs.batches.evaluation_params and the code digest: what the script reads, no
-    more (a param that the script ignores would still rerun jobs when it changes)."""
+    crosslip.jobs.batches.evaluation_params and the code digest; the script reads them whole
+    into its settings object, whose fields they are exactly (a param that the script ignored
+    would still rerun jobs when it changes)."""
+    import dataclasses
+
+    from crosslip.attacks.settings import FLAT_NAMES
+    from crosslip.certify.settings import CertifySettings
+
     config = validate(copy.deepcopy(TINY_RUN))
     params = evaluation_params(config, stage)
-    assert set(params) == params_read(f"{stage}.py")
+    script = (ROOT / "workflow" / "scripts" / f"{stage}.py").read_text()
+    assert "Settings.from_params(dict(snakemake.params.items()))" in script
+    assert params_read(f"{stage}.py") == {"items"}  # no param read on its own
+    fields = (
+        {f.name for f in dataclasses.fields(CertifySettings)}
+        if stage == "certify"
+        else set(FLAT_NAMES)
+    )
+    assert set(params) == fields
     assert params["n_points"] == 15 and params["device"] == config["device"]
     with pytest.raises(ValueError, match="certify or attack"):
         evaluation_params(config, "train")

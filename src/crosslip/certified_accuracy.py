@@ -30,8 +30,8 @@ from .norms import NORMS
 #: The best upper bound's columns per norm: their minimum per point is the best bound.
 UPPER_BOUND_COLUMNS = {
     "l2": ("upper_bound_l2_best",),
-    "l1": ("upper_bound_l1", "upper_bound_l1_refined"),
-    "linf": ("upper_bound_linf", "upper_bound_linf_refined"),
+    "l1": ("upper_bound_l1", "upper_bound_l1_refined", "upper_bound_l1_min_norm"),
+    "linf": ("upper_bound_linf", "upper_bound_linf_refined", "upper_bound_linf_min_norm"),
 }
 
 

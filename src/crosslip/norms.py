@@ -34,3 +34,15 @@ def check_p(p: float) -> float:
     if p not in P_VALUES:
         raise ValueError(f"p = {p}: only the 1-, 2- and inf-norms are supported")
     return p
+
+
+def dual_exponent(p: float) -> float:
+    """``q`` with ``1/p + 1/q = 1`` for p in {1, 2, inf} (the dual norm's: ``|a^T v| <=
+    ||a||_q ||v||_p``)."""
+    if p == 2:
+        return 2.0
+    if p == 1:
+        return math.inf
+    if math.isinf(p):
+        return 1.0
+    raise ValueError(f"p = {p}: only the 1-, 2- and inf-norms are supported")

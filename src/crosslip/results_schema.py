@@ -85,8 +85,10 @@ INSTANCE_SCHEMA = pa.schema(
         ("upper_bound_l2_best", pa.float64()),
         ("upper_bound_l1", pa.float64()),
         ("upper_bound_l1_refined", pa.float64()),
+        ("upper_bound_l1_min_norm", pa.float64()),
         ("upper_bound_linf", pa.float64()),
         ("upper_bound_linf_refined", pa.float64()),
+        ("upper_bound_linf_min_norm", pa.float64()),
         ("upper_bound_l2_best_method", pa.string()),
         ("certify_seconds", pa.float64()),
         ("attack_seconds", pa.float64()),
@@ -129,16 +131,18 @@ GUARANTEE_COLUMNS = [
 #: Upper bounds (Section 4) besides the L2 paper procedure's ``upper_bound``: its
 #: refinement by re-linearization, the minimal-norm L2 attack
 #: (:func:`crosslip.attacks.min_norm_attack`), the smallest of the three L2 bounds, the L1
-#: and Linf searches and their refinements; the summary averages each over its successful
-#: attacks.
+#: and Linf searches, their refinements and minimal-norm attacks; the summary averages each
+#: over its successful attacks.
 UPPER_COLUMNS = [
     "upper_bound_l2_refined",
     "upper_bound_l2_min_norm",
     "upper_bound_l2_best",
     "upper_bound_l1",
     "upper_bound_l1_refined",
+    "upper_bound_l1_min_norm",
     "upper_bound_linf",
     "upper_bound_linf_refined",
+    "upper_bound_linf_min_norm",
 ]
 #: Columns written by the certification stage, in order.
 CERTIFY_COLUMNS = [

@@ -1,4 +1,5 @@
-"""A minimal-norm L2 attack with adaptive norm constraints, box-constrained (beyond Section 4).
+"""A minimal-norm attack (L2, L1, L-inf) with adaptive norm constraints, box-constrained
+(beyond Section 4).
 
 The paper's upper bound (Section 4, :func:`~crosslip.attacks.upper_bound`) solves the
 box-constrained problem exactly for the classifier *linearized at x* and searches the
@@ -8,9 +9,9 @@ on a classifier that is far from linear they can sit well above the minimal pert
 :func:`min_norm_attack` is an iterative attack from the field's state of the art, written
 for crosslip: the fast minimum-norm attack (FMN; Pintor, Roli, Brendel, Biggio, "Fast
 Minimum-norm Adversarial Attacks through Adaptive Norm Constraints", NeurIPS 2021), in its
-L2 form, with the warm start, targets and restarts below. It solves
+L2, L1 and L-inf forms, with the warm start, targets and restarts below. It solves
 
-    min ||delta||_2  s.t.  max_{j != c} f_j(x + delta) > f_c(x + delta),  lo <= x + delta <= hi
+    min ||delta||_p  s.t.  max_{j != c} f_j(x + delta) > f_c(x + delta),  lo <= x + delta <= hi
 
 for ``c = argmax_j f_j(x)``, and reports, per point, the smallest *verified* sample found.
 
@@ -31,8 +32,15 @@ for ``c = argmax_j f_j(x)``, and reports, per point, the smallest *verified* sam
    ``||delta|| <= eps`` (rescale) and onto the box (clip).
 
 ``gamma_k`` anneals from 0.05 to 0.001 and ``a_k`` from 1 to 0.01 by a cosine schedule, as
-in FMN. The budget of an adversarial row never exceeds its best norm, so the walk keeps
-probing below it; the best iterate is what the walk returns.
+in FMN. **In the p-norm** every norm above is the p-norm and the linearized distance uses
+the dual norm of the gradient; the step is the gradient's sign in L-inf (a step of p-norm
+``a_k eps``) and the L2-normalised gradient in L1 (FMN's), and the projection onto the ball
+is a clip (L-inf) or the Euclidean projection onto the L1 ball (:func:`project_l1_ball`,
+which makes the L1 iterate sparse). In L1 each run's sample is polished (below), not only
+the best per point: a sparse iterate may end at another class than the nearest, and the
+polish is exact for the class it reached. The budget of an adversarial row never exceeds
+its best norm, so the walk keeps probing below it; the best iterate is what the walk
+returns.
 
 **Runs per point.** (i) One untargeted walk from ``start`` (typically the paper's or the
 refined sample, :class:`~crosslip.attacks.UpperBound`) where it succeeded, else from
@@ -96,6 +104,7 @@ from typing import Any
 import torch
 
 from ..models import class_gradients
+from ..norms import check_p, dual_exponent
 from ..progress import Progress
 from .settings import MinNormSettings
 from .upper_bounds import UpperBound, _cat, _prepare, refine_upper_bound
@@ -144,6 +153,47 @@ def _in_box(xa: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     return ((xa >= lo) & (xa <= hi)).all(1)
 
 
+def _norm(t: torch.Tensor, p: float) -> torch.Tensor:
+    """The p-norm of each row of ``t`` (m, d): (m,)."""
+    return torch.linalg.vector_norm(t, ord=p, dim=1)
+
+
+def project_l1_ball(v: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
+    """The Euclidean projection of each row of ``v`` (m, d) onto the L1 ball of its
+    ``radius`` (m,) (Duchi, Shalev-Shwartz, Singer and Chandra, ICML 2008: soft
+    thresholding at the ``theta`` found by one sort); rows inside the ball unchanged."""
+    a = v.abs()
+    inside = a.sum(1) <= radius
+    srt = a.sort(1, descending=True).values
+    csum = srt.cumsum(1) - radius[:, None]
+    j = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype)
+    rho = ((srt - csum / j) > 0).sum(1).clamp_min(1)  # the last index that stays positive
+    theta = csum.gather(1, (rho - 1)[:, None]) / rho[:, None].to(v.dtype)
+    shrunk = v.sign() * (a - theta.clamp_min(0)).clamp_min(0)
+    return torch.where(inside[:, None], v, shrunk)
+
+
+def _step(grad: torch.Tensor, size: torch.Tensor, p: float) -> torch.Tensor:
+    """The walk's descent step of ``size`` (m,) per row along the gradient ``grad`` (m, d):
+    the sign (p-norm of the step ``size``) for p = inf, the L2-normalised gradient for
+    p = 1 and 2 (FMN's; for L1 the projection onto the ball then makes it sparse)."""
+    tiny = torch.finfo(grad.dtype).tiny
+    if math.isinf(p):
+        return size[:, None] * grad.sign()
+    return size[:, None] * grad / _norm(grad, 2).clamp_min(tiny)[:, None]
+
+
+def _project(delta: torch.Tensor, eps: torch.Tensor, p: float) -> torch.Tensor:
+    """``delta`` (m, d) onto the p-ball of radius ``eps`` (m,): a rescale (L2), a clip
+    (L-inf) or :func:`project_l1_ball` (L1)."""
+    if math.isinf(p):
+        return torch.maximum(torch.minimum(delta, eps[:, None]), -eps[:, None])
+    if p == 1:
+        return project_l1_ball(delta, eps)
+    tiny = torch.finfo(delta.dtype).tiny
+    return delta * (eps / _norm(delta, 2).clamp_min(tiny)).clamp(max=1)[:, None]
+
+
 def _nudged(
     model: torch.nn.Module,
     x: torch.Tensor,
@@ -185,8 +235,10 @@ def _walk(
     live: torch.Tensor | None = None,
     tol: float = 0.0,
     patience: int = 0,
+    p: float = 2.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One FMN walk per row (module docstring) from ``delta`` (m, d) for the rows ``x``
+    """One FMN walk per row (module docstring) in the p-norm from ``delta`` (m, d) for the
+    rows ``x``
     (m, d), ``c`` (m,) and ``target`` (m,) (-1: untargeted). Returns the best adversarial
     iterate per row: ``(norm (m,), delta (m, d), adv_class (m,))``, inf / 0 / -1 where the
     walk found none.
@@ -206,15 +258,17 @@ def _walk(
     act = torch.arange(m, device=dev) if live is None else torch.nonzero(live).squeeze(1)
     # the walking rows' state, compacted as rows stop
     xs, cs, ds, ts, ps = x[act], c[act], delta[act], target[act], point[act]
-    eps = torch.linalg.vector_norm(ds, dim=1)
+    eps = _norm(ds, p)
     found = torch.zeros(len(act), dtype=torch.bool, device=dev)
     ref = torch.full((len(act),), torch.inf, dtype=x.dtype, device=dev)
     since = torch.zeros(len(act), dtype=torch.long, device=dev)
     tiny = torch.finfo(x.dtype).tiny
-    diameter = (hi - lo) * x.shape[1] ** 0.5  # no sample in the box is farther from x
+    q = dual_exponent(p)
+    # no sample in the box is farther from x
+    diameter = (hi - lo) * (1.0 if math.isinf(p) else x.shape[1] ** (1 / p))
 
     def keep(ds: torch.Tensor, adv: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        nrm = torch.linalg.vector_norm(ds, dim=1)
+        nrm = _norm(ds, p)
         better = adv & (nrm < best[act]) & _in_box(xs + ds, lo, hi)
         rows = act[better]
         best[rows], best_delta[rows], best_cls[rows] = nrm[better], ds[better], cls[better]
@@ -236,7 +290,7 @@ def _walk(
             nrm = keep(ds, adv, cls)
             found |= adv
             gamma = _cosine(*GAMMA, k, steps)
-            gnorm = torch.linalg.vector_norm(grad, dim=1).clamp_min(tiny)
+            gnorm = _norm(grad, q).clamp_min(tiny)  # the dual norm: a linearized distance
             to_boundary = (nrm + margin.detach().clamp_min(0) / gnorm) * (1 + gamma)
             row_best = best[act]
             eps = torch.where(
@@ -244,10 +298,8 @@ def _walk(
                 torch.minimum(eps * (1 - gamma), row_best),
                 torch.where(found, eps * (1 + gamma), to_boundary),
             ).clamp(max=diameter)
-            step = _cosine(*STEP, k, steps) * eps
-            ds = ds - step[:, None] * (grad / gnorm[:, None])  # 0 where grad is 0
-            scale = (eps / torch.linalg.vector_norm(ds, dim=1).clamp_min(tiny)).clamp(max=1)
-            ds = (xs + ds * scale[:, None]).clamp(lo, hi) - xs
+            ds = ds - _step(grad, _cosine(*STEP, k, steps) * eps, p)  # 0 where grad is 0
+            ds = (xs + _project(ds, eps, p)).clamp(lo, hi) - xs
             if patience > 0:
                 improved = row_best < ref * (1 - tol)  # the first sample found counts
                 ref = torch.where(improved, row_best, ref)
@@ -262,14 +314,19 @@ def _walk(
     return best, best_delta, best_cls
 
 
-def _linearized_distance(model: torch.nn.Module, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """``(f_c - f_j) / ||grad f_c - grad f_j||`` at ``x`` (n, K): Section 4's first-order
-    distance to the boundary of class j (inf for j = c and where the gradients agree)."""
+def _linearized_distance(
+    model: torch.nn.Module, x: torch.Tensor, c: torch.Tensor, p: float = 2.0
+) -> torch.Tensor:
+    """``(f_c - f_j) / ||grad f_c - grad f_j||_q`` at ``x`` (n, K): Section 4's first-order
+    p-norm distance to the boundary of class j (inf for j = c and where the gradients
+    agree)."""
     with torch.no_grad():
         logits = model(x)
         grads = class_gradients(model, x)  # (n, K, d)
         rows = torch.arange(len(x), device=x.device)
-        diff = torch.linalg.vector_norm(grads[rows, c][:, None, :] - grads, dim=2)
+        diff = torch.linalg.vector_norm(
+            grads[rows, c][:, None, :] - grads, ord=dual_exponent(p), dim=2
+        )
         gap = logits.gather(1, c[:, None]) - logits
         dist = torch.where(diff > 0, gap / diff, torch.inf)
         return dist.scatter(1, c[:, None], torch.inf)
@@ -287,13 +344,20 @@ def _best_of_runs(
 
 
 def _random_starts(
-    x: torch.Tensor, radius: torch.Tensor, restarts: int, lo: float, hi: float, gen: torch.Generator
+    x: torch.Tensor,
+    radius: torch.Tensor,
+    restarts: int,
+    lo: float,
+    hi: float,
+    gen: torch.Generator,
+    p: float = 2.0,
 ) -> torch.Tensor:
     """``restarts`` random starts per point, run-major (restarts * n, d): ``x + r u`` clipped
-    to the box, ``u`` uniform on the unit sphere, ``r`` uniform in ``[0, radius]``."""
+    to the box, ``u`` a Gaussian direction scaled to p-norm 1 (uniform on the sphere for
+    L2), ``r`` uniform in ``[0, radius]``."""
     xs = x.repeat(restarts, 1)
     u = torch.randn(xs.shape, generator=gen, dtype=x.dtype, device=x.device)
-    u = u / torch.linalg.vector_norm(u, dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    u = u / _norm(u, p).clamp_min(torch.finfo(x.dtype).tiny)[:, None]
     r = torch.rand(len(xs), generator=gen, dtype=x.dtype, device=x.device)
     r = r * radius.repeat(restarts)
     return (xs + r[:, None] * u).clamp(lo, hi) - xs
@@ -310,13 +374,14 @@ def _batch(
     rtol: float,
     max_steps: int,
     gen: torch.Generator,
+    p: float = 2.0,
 ) -> UpperBound:
     steps, targets, restarts = walks.steps, walks.targets, walks.restarts
     tol, patience, prune = walks.tol, walks.patience, walks.prune
     n, dev = x.shape[0], x.device
     with torch.no_grad():
         c = model(x).argmax(1)
-    dist = _linearized_distance(model, x, c)
+    dist = _linearized_distance(model, x, c, p)
     n_targets = min(targets, dist.shape[1] - 1)
     # (i) untargeted from start where it succeeded, (ii) targeted at the closest classes
     delta0 = torch.zeros_like(x)
@@ -325,7 +390,7 @@ def _batch(
         ok = start.success.to(dev)
         delta0 = torch.where(ok[:, None], start.delta.to(dev, x.dtype), delta0)
         delta0, passes, _ = _nudged(model, x, c, (x + delta0).clamp(lo, hi) - x, lo, hi)
-        known = torch.where(ok & passes, torch.linalg.vector_norm(delta0, dim=1), known)
+        known = torch.where(ok & passes, _norm(delta0, p), known)
     order = dist.argsort(1)[:, :n_targets]
     tgt = torch.cat([torch.full((n,), -1, dtype=torch.long, device=dev), *order.T])
     # a target whose linearized distance exceeds prune x the start's norm is not walked
@@ -345,16 +410,25 @@ def _batch(
         (runs n, d), tgt (runs n,)), sharing per point (``known`` (n,), ``live`` (runs n,)
         or None)."""
         rep = (x.repeat(runs, 1), c.repeat(runs), deltas, tgt, steps, lo, hi)
-        return _walk(model, *rep, point.repeat(runs), known, live, tol, patience)
+        return _walk(model, *rep, point.repeat(runs), known, live, tol, patience, p)
 
     deltas = torch.cat([delta0, torch.zeros_like(x).repeat(n_targets, 1)])
     res = walk(runs, deltas, tgt, known, live)
-    best, delta, cls, target = _best_of_runs(runs, *res, torch.where(tgt < 0, res[2], tgt))
+    reached = torch.where(tgt < 0, res[2], tgt)
+    best, delta, cls, target = _best_of_runs(runs, *res, reached)
+    polish_args = (polish_steps, lo, hi, rtol, max_steps)
+    # L1: a walk's sparse iterate may end at a class that is not the nearest, and the
+    # polish is exact for the class it reached only: each run's sample is polished
+    per_run = (
+        [_polish(model, x, c, *_run(runs, r, *res, reached), p, *polish_args) for r in range(runs)]
+        if p == 1 and polish_steps > 0
+        else []
+    )
     # (iii) random restarts around x, within the best norm so far
     if restarts > 0:
         radius = torch.where(torch.isfinite(best), best, dist.min(1).values)
         radius = torch.nan_to_num(radius, posinf=0.0)
-        starts = _random_starts(x, radius, restarts, lo, hi, gen)
+        starts = _random_starts(x, radius, restarts, lo, hi, gen, p)
         none = torch.full((restarts * n,), -1, dtype=torch.long, device=dev)
         res = walk(restarts, starts, none, torch.minimum(best, known), None)
         r_best, r_delta, r_cls, r_target = _best_of_runs(restarts, *res, res[2])
@@ -363,31 +437,72 @@ def _batch(
         delta = torch.where(better[:, None], r_delta, delta)
         cls = torch.where(better, r_cls, cls)
         target = torch.where(better, r_target, target)
+    walked = _upper_bound(best, delta, cls, target, c)
+    if polish_steps > 0 and bool(walked.success.any()):
+        polished = _polish(model, x, c, best, delta, cls, target, p, *polish_args)
+        return _final(model, x, c, lo, hi, p, polished, walked, *per_run)
+    return _final(model, x, c, lo, hi, p, walked)
+
+
+def _upper_bound(
+    best: torch.Tensor,
+    delta: torch.Tensor,
+    cls: torch.Tensor,
+    target: torch.Tensor,
+    c: torch.Tensor,
+) -> UpperBound:
+    """The walks' best per point as an :class:`UpperBound` (no sample where none)."""
     success = torch.isfinite(best)
-    walked = UpperBound(
+    return UpperBound(
         norm=best,
         target=torch.where(success, target, -1),
         adv_class=torch.where(success, cls, -1),
         success=success,
         pred=c,
-        delta=torch.where(success[:, None], delta, torch.zeros_like(x)),
+        delta=torch.where(success[:, None], delta, torch.zeros_like(delta)),
     )
-    if polish_steps > 0 and bool(success.any()):
-        polished = refine_upper_bound(
-            model,
-            x,
-            walked,
-            p=2,
-            steps=polish_steps,
-            lo=lo,
-            hi=hi,
-            rtol=rtol,
-            max_steps=max_steps,
-            dtype=x.dtype,
-            progress=False,
-        )
-        return _final(model, x, c, lo, hi, polished, walked)
-    return _final(model, x, c, lo, hi, walked)
+
+
+def _run(
+    runs: int, r: int, norm: torch.Tensor, delta: torch.Tensor, cls: torch.Tensor, tgt: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows of run ``r`` of ``runs`` run-major blocks: ``(norm, delta, cls, target)``."""
+    n = norm.shape[0] // runs
+    rows = slice(r * n, (r + 1) * n)
+    return norm[rows], delta[rows], cls[rows], tgt[rows]
+
+
+def _polish(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    c: torch.Tensor,
+    best: torch.Tensor,
+    delta: torch.Tensor,
+    cls: torch.Tensor,
+    target: torch.Tensor,
+    p: float,
+    steps: int,
+    lo: float,
+    hi: float,
+    rtol: float,
+    max_steps: int,
+) -> UpperBound:
+    """The samples re-linearized ``steps`` times (:func:`refine_upper_bound`: the exact
+    box-constrained projection of x for the linearization at each sample)."""
+    walked = _upper_bound(best, delta, cls, target, c)
+    return refine_upper_bound(
+        model,
+        x,
+        walked,
+        p=p,
+        steps=steps,
+        lo=lo,
+        hi=hi,
+        rtol=rtol,
+        max_steps=max_steps,
+        dtype=x.dtype,
+        progress=False,
+    )
 
 
 def _final(
@@ -396,10 +511,11 @@ def _final(
     c: torch.Tensor,
     lo: float,
     hi: float,
+    p: float,
     *candidates: UpperBound,
 ) -> UpperBound:
-    """Per point the smallest candidate sample that passes the check (module docstring)
-    once more; results on the CPU."""
+    """Per point the smallest candidate sample in the p-norm that passes the check (module
+    docstring) once more; results on the CPU."""
     n, dev = x.shape[0], x.device
     norm = torch.full((n,), torch.inf, dtype=x.dtype, device=dev)
     delta = torch.zeros_like(x)
@@ -407,7 +523,7 @@ def _final(
     adv_class = target.clone()
     for cand in candidates:
         d, adv, cls = _nudged(model, x, c, cand.delta.to(dev, x.dtype), lo, hi)
-        nrm = torch.linalg.vector_norm(d, dim=1)
+        nrm = _norm(d, p)
         better = cand.success.to(dev) & adv & (nrm < norm)
         norm = torch.where(better, nrm, norm)
         delta = torch.where(better[:, None], d, delta)
@@ -429,6 +545,7 @@ def min_norm_attack(
     x: torch.Tensor,
     start: UpperBound | None = None,
     settings: MinNormSettings | None = None,
+    p: float = 2.0,
     lo: float = 0.0,
     hi: float = 1.0,
     polish_steps: int = 5,
@@ -468,7 +585,9 @@ def min_norm_attack(
     runs = max(1 + walks.targets, walks.restarts, 1)
     per_batch = max(1, batch_size // runs)
     parts, found = [], 0
-    with Progress("attack min-norm L2", len(x), "points", active=progress) as bar:
+    p = check_p(p)
+    name = "Linf" if math.isinf(p) else f"L{p:g}"
+    with Progress(f"attack min-norm {name}", len(x), "points", active=progress) as bar:
         for i in range(0, len(x), per_batch):
             sl = slice(i, i + per_batch)
             part_start = None
@@ -477,7 +596,9 @@ def min_norm_attack(
                     *(getattr(start, f)[sl] for f in UpperBound.__annotations__)
                 )
             parts.append(
-                _batch(model, x[sl], part_start, walks, lo, hi, polish_steps, rtol, max_steps, gen)
+                _batch(
+                    model, x[sl], part_start, walks, lo, hi, polish_steps, rtol, max_steps, gen, p
+                )
             )
             found += int(parts[-1].success.sum())
             bar.update(len(parts[-1].norm), successes=found)

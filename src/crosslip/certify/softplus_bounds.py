@@ -70,18 +70,8 @@ import torch
 
 from ..models import SoftplusNet
 from ..models.softplus import softplus
+from ..norms import dual_exponent
 from .rounding import FN_REL, SIGMA_FLOOR, UNDERFLOW, UNIT, gamma, spectral_norm_upper
-
-
-def dual_exponent(p: float) -> float:
-    """``q`` with ``1/p + 1/q = 1`` for p in {1, 2, inf}."""
-    if p == 2:
-        return 2.0
-    if p == 1:
-        return math.inf
-    if math.isinf(p):
-        return 1.0
-    raise ValueError(f"p = {p}: only the 1-, 2- and inf-norms are supported")
 
 
 @dataclass

@@ -35,12 +35,12 @@ def attack_stage(
     (default: the schema's; keyword ``changes`` apply on top, ``min_norm_<field>`` for the
     minimal-norm attack's), per norm of ``settings.norms``: the paper's search
     (``upper_bound_{p}``; for L2 the column ``upper_bound`` with its target and class) and
-    the refinement by re-linearization (``upper_bound_{p}_refined``). For L2 also the
-    minimal-norm attack (:func:`crosslip.attacks.min_norm_attack` with ``settings.min_norm``,
-    started from the refined samples; ``upper_bound_l2_min_norm``, null throughout with
-    ``min_norm.steps`` 0) and the smallest of the three L2 bounds with the method that gave
-    it (:func:`best_l2_upper_bound`). Failed attacks are null (``attack_success`` says
-    which, for the L2 paper procedure).
+    the refinement by re-linearization (``upper_bound_{p}_refined``) and the minimal-norm
+    attack in that norm (:func:`crosslip.attacks.min_norm_attack` with
+    ``settings.min_norm``, started from the refined samples; ``upper_bound_{p}_min_norm``,
+    null throughout with ``min_norm.steps`` 0). For L2 also the smallest of the three L2
+    bounds with the method that gave it (:func:`best_l2_upper_bound`). Failed attacks are
+    null (``attack_success`` says which, for the L2 paper procedure).
 
     ``examples_out`` (``.npz``) receives the L2 adversarial samples of the paper's procedure
     for the first ``settings.n_examples`` eval points (``m`` of them), the candidates of the
@@ -70,12 +70,11 @@ def attack_stage(
             df[f"upper_bound_{name}_refined"] = np.where(
                 ref.success.numpy(), ref.norm.numpy(), np.nan
             )
+            if settings.min_norm.steps > 0:
+                mn = min_norm_attack(net, xd, start=ref, settings=settings.min_norm, p=p)
+                found = np.where(mn.success.numpy(), mn.norm.numpy(), np.nan)
+                df[f"upper_bound_{name}_min_norm"] = found
             if name == "l2":
-                if settings.min_norm.steps > 0:
-                    mn = min_norm_attack(net, xd, start=ref, settings=settings.min_norm)
-                    df["upper_bound_l2_min_norm"] = np.where(
-                        mn.success.numpy(), mn.norm.numpy(), np.nan
-                    )
                 df["upper_bound_l2_best"], df["upper_bound_l2_best_method"] = best_l2_upper_bound(
                     df
                 )
