@@ -1,7 +1,8 @@
 """What the scripts in ``benchmarks/`` share, written once.
 
 * the command line: :func:`parser` gives ``--device {auto,cpu,cuda}`` and ``--threads N``
-  (:mod:`crosslip.device`), to which a benchmark adds its own options;
+  (:mod:`crosslip.device`), to which a benchmark adds its own options
+  (:func:`add_mirror_argument`: ``--mirror``, the folder of the official MNIST files);
 * the set-up: :func:`start` parses it, sets torch's CPU threads, resolves the device and
   names the machine, once, in a :class:`Run`;
 * timing: :func:`timed` reads the clock around a call with the device synchronised, and
@@ -59,8 +60,6 @@ T = TypeVar("T")
 
 #: The repository (``benchmarks/`` is one of its folders).
 ROOT = Path(__file__).resolve().parents[1]
-#: The shared MNIST mirror (the official IDX files), next to the repository.
-MNIST_MIRROR = ROOT.parent / "shared" / "data" / "mnist"
 
 
 def parser(doc: str, *, torch_options: bool = True) -> argparse.ArgumentParser:
@@ -72,6 +71,19 @@ def parser(doc: str, *, torch_options: bool = True) -> argparse.ArgumentParser:
         add_device_argument(ap)
         add_threads_argument(ap)
     return ap
+
+
+def add_mirror_argument(ap: argparse.ArgumentParser) -> None:
+    """``--mirror FOLDER``: a folder holding the official MNIST files under their official
+    names, as the config key ``data.mirrors.mnist`` (docs/data.md). Without it (the
+    default) the files come from the benchmark's download cache, else from the official
+    location."""
+    ap.add_argument(
+        "--mirror",
+        default=None,
+        metavar="FOLDER",
+        help="folder of the official MNIST files (default: none; the cache, else a download)",
+    )
 
 
 @dataclasses.dataclass(frozen=True)

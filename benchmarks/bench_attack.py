@@ -9,8 +9,9 @@
    same process, their times, the ratio and the largest relative difference of the norms;
    the per-row implementation (``project_box_reference``) side by side on a subset:
    speed-up and the largest relative difference of the norms.
-2. Upper bounds on full MNIST (mirror ``../shared/data/mnist``) for a trained 784-1024-10
-   network (cached by ``bench_certify.py`` under ``results/bench/``, trained if missing):
+2. Upper bounds on full MNIST (from the folder ``--mirror``, else the download cache under
+   ``results/bench/`` or a download) for a trained 784-1024-10 network (cached by
+   ``bench_certify.py`` under ``results/bench/``, trained if missing):
    all 10,000 test points, all 9 targets, L2, the paper's procedure, then the refinement;
    mean upper bounds of both.
 
@@ -28,7 +29,7 @@ from functools import partial
 
 import torch
 
-from _harness import MNIST_MIRROR, finish, medians, parser, start, timed
+from _harness import add_mirror_argument, finish, medians, parser, start, timed
 from bench_certify import full_mnist, trained_net
 from crosslip.attacks import (
     BoxProblem,
@@ -132,7 +133,7 @@ def report_projections(res: dict, machine_line: str) -> None:
 def arguments() -> argparse.ArgumentParser:
     """The benchmark's options (module docstring)."""
     ap = parser(__doc__)
-    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
+    add_mirror_argument(ap)
     ap.add_argument("--reference-rows", type=int, default=100)
     ap.add_argument("--refine-steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per projection")

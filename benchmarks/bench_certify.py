@@ -28,7 +28,8 @@
 5. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
 
 The network is trained once (3 epochs of plain SGD, ~1 min here) and cached under
-``results/bench/``. The data come from the mirror ``../shared/data/mnist`` (or ``--mirror``).
+``results/bench/``. The data come from the folder ``--mirror`` of the official MNIST files,
+else from the download cache under ``results/bench/`` or a download.
 ``--device`` (``auto``: CUDA if torch sees one) runs the batched guarantees there; CUDA is
 synchronised before every clock reading, so the times cover the computation.
 Run: ``.venv/bin/python benchmarks/bench_certify.py [--device auto]``; the last line is one
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from _harness import MNIST_MIRROR, ROOT, finish, medians, parser, start, timed
+from _harness import ROOT, add_mirror_argument, finish, medians, parser, start, timed
 from bench_kernel_bound import run as kernel_bound
 from crosslip.certify import certify_softplus
 from crosslip.certify.engine import METHOD_KINDS
@@ -64,8 +65,8 @@ CACHE = ROOT / "results" / "bench"
 NET = CACHE / "mnist-784-1024-10-none.pt"
 
 
-def full_mnist(mirror: str | Path) -> Dataset:
-    """Full MNIST from the folder ``mirror`` (its prepared copy kept under ``CACHE``)."""
+def full_mnist(mirror: str | Path | None) -> Dataset:
+    """Full MNIST from the folder ``mirror`` (None: none; downloads kept under ``CACHE``)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     return load_dataset("mnist", cache_dir=CACHE / "downloads", mirror_dir=mirror)
 
@@ -84,7 +85,7 @@ def trained_net(ds: Dataset, cache: Path = NET) -> tuple[torch.nn.Module, float 
 def arguments() -> argparse.ArgumentParser:
     """The benchmark's options (module docstring)."""
     ap = parser(__doc__)
-    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
+    add_mirror_argument(ap)
     ap.add_argument("--reference-points", type=int, default=20)
     ap.add_argument("--all-kinds-points", type=int, default=1000)
     ap.add_argument("--method-points", type=int, default=10000)

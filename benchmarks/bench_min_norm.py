@@ -2,10 +2,11 @@
 restarts, early stopping) against its cost, beside the paper's procedure.
 
 A 784-1024-10 softplus network trained briefly on real digits (by default the one of
-``bench_attack.py`` and ``bench_certify.py``: full MNIST from the mirror
-``../shared/data/mnist``, 3 epochs of plain SGD, cached under ``results/bench/``; ``--model``
-loads another model file of the workflow instead, e.g. a 200-epoch Cross-Lipschitz net); the
-first ``--points`` test points (default all 10,000), L2, all in one process:
+``bench_attack.py`` and ``bench_certify.py``: full MNIST from the folder ``--mirror`` of
+the official files, else a download, 3 epochs of plain SGD, cached under ``results/bench/``;
+``--model`` loads another model file of the workflow instead, e.g. a 200-epoch
+Cross-Lipschitz net); the first ``--points`` test points (default all 10,000), L2, all in
+one process:
 
 1. the baseline: the paper's procedure (``upper_bound``, all targets), then the refinement
    (``refine_upper_bound``, ``--refine-steps`` re-linearizations), as the attack stage runs
@@ -38,7 +39,7 @@ import copy
 
 import torch
 
-from _harness import MNIST_MIRROR, finish, parser, start, timed
+from _harness import add_mirror_argument, finish, parser, start, timed
 from bench_certify import full_mnist, trained_net
 from crosslip.attacks import UpperBound, min_norm_attack, refine_upper_bound, upper_bound
 from crosslip.attacks.min_norm import THOROUGH
@@ -91,7 +92,7 @@ def label(kw: dict[str, float]) -> str:
 def arguments() -> argparse.ArgumentParser:
     """The benchmark's options (module docstring)."""
     ap = parser(__doc__)
-    ap.add_argument("--mirror", default=str(MNIST_MIRROR))
+    add_mirror_argument(ap)
     ap.add_argument("--dataset", choices=["mnist", "mnist5k"], default="mnist")
     ap.add_argument("--model", default=None, help="a model file to attack instead")
     ap.add_argument("--hidden", type=int, default=1024)

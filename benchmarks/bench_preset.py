@@ -39,9 +39,11 @@ projects the rest; every projection is linear in what it scales:
 Not counted: preparing the data (once), the tables and figures (CPU jobs), and Snakemake's
 own scheduling. The jobs are summed as if they ran one after another; a profile that lets
 two share the device (``--resources gpu=2``) can only be faster where the device is not
-full. The target is that of issue 24: the MNIST preset in 30 minutes on one H100
-(``--target-minutes``). ``--settings`` measures some settings only (the projection is then
-of those); ``--dataset`` and ``--hidden`` replace the preset's (tiny runs).
+full. The target: the MNIST preset in 30 minutes on one H100 (``--target-minutes``).
+``--settings`` measures some settings only (the projection is then of those); ``--dataset``
+and ``--hidden`` replace the preset's (tiny runs). ``--mirror``: the folder of the official
+MNIST files (a config that names ``data.mirrors.mnist`` keeps its own); without either, the
+files come from the config's download cache, else a download.
 The last line is one JSON object; ``projected_preset_seconds`` and
 ``speedup_vs_per_model`` are the headline figures.
 Run: ``.venv/bin/python benchmarks/bench_preset.py [--device auto]``
@@ -65,11 +67,14 @@ from typing import Any
 
 import torch
 
-from _harness import MNIST_MIRROR, ROOT, finish, parser, start, timed
+from _harness import ROOT, add_mirror_argument, finish, parser, start, timed
+from crosslip.attacks.settings import AttackSettings
+from crosslip.certify.settings import CertifySettings
 from crosslip.config.grid import dataset_names, networks_only, training_grid
 from crosslip.config.specs import NetTrainSpec, spec_params
 from crosslip.config.validate import merged_files, validate
 from crosslip.data import Dataset, load_prepared, save_prepared
+from crosslip.jobs.batches import evaluation_params
 from crosslip.stages.attack import attack_stage
 from crosslip.stages.certification import certify_stage
 from crosslip.stages.data import prepare_data
@@ -174,47 +179,32 @@ class Measure:
 
     def certify(self, m: str) -> float:
         """Seconds of the certification stage of ``m`` (trained ``E2`` epochs)."""
-        cert, e = self.config["certify"], self.epochs[1]
+        e = self.epochs[1]
+        settings = CertifySettings.from_params(evaluation_params(self.config, "certify"))
+        settings = settings.but(n_points=self.points, device=str(self.dev))
         stage = partial(
             certify_stage,
             self.data,
             self.model(m, e),
             self.metrics(m, e),
             self.work / "certify.parquet",
-            self.points,
-            cert["rtol"],
-            cert["kinds"],
-            str(self.dev),
+            settings,
         )
         return self.seconds(stage)
 
     def attack(self, m: str, **change: Any) -> float:
         """Seconds of the attack stage of ``m`` with the config's settings, ``change``d."""
-        att, e = self.config["attack"], self.epochs[1]
-        settings = {
-            "rtol": att["rtol"],
-            "max_steps": att["max_steps"],
-            "norms": att["norms"],
-            "refine_steps": att["refine_steps"],
-            "min_norm_steps": att["min_norm_steps"],
-            "min_norm_targets": att["min_norm_targets"],
-            "min_norm_restarts": att["min_norm_restarts"],
-            "min_norm_tol": att["min_norm_tol"],
-            "min_norm_patience": att["min_norm_patience"],
-            "min_norm_prune": att["min_norm_prune"],
-            "n_examples": att["example_candidates"],
-            **change,
-        }
+        e = self.epochs[1]
+        settings = AttackSettings.from_params(evaluation_params(self.config, "attack"))
+        settings = settings.but(n_points=self.points, device=str(self.dev), **change)
         stage = partial(
             attack_stage,
             self.data,
             self.model(m, e),
             self.metrics(m, e),
             self.work / "attack.parquet",
-            self.points,
-            device=str(self.dev),
-            examples_out=self.work / "examples.npz",
-            **settings,
+            settings,
+            self.work / "examples.npz",
         )
         return self.seconds(stage)
 
@@ -336,7 +326,7 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--configfile", type=Path, nargs="+", default=CONFIGS)
     ap.add_argument("--settings", nargs="+", help="measure these settings only")
     ap.add_argument("--dataset", help="replace the preset's datasets by this one")
-    ap.add_argument("--mirror", type=Path, default=MNIST_MIRROR, help="folder of the MNIST files")
+    add_mirror_argument(ap)
     ap.add_argument("--hidden", type=int, help="replace model.hidden")
     ap.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"))
     ap.add_argument("--train-points", type=int, help="training digits per epoch (default all)")
@@ -359,7 +349,8 @@ def main() -> None:
         work = Path(tmp)
         config = merged_files(args.configfile)
         mirrors = config.setdefault("data", {}).setdefault("mirrors", {})
-        mirrors.setdefault("mnist", str(args.mirror))
+        if args.mirror:
+            mirrors.setdefault("mnist", str(args.mirror))
         if args.dataset:
             config["datasets"] = [args.dataset]
         if args.hidden:

@@ -10,8 +10,8 @@ commit what you measure) and ``--baseline`` take turns over ``--rounds`` rounds,
 load from other processes hits both alike. Prints per commit the median wall time, its CPU
 time (with the cores busy on average), the seconds Snakemake recorded per stage (its
 ``benchmark:`` files: the jobs' own time, summed), the ratio to the baseline and to the
-target of the fast-by-default issue (``make run`` at most 4 minutes on the project's
-2-core machine); the last line is one JSON object. A run that fails stops the benchmark.
+target (``make run`` at most 4 minutes on a 2-core machine); the last line is one JSON
+object. A run that fails stops the benchmark.
 Run: ``.venv/bin/python benchmarks/make_run_times.py --baseline REF [--rounds 2]``
 """
 

@@ -1,4 +1,4 @@
-"""Study: why Cross-Lipschitz does not raise the local guarantee (open issue, item 3).
+"""Study: why Cross-Lipschitz does not raise the local guarantee.
 
 Trains one grid of one-hidden-layer networks (the authors' settings: 784-1024-10 softplus,
 alpha 10, no biases, their initialisation, SGD with batch 64, learning rate x0.1 at 72% and
@@ -26,7 +26,8 @@ network's robustness is bracketed between its guarantee and the smallest of them
 The networks are given as ``REGULARIZER:VALUE:LR`` (VALUE: lambda, or the keep probability
 of a dropout network, whose inputs are kept with probability 0.9 as in the authors' code).
 Run: ``.venv/bin/python benchmarks/study_guarantee_gap.py --dataset mnist --mirror
-../shared/data/mnist --epochs 20``; the last line is one JSON object, which ``--out`` also
+/path/to/mnist --epochs 20`` (``--mirror``: a folder of the official files; without it
+they are downloaded); the last line is one JSON object, which ``--out`` also
 writes, with the command, date, commit and machine.
 """
 

@@ -4,13 +4,14 @@ baseline commit.
 Each tier is one pytest run of this checkout (fast: ``-m "not slow"``; full: every test, as
 ``.ci/run`` runs it), with the pytest-xdist arguments of the checkout's own Makefile
 (``XDIST``; none in commits from before the suite ran in workers). With ``--baseline REF``
-the same tiers run on REF as well (a local clone in a temporary folder that has ``shared/``
-beside it, REF's ``src`` first on ``PYTHONPATH``, so one environment runs both),
+the same tiers run on REF as well (a local clone in a temporary folder, REF's ``src`` first
+on ``PYTHONPATH``, so one environment runs both; ``CROSSLIP_SHARED`` reaches both runs, and
+a REF from before that variable finds the same folder as ``shared/`` beside its clone),
 alternating candidate and baseline for ``--rounds`` rounds. Prints per tier the median wall
 time and CPU time (with the cores busy on average), the tests passed and skipped, the ratio
-to the baseline and to the target of the architecture issue (``make test`` at most 6 min,
-``make test-fast`` at most 90 s on the project's 2-core machine), and the slowest tests of
-the candidate's last run; the last line is one JSON object. A tier that fails stops the
+to the baseline and to the target (``make test`` at most 6 min, ``make test-fast`` at most
+90 s on a 2-core machine), and the slowest tests of the candidate's last run; the last line
+is one JSON object. A tier that fails stops the
 benchmark: the time of a failing suite means nothing.
 Run: ``.venv/bin/python benchmarks/suite_times.py [--tiers fast full] [--baseline REF]``
 """
@@ -90,7 +91,8 @@ def children_cpu_seconds() -> float:
 def baseline_checkout(ref: str, into: Path) -> Path:
     """REF checked out in ``into/checkout``, a local clone (a git repository, as a checkout
     that CI runs is, so that REF's own tests may call git), with ``into/shared`` pointing to
-    the shared folder beside this checkout (the offline MNIST mirror the tests read)."""
+    ``$CROSSLIP_SHARED`` where that is set (the folder of the MNIST mirror, the paper and the
+    GPU runs that some tests read, which a REF from before the variable looks for there)."""
     commit = git_commit(ROOT, ref)
     if not commit:
         raise SystemExit(f"--baseline {ref}: not a commit of the checkout at {ROOT}")
@@ -98,7 +100,8 @@ def baseline_checkout(ref: str, into: Path) -> Path:
     git = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*git, "clone", "-q", "--shared", "-n", str(ROOT), str(checkout)], check=True)
     subprocess.run([*git, "-C", str(checkout), "checkout", "-q", commit], check=True)
-    (into / "shared").symlink_to(ROOT.parent / "shared")
+    if os.environ.get("CROSSLIP_SHARED"):
+        (into / "shared").symlink_to(Path(os.environ["CROSSLIP_SHARED"]).resolve())
     return checkout
 
 

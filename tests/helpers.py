@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,32 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 #: The same command, forked from the job server that :data:`crosslip.forkserver.ENV` names
 #: (tests/served_snakemake.py): what :func:`snakemake_cmd` gives while a server is named.
 SERVED_SNAKEMAKE = (sys.executable, str(ROOT / "tests" / "served_snakemake.py"))
+
+#: The environment variable that names the folder of the files the repository does not hold
+#: and some tests compare with (docs/architecture.md, "Files from outside the repository"):
+#: ``data/mnist/`` (the official MNIST files), ``paper/`` (the paper's LaTeX source) and
+#: ``gpu-runs/`` (the H100 runs that docs/reproduction/mnist-h100-* were exported from).
+#: ``.ci/run`` sets it.
+SHARED_ENV = "CROSSLIP_SHARED"
+
+
+def shared_path(*parts: str, files: Sequence[str] = ()) -> Path:
+    """``$CROSSLIP_SHARED/<parts...>``, which must exist, with each of ``files`` in it. Skips
+    the running test where the variable is unset or empty; fails it where the path or one of
+    ``files`` is missing."""
+    root = os.environ.get(SHARED_ENV, "")
+    if not root:
+        pytest.skip(
+            f"{SHARED_ENV} is not set: it names the folder of data/mnist, paper/ and gpu-runs/"
+            " that this test reads"
+        )
+    path = Path(root).joinpath(*parts)
+    missing = [str(path / f) for f in files if not (path / f).is_file()]
+    assert path.exists() and not missing, (
+        f"missing under {SHARED_ENV}={root}: {', '.join(missing) or path}"
+    )
+    return path
+
 
 #: The test that runs now (tests/conftest.py sets it): read by :func:`require_slow`.
 RUNNING: dict[str, pytest.Item | None] = {"item": None}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from crosslip.certified_accuracy import accuracy_columns
-from crosslip.report import summarize
+from crosslip.report.tables import summarize
 from crosslip.results_schema import INSTANCE_SCHEMA
 
 RADII = {"l2": [0.5, 1.0, 1.58], "l1": [1.0, 4.0], "linf": [0.01, 0.1]}

@@ -35,9 +35,8 @@ from crosslip.data.embedded import (
 from crosslip.data.fetch import RemoteFile, content_digest, fetch_files
 from crosslip.data.idx import IdxFormatError, parse_idx, read_idx
 
-from .helpers import files_in
+from .helpers import files_in, shared_path
 
-MNIST_MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 MNIST_FILES = (
     "train-images-idx3-ubyte.gz",
     "train-labels-idx1-ubyte.gz",
@@ -507,9 +506,8 @@ def test_cut_chunked_transfer_falls_back(tmp_path, payload):
 
 @pytest.fixture(scope="module")
 def mnist_mirror() -> Path:
-    if not all((MNIST_MIRROR / name).is_file() for name in MNIST_FILES):
-        pytest.skip(f"offline MNIST mirror not found at {MNIST_MIRROR} (CI provides it)")
-    return MNIST_MIRROR
+    """The official MNIST files, under ``$CROSSLIP_SHARED/data/mnist`` (skips where unset)."""
+    return shared_path("data", "mnist", files=MNIST_FILES)
 
 
 def assert_mnist_layout(ds: Dataset, name: str, n_train: int, n_test: int) -> None:

@@ -10,10 +10,10 @@ import pytest
 
 from crosslip.data import ChecksumError, load_dataset, load_prepared
 
+from .helpers import shared_path
 from .workflow_helpers import (
     BASE,
     MNIST_FILES,
-    MNIST_MIRROR,
     changed,
     files_under,
     snakemake,
@@ -40,9 +40,8 @@ from .workflow_helpers import (
 
 @pytest.fixture(scope="module")
 def mnist_mirror() -> Path:
-    if not all((MNIST_MIRROR / name).is_file() for name in MNIST_FILES):
-        pytest.skip(f"offline MNIST mirror not found at {MNIST_MIRROR}")
-    return MNIST_MIRROR
+    """The official MNIST files, under ``$CROSSLIP_SHARED/data/mnist`` (skips where unset)."""
+    return shared_path("data", "mnist", files=MNIST_FILES)
 
 
 def corrupt_mirror(folder: Path, good: Path) -> Path:

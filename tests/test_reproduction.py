@@ -41,12 +41,16 @@ from crosslip.reproduction.claims import (
 from crosslip.reproduction.export import job_seconds, machine_from_text
 from crosslip.reproduction.record import load_runs
 
+from .helpers import shared_path
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-TEX = SHARED / "paper" / P.TEX_NAME
 DOCS = ROOT / "docs"
-#: The first GPU runs (docs/reproduction/mnist-h100-*/ were exported from them).
-H100_RUNS = SHARED / "gpu-runs" / "h100-0b2a5f5"
+#: The first GPU runs (docs/reproduction/mnist-h100-*/ were exported from them), under
+#: ``$CROSSLIP_SHARED`` (tests.helpers.shared_path).
+H100_RUNS = ("gpu-runs", "h100-0b2a5f5")
+#: Where the exports name ``$CROSSLIP_SHARED``: the folder ``shared`` beside the checkout
+#: they were made in (their ``exported_from``, relative to the checkout).
+EXPORTED_FROM_SHARED = "../shared/"
 
 
 # --------------------------------------------------------------------------------------
@@ -54,9 +58,8 @@ H100_RUNS = SHARED / "gpu-runs" / "h100-0b2a5f5"
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tex_lines() -> list[str]:
-    if not TEX.is_file():
-        pytest.skip(f"the paper's source {TEX} is absent (it lives beside the checkout)")
-    return TEX.read_text().splitlines()
+    """The paper's LaTeX source, ``$CROSSLIP_SHARED/paper/`` (skips where that is unset)."""
+    return shared_path("paper", P.TEX_NAME).read_text().splitlines()
 
 
 def cells(line: str) -> list[str]:
@@ -598,7 +601,7 @@ def test_module_entry_point_imports_no_torch(tmp_path: Path) -> None:
 # the summary column behind "local beats global on every point"
 # --------------------------------------------------------------------------------------
 def test_summary_counts_points_where_global_beats_local() -> None:
-    from crosslip.report import SUMMARY_COLUMNS, summarize
+    from crosslip.report.tables import SUMMARY_COLUMNS, summarize
     from crosslip.results_schema import INSTANCE_SCHEMA
 
     n = 6
@@ -631,7 +634,7 @@ def test_summary_counts_points_where_global_beats_local() -> None:
 
 
 def test_summary_says_how_often_each_l2_method_gave_the_best_upper_bound() -> None:
-    from crosslip.report import summarize
+    from crosslip.report.tables import summarize
     from crosslip.results_schema import INSTANCE_SCHEMA
 
     n = 6
@@ -972,7 +975,7 @@ def test_a_run_not_yet_made_is_projected_by_the_newest_gpu_record_of_its_config_
     assert e.projection is None and e.projectable and e.trained == 4
     assert e.command == (
         ".venv/bin/snakemake --profile profiles/local-gpu --configfile c.yaml "
-        'd.yaml --config \'data={"mirrors": {"mnist": "../shared/data/mnist"}}\''
+        'd.yaml --config \'data={"mirrors": {"mnist": "/path/to/mnist"}}\''
     )
     bench_record(docs, "bench_preset_old", "2026-11-01 10:00 UTC", 100.0)
     bench_record(docs, "bench_preset_new", "2026-11-02 10:00 UTC", 200.0)
@@ -1059,15 +1062,6 @@ def committed_record() -> str:
     return (DOCS / "reproduction.md").read_text()
 
 
-def shared_file(path: Path) -> Path:
-    """``path`` under ../shared. A clone without ../shared beside it (outside the project's
-    machines) skips; ../shared without the file fails, as CI has it."""
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: the record's sources cannot be compared here")
-    assert path.is_file(), f"{path} is missing from {SHARED} (CI has it)"
-    return path
-
-
 def test_committed_record_regenerates_by_one_command() -> None:
     committed_record()
     assert cli(["render", "--docs", str(DOCS), "--check"]) == 0
@@ -1113,12 +1107,12 @@ def close(shown: str, value: float, scale: float = 1.0) -> bool:
 
 def test_the_200_epoch_table_is_the_h100_summaries() -> None:
     """The record's table of the 200-epoch H100 networks against the runs' own summary.csv
-    under ../shared, column by column; every column it shows is checked."""
+    under ``$CROSSLIP_SHARED``, column by column; every column it shows is checked."""
     md = committed_record()
     units = [u for u in pool_runs(load_runs(DOCS)) if u.epochs == 200 and "H100" in u.device]
     assert len(units) == 1, [u.name for u in units]
-    sources = sorted(H100_RUNS.glob("mnist-200*/tables/summary.csv"))
-    shared_file(H100_RUNS / "mnist-200" / "tables" / "summary.csv")
+    shared_path(*H100_RUNS, "mnist-200", "tables", files=["summary.csv"])
+    sources = sorted(shared_path(*H100_RUNS).glob("mnist-200*/tables/summary.csv"))
     assert [s.parent.parent.name for s in sources] == ["mnist-200", "mnist-200b"]
     csv = pd.concat([pd.read_csv(s) for s in sources]).set_index("model_id")
     ((_, header, rows),) = md_tables(section(md, f"`{units[0].name}`: mnist, plain"))
@@ -1159,15 +1153,20 @@ def test_the_200_epoch_table_is_the_h100_summaries() -> None:
 
 
 def test_committed_copies_are_their_sources() -> None:
-    """Every table of a run exported from ../shared is a byte copy of the file it came
+    """Every table of a run exported from the shared folder (``exported_from`` under
+    ``../shared/``, read under ``$CROSSLIP_SHARED``) is a byte copy of the file it came
     from."""
-    runs = [r for r in load_runs(DOCS) if str(r.meta.get("exported_from", "")).startswith("../")]
+    runs = [
+        r
+        for r in load_runs(DOCS)
+        if str(r.meta.get("exported_from", "")).startswith(EXPORTED_FROM_SHARED)
+    ]
     if not runs:
-        pytest.skip("no committed run was exported from beside the checkout")
+        pytest.skip("no committed run was exported from the shared folder")
     for run in runs:
-        source = ROOT / run.meta["exported_from"]
+        source = run.meta["exported_from"].removeprefix(EXPORTED_FROM_SHARED).split("/")
         for rel in run.meta["files"]:
-            original = shared_file(source / rel)
+            original = shared_path(*source, files=[rel]) / rel
             assert (run.folder / rel).read_bytes() == original.read_bytes(), (run.name, rel)
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from crosslip.norms import NORMS, P_VALUES, check_p, norm_p
-from crosslip.report import SUMMARY_COLUMNS
+from crosslip.report.tables import SUMMARY_COLUMNS
 from crosslip.results_schema import (
     ATTACK_COLUMNS,
     CERTIFY_COLUMNS,

@@ -26,7 +26,7 @@ from crosslip.pipeline import (
     instances_stage,
     train_stage,
 )
-from crosslip.report import add_diverged, kernel_table, summarize, table1
+from crosslip.report.tables import add_diverged, kernel_table, summarize, table1
 from crosslip.results_schema import INSTANCE_SCHEMA, L2_UPPER_METHODS
 from crosslip.stages.attack import best_l2_upper_bound
 

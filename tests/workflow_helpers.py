@@ -20,9 +20,8 @@ import yaml
 
 from crosslip.models.checkpoints import load_model
 
-from .helpers import ROOT, dry_run_jobs, run_snakemake, snakemake_cmd
+from .helpers import dry_run_jobs, run_snakemake, snakemake_cmd
 
-MNIST_MIRROR = ROOT.parent / "shared" / "data" / "mnist"
 MNIST_FILES = (
     "train-images-idx3-ubyte.gz",
     "train-labels-idx1-ubyte.gz",

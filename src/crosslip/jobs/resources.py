@@ -60,7 +60,8 @@ SAFETY = 2.0
 #: in closed form, batch 64: about 20 ms per step, README "Training speed"), with margin.
 MLP_SECONDS_PER_SAMPLE = 5e-4
 #: The same on one GPU (an H100, separate jobs: about 150 s for 200 epochs of full MNIST,
-#: gpu-runs/h100-0b2a5f5), with margin; a batched grid costs at most this per network.
+#: the runs of docs/reproduction/mnist-h100-200ep), with margin; a batched grid costs at most
+#: this per network.
 MLP_SECONDS_PER_SAMPLE_CUDA = 2e-5
 #: Host memory of the process itself (Python, torch, CUDA context), MB.
 PROCESS_MB = 2000

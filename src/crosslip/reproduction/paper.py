@@ -18,7 +18,8 @@ import yaml
 
 _DATA = yaml.safe_load(Path(__file__).with_name("paper.yaml").read_text(encoding="utf-8"))
 
-#: File name of the paper's LaTeX source (in ``shared/paper/`` beside the checkout).
+#: File name of the paper's LaTeX source (not in the repository; its tests read it from the
+#: folder ``$CROSSLIP_SHARED/paper/``, docs/architecture.md).
 TEX_NAME: str = _DATA["tex"]
 
 

@@ -27,8 +27,9 @@ from ..config.grid import dataset_names, networks_only, training_grid
 from ..errors import ConfigError
 from .export import ExportError, effective_config
 
-#: The offline MNIST mirror beside the checkout (a GPU machine may reach nothing else).
-MNIST_MIRROR = "../shared/data/mnist"
+#: The placeholder for the MNIST mirror in a command (``data.mirrors.mnist``, docs/data.md):
+#: the folder that holds the four official MNIST files, for a machine that downloads nothing.
+MNIST_MIRROR = "/path/to/mnist"
 #: How a run not yet made is started: one job on the GPU at a time (the profile's ``gpu: 1``,
 #: as ``bench_preset`` projects the jobs, one after another).
 SNAKEMAKE = ".venv/bin/snakemake --profile profiles/local-gpu"
