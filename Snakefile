@@ -11,9 +11,10 @@ from pathlib import Path
 
 from crosslip import io as crosslip_io
 
-# The embedded default; a --configfile on the command line replaces it entirely (so a preset
-# defines its whole grid instead of being merged into the default one).
-if not workflow.overwrite_configfiles:
+# The embedded default, where no --configfile gives a config (every config names its
+# datasets): a preset replaces it entirely and defines its whole grid, instead of being
+# merged into the default one. --config values apply on top either way.
+if "datasets" not in config:
 
     configfile: str(Path(workflow.basedir) / "config.yaml")
 
@@ -25,13 +26,7 @@ include: "workflow/rules/common.smk"
 # run for the same results folder is refused (docs/troubleshooting-resume.md).
 from crosslip.jobs.runlock import guard_run
 
-guard_run(workflow, config["results"])
-
-# Under the job server (make run), each script job's process hands its script to the server
-# before Snakemake's preamble imports Snakemake: python -m crosslip.handoff SCRIPT.
-from crosslip.handoff import serve_script_jobs
-
-serve_script_jobs()
+guard_run(config["results"])
 
 
 wildcard_constraints:
@@ -51,26 +46,12 @@ report: "workflow/report/workflow.rst"
 
 # A failed job's one-line reason on the terminal, whatever executes the jobs (locally their
 # stderr may be hidden among other output; on SLURM it goes to the cluster's job files):
-# read from each failed job's log file (crosslip.io.failure_lines). The jobs come from the
-# scheduler, or, where it does not say, from the logs with an ERROR written since this start.
+# read from the log files with an ERROR written since this start (crosslip.io).
 _STARTED = time.time()
 
 
 onerror:
-    scheduler = getattr(workflow, "scheduler", None)
-    failed = getattr(scheduler, "failed", None)
-    if failed:
-        jobs = [
-            (
-                job.rule.name,
-                ", ".join(f"{k}={v}" for k, v in job.wildcards.items()),
-                list(job.log),
-            )
-            for job in sorted(failed, key=lambda j: (j.rule.name, str(j.wildcards)))
-            if hasattr(job, "rule")
-        ]
-    else:
-        jobs = crosslip_io.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
+    jobs = crosslip_io.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
     for line in crosslip_io.failure_lines(jobs):
         print(line, file=sys.stderr)
 

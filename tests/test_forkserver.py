@@ -103,8 +103,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     proc.wait(timeout=DEADLINE)
 
 
-#: How Snakemake starts a job's script: as it does by itself, and as it does under a job
-#: server once the Snakefile has called crosslip.handoff.serve_script_jobs.
+#: How a job's script starts: as Snakemake starts it, and through the hand-off module (for a
+#: caller that starts scripts itself).
 STARTS = {"python SCRIPT": [], "python -m crosslip.handoff SCRIPT": ["-m", "crosslip.handoff"]}
 
 
@@ -454,16 +454,11 @@ run_script(snakemake.log[0], main)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("through", ["run_script", "serve_script_jobs"])
-def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path, through):
-    """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command.
-    With a Snakefile that calls crosslip.handoff.serve_script_jobs (as the workflow's does),
-    Snakemake starts each job through the hand-off module, and the script, preamble and
-    all, runs only in the fork; otherwise run_script hands it off after its first lines."""
-    head = "from crosslip.handoff import serve_script_jobs\nserve_script_jobs()\n"
-    (tmp_path / "Snakefile").write_text(
-        (head if through == "serve_script_jobs" else "") + TOY_SNAKEFILE
-    )
+def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
+    """Snakemake's ``script:`` jobs (its preamble, its ``__file__``) through the command:
+    Snakemake starts each job as it always does, and run_script hands it to the server
+    after its first lines, so that the rest runs in a fork of the server."""
+    (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
     (tmp_path / "job.py").write_text(TOY_JOB)
     cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile", served=False)
     serve = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io", "--"]
@@ -478,47 +473,17 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path, th
     assert "runs in its own process" not in proc.stderr
     ran = sorted(tuple(map(int, line.split())) for line in (tmp_path / "ran").open())
     forks = sorted((i, f["pid"]) for i, f in enumerate(facts))
-    if through == "serve_script_jobs":
-        assert ran == forks
-    else:  # the job's own process, then the fork
-        assert [i for i, _ in ran] == [0, 0, 1, 1, 2, 2] and set(forks) < set(ran)
+    # the job's own process, then the fork
+    assert [i for i, _ in ran] == [0, 0, 1, 1, 2, 2] and set(forks) < set(ran)
 
 
-def test_under_a_server_snakemake_starts_python_scripts_through_the_hand_off(monkeypatch):
-    """serve_script_jobs changes how Snakemake starts a ``script:`` job's Python only where a
-    server is named, once however often the Snakefile is read, and not for jobs with an
-    environment of their own (a container's or conda's Python need not be the server's)."""
+def test_no_snakemake_method_is_replaced():
+    """The workflow uses Snakemake as it comes: reading the Snakefile under a job server
+    leaves Snakemake's script runner as it was."""
     from snakemake.script import PythonScript
 
-    # Snakemake's own, also where a Snakefile read in this process under the tests' server
-    # changed it already (the commands that run no job run here)
-    current = PythonScript.execute_script
-    plain = getattr(current, "crosslip_plain", current)
-    monkeypatch.setattr(PythonScript, "execute_script", plain)  # the current one after the test
-    monkeypatch.delenv(forkserver.ENV, raising=False)
-    assert not handoff.serve_script_jobs() and PythonScript.execute_script is plain
-    monkeypatch.setenv(forkserver.ENV, "/a/socket")
-    assert handoff.serve_script_jobs() and handoff.serve_script_jobs()
-    served = PythonScript.execute_script
-    assert served is not plain and getattr(served, "crosslip_handoff", False)
-
-    def started(**env):
-        job = PythonScript.__new__(PythonScript)
-        job.container_img = job.conda_env = job.env_modules = None
-        for key, value in env.items():
-            setattr(job, key, value)
-        seen = []
-        job._execute_cmd = lambda cmd, **kwargs: seen.append((cmd, kwargs))
-        job.execute_script("script.py")
-        return seen
-
-    assert started() == [
-        (
-            "{py_exec} -m crosslip.handoff {fname:q}",
-            {"py_exec": sys.executable, "fname": "script.py", "is_python_script": True},
-        )
-    ]
-    assert started(container_img="image")[0][0] == "{py_exec} {fname:q}"  # Snakemake's own
+    assert not hasattr(PythonScript.execute_script, "crosslip_handoff")
+    assert not hasattr(handoff, "serve_script_jobs")
 
 
 #: The toy workflow's Snakefile, which also writes what its Snakemake process sees, and

@@ -32,7 +32,8 @@ from crosslip.config.validate import validate
 from crosslip.errors import ConfigError
 from crosslip.jobs.batches import evaluation_params, needs_training, plan_batches
 from crosslip.jobs.files import as_list
-from crosslip.jobs.resources import job_threads, take_overrides
+from crosslip.jobs.resources import job_threads
+from crosslip.jobs.snakemake_internals import take_overrides
 
 from .helpers import (
     ROOT,
@@ -156,7 +157,7 @@ def test_a_script_takes_one_file_or_several_as_a_list():
 
 
 def test_take_overrides_works_on_the_installed_snakemakes_objects():
-    """crosslip.jobs.resources.take_overrides, a shim over Snakemake's internals, on the
+    """crosslip.jobs.snakemake_internals.take_overrides, a shim over Snakemake's internals, on the
     installed Snakemake's own objects: the settings built from its command line as its CLI
     builds them, rules with its Resources. Fails where a release moves what the shim reads
     or writes (the slow test below checks the result in real dry runs)."""
@@ -351,7 +352,7 @@ def test_jobs_get_one_thread_below_four_cores_and_two_where_nothing_bounds_them(
 def test_the_batched_rules_take_the_threads_and_resources_given_to_their_stage(tmp_path):
     """What a profile or the command line gives `train`, `certify` or `attack` (e.g.
     profiles/slurm's GPU partition) holds for the batched jobs of that stage too
-    (crosslip.jobs.resources.take_overrides), and for no other stage."""
+    (crosslip.jobs.snakemake_internals.take_overrides), and for no other stage."""
     default = [j for j in plan(tmp_path, TINY_RUN, "--cores", "4") if j["rule"] != "all"]
     batched = [j for j in default if "_grid_" in j["rule"]]
     assert sorted({stage_of(j["rule"]) for j in batched}) == ["attack", "certify", "train"]

@@ -2,22 +2,20 @@
 and each workflow job of a local run is forked from it instead of starting Python afresh.
 
 A job of this workflow computes for a fraction of a second on a small config, after about
-2 s of CPU spent importing (torch alone 1.4 s; docs/testing.md, "The job server"). Run
-Snakemake under the server (``make run`` does)::
+2 s of CPU spent importing (torch alone about 1.4 s). Run Snakemake under the server
+(``make run`` does)::
 
     python -m crosslip.forkserver -- snakemake --cores all ...
 
 It starts the server on a UNIX socket in a new temporary folder, runs the command with
 :data:`ENV` naming that socket, and stops the server when the command ends (its exit status
-is the command's). Each job's script still starts as its own process (Snakemake's ``script:``
-directive), a small one: the Snakefile has Snakemake start it as ``python -m
-crosslip.handoff SCRIPT`` (:func:`crosslip.handoff.serve_script_jobs`), which asks the
-server to run the file with the same ``sys.argv``, working folder, environment,
-``sys.path``, umask and standard streams in a fresh fork, then waits and exits with the
-fork's status (:func:`crosslip.handoff.hand_off`; where Snakemake starts the script itself,
-:func:`crosslip.io.run_script` hands it off before the script imports anything heavy). The
-fork runs the script from its first line, so it is the same code as a job in its own
-process, minus the imports.
+is the command's). Each job's script still starts as its own process, as Snakemake's
+``script:`` directive starts it, a small one: after Snakemake's preamble,
+:func:`crosslip.io.run_script` asks the server to run the file with the same ``sys.argv``,
+working folder, environment, ``sys.path``, umask and standard streams in a fresh fork, then
+waits and exits with the fork's status (:func:`crosslip.handoff.hand_off`), before the
+script imports anything heavy. The fork runs the script from there, so it is the same code
+as a job in its own process, minus the imports.
 
 What a served job does not share with a job in its own process:
 

@@ -3,21 +3,13 @@ server, which runs it in a fork that has imported torch, pandas and crosslip's s
 and wait for that fork as if the script ran here.
 
 Under a server (:data:`ENV` set: ``python -m crosslip.forkserver -- snakemake ...``, which
-``make run`` runs), the Snakefile calls :func:`serve_script_jobs`, and Snakemake then starts
-each job of a ``script:`` directive as ``python -m crosslip.handoff SCRIPT`` instead of
-``python SCRIPT``. That process imports only this module (a few milliseconds) and hands the
-script to the server (:func:`hand_off`) before the script's first line, Snakemake's
-preamble, which imports Snakemake to unpickle the job's ``snakemake`` object and would
-then run again in the fork: the job's own process took 0.08 s of CPU that way and takes
-0.03 s this way (the tests' tiny run, docs/testing.md). The fork runs the script from its first
-line, so it is the same code as a job in its own process, minus the imports. Where the
-server cannot take the job, the process becomes ``python SCRIPT`` (``exec``), as Snakemake
-would have started it, without :data:`ENV`, after a line on stderr that says why.
-
-A script started otherwise (``python SCRIPT``, where :func:`serve_script_jobs` could not
-change how Snakemake starts scripts) hands itself off in :func:`crosslip.io.run_script`,
-after the preamble. This module imports nothing beyond the standard library's sockets,
-signals and JSON: it is what each served job's process loads.
+``make run`` runs), a workflow script hands itself off in :func:`crosslip.io.run_script`
+(:func:`hand_off`), after Snakemake's preamble: the fork runs the script from there, so it
+is the same code as a job in its own process, minus the imports. ``python -m
+crosslip.handoff SCRIPT`` (:func:`main`) does the same before the script's first line, for
+a caller that starts scripts itself. Where the server cannot take the job, the job runs in
+its own process, as Snakemake started it. This module imports nothing beyond the standard
+library's sockets, signals and JSON: it is what each served job's process loads.
 """
 
 from __future__ import annotations
@@ -220,48 +212,6 @@ def end_by(signum: int) -> None:
     if signum not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
-
-
-def serve_script_jobs() -> bool:
-    """Under a job server (:data:`ENV` set in this Snakemake process), make Snakemake start
-    each Python ``script:`` job as ``python -m crosslip.handoff SCRIPT`` (:func:`main`), so
-    that the job's process hands the script to the server before Snakemake's preamble
-    imports Snakemake; the Snakefile calls it. A job with a ``conda:``, ``container:`` or
-    ``envmodules:`` environment keeps Snakemake's own start (its interpreter may not be the
-    server's). Returns whether scripts start through the hand-off: False without a server,
-    off Linux, or where Snakemake's script runner is not the one this was written for
-    (Snakemake 9's ``PythonScript.execute_script``); the jobs then hand off in
-    :func:`crosslip.io.run_script`, after the preamble."""
-    if not os.environ.get(ENV) or not supported():
-        return False
-    try:
-        from snakemake.script import PythonScript
-    except ImportError:
-        return False
-    plain = getattr(PythonScript, "execute_script", None)
-    if plain is None or not hasattr(PythonScript, "_execute_cmd"):
-        return False
-    if getattr(plain, "crosslip_handoff", False):
-        return True
-
-    def execute_script(self: Any, fname: str, edit: bool = False) -> None:
-        if edit or any(
-            getattr(self, attr, None) is not None
-            for attr in ("container_img", "conda_env", "env_modules")
-        ):
-            return plain(self, fname, edit)
-        self._execute_cmd(
-            "{py_exec} -m crosslip.handoff {fname:q}",
-            py_exec=sys.executable,
-            fname=fname,
-            is_python_script=True,
-        )
-        return None
-
-    execute_script.crosslip_handoff = True  # type: ignore[attr-defined]
-    execute_script.crosslip_plain = plain  # type: ignore[attr-defined]  # Snakemake's own
-    PythonScript.execute_script = execute_script
-    return True
 
 
 def main(argv: list[str] | None = None) -> None:

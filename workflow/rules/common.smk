@@ -17,29 +17,27 @@ from crosslip.config.validate import external_models, validate
 from crosslip.jobs import selection as crosslip_selection
 from crosslip.jobs.kernel_memory import check_config as check_kernel_memory
 from crosslip.data.custom import fingerprint as data_fingerprint
-from crosslip.jobs.resources import (
-    grid_batch_resources,
-    job_resources,
-    job_threads,
-    take_overrides,
-)
+from crosslip.jobs.resources import grid_batch_resources, job_resources, job_threads
+from crosslip.jobs.snakemake_internals import take_overrides
 from crosslip.jobs.tracking import code_digest
 from crosslip.jobs import batches as crosslip_batches
 from crosslip.jobs.batches import evaluation_batches, plan_batches
 
-if not workflow.modifier.skip_validation:
-    try:
-        validate(config)
-        check_kernel_memory(config)
-    except ConfigError as exc:
-        raise WorkflowError(str(exc)) from None
+try:
+    validate(config)
+    check_kernel_memory(config)
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 
 RESULTS = config["results"]
 ENV = "../../environment.yml"
 # threads of a training, certify or attack job: 1 below 4 cores (crosslip.jobs.resources);
-# the settings' cores, not workflow.cores, which raises where none are given (a cluster
-# executor, --report, --summary)
-JOB_THREADS = job_threads(workflow.resource_settings.cores)
+# workflow.cores raises where none are given (a cluster executor, --report, --summary)
+try:
+    _CORES = workflow.cores
+except WorkflowError:
+    _CORES = None
+JOB_THREADS = job_threads(_CORES)
 DATASETS = dataset_names(config)
 GRID = training_grid(config)
 # models trained elsewhere: name -> config entry (crosslip.models.external)

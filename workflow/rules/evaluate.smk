@@ -53,7 +53,7 @@ rule attack:
 # family and setting in one job (crosslip.jobs.batches.evaluation_batches), with the outputs
 # and logs of the per-model jobs; rules without wildcards take precedence over those above.
 # The same params as the per-model rule (evaluation_params), and what --set-threads and
-# --set-resources give it (crosslip.jobs.resources.take_overrides).
+# --set-resources give it (crosslip.jobs.snakemake_internals.take_overrides).
 for batch in CERTIFY_BATCHES:
 
     rule:

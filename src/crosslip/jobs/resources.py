@@ -22,7 +22,7 @@ workflow is planned.
   minimal-norm attack its flop count (:func:`net_attack_minutes`).
 
 What ``--set-threads`` and ``--set-resources`` give a per-model rule reaches its batched
-rules through :func:`take_overrides`, a shim over Snakemake's internals.
+rules through :func:`.snakemake_internals.take_overrides`.
 """
 
 from __future__ import annotations
@@ -265,31 +265,3 @@ def job_threads(cores: int | None) -> int:
     thread each, two at a time, against 321 s with two threads each, one at a time.
     ``--set-threads`` still decides per rule."""
     return 2 if cores is None or cores >= 4 else 1
-
-
-def take_overrides(workflow: Any, rule: str, of: str) -> None:
-    """Give the rule named ``rule`` what ``--set-threads`` and ``--set-resources`` (on the
-    command line or in a profile: profiles/slurm's GPU partition) give the rule named ``of``,
-    as Snakemake gives them to ``of``: a batched rule (``train_grid_*``, ``certify_grid_*``,
-    ``attack_grid_*``) takes those of its stage's per-model rule. Call it right after
-    ``rule`` is defined (``workflow``: the Snakefile's ``workflow``).
-
-    A shim over Snakemake's internals. It reads ``workflow.resource_settings``'s
-    ``overwrite_threads`` and ``overwrite_resources`` (fields of the settings dataclass
-    ``snakemake.settings.types.ResourceSettings``, keyed by rule name: the ``Resource`` and
-    ``Resources`` parsed from the command line, or plain values given through the Python
-    API) and writes them into the ``resources`` of ``workflow.get_rule(rule)`` (``_cores``:
-    the rule's threads), the way ``Workflow.rule`` applies them to the rule it registers;
-    the rule's ``Resources`` converts plain values as Snakemake does. There is no public
-    API for this: Snakemake applies an override only to the rule of that name, while it
-    registers it; a rule cannot take another's (``use rule ... with:`` copies a definition,
-    not the overrides); and the batched rules' names come from the grid, so a profile cannot
-    name them. tests/test_grid_batches.py fails on a Snakemake whose objects lack what this
-    reads or writes, and checks in real dry runs that the batched rules get what
-    --set-threads and --set-resources give."""
-    settings = workflow.resource_settings
-    target = workflow.get_rule(rule)
-    threads = settings.overwrite_threads.get(of)
-    if threads is not None:
-        target.resources["_cores"] = threads
-    target.resources.update(settings.overwrite_resources.get(of, {}))

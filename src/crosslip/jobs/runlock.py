@@ -341,23 +341,6 @@ def probe_stale(workdir: Path | str) -> tuple[list[Path], list[Holder]]:
         os.close(fd)
 
 
-def cli_args() -> argparse.Namespace | None:
-    """The parsed command line of the Snakemake process that is parsing the Snakefile (with
-    its profiles applied), read from the ``snakemake.cli.args_to_api`` frame on the stack;
-    None when Snakemake runs through its Python API. At parse time Snakemake has not yet told
-    the workflow which command it will run (a dry run, ``--unlock``, ...): only this says."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if (
-            frame.f_code.co_name == "args_to_api"
-            and frame.f_globals.get("__name__") == "snakemake.cli"
-        ):
-            args = frame.f_locals.get("args")
-            return args if isinstance(args, argparse.Namespace) else None
-        frame = frame.f_back
-    return None
-
-
 def takes_lock(args: argparse.Namespace) -> bool:
     """Whether a command line runs jobs or changes the working directory (see
     :data:`READ_ONLY_ACTIONS`); ``--report`` without ``--report-after-run`` only reads."""
@@ -370,21 +353,21 @@ def takes_lock(args: argparse.Namespace) -> bool:
 _HELD: list[RunLock] = []
 
 
-def guard_run(workflow: Any, results: str | Path) -> None:
-    """Called by the Snakefile at parse time, with the ``workflow`` object and the results
-    folder of the config. In the main Snakemake process of a run: take the run lock (raising
+def guard_run(results: str | Path) -> None:
+    """Called by the Snakefile at parse time, with the results folder of the config. In the
+    main Snakemake process of a run (its command line read by
+    :func:`.snakemake_internals.command_line`): take the run lock (raising
     ``WorkflowError`` with :class:`RunLockBusy`'s message if another run holds it) and remove
     the Snakemake lock files of a killed run; for a read-only command, say whether the lock
     files it finds are stale. Anything else (job processes, the Python API) is left alone."""
     from snakemake.exceptions import WorkflowError
     from snakemake.logging import logger
     from snakemake.settings.enums import PersistenceBackend
-    from snakemake_interface_executor_plugins.settings import ExecMode
 
-    if workflow.exec_mode != ExecMode.DEFAULT or _HELD:
-        return
-    args = cli_args()
-    if args is None:
+    from .snakemake_internals import command_line, is_main_process
+
+    args = command_line()
+    if args is None or not is_main_process(args) or _HELD:
         return
     workdir = Path.cwd()
     try:
