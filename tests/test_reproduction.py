@@ -1229,3 +1229,31 @@ def test_committed_record_counts_the_claims_and_says_why_the_rest_were_not_run()
         for key in t.claims:
             line = next(x for x in not_run.splitlines() if x.startswith(f"- {P.CLAIMS[key].title}"))
             assert "no offline copy of" in line and f"--configfile {' '.join(t.configs)}" in line
+
+
+def test_the_field_section_judges_certified_accuracy_at_the_radius(tmp_path: Path) -> None:
+    """Full MNIST, plain networks with certified accuracy at L2 1.58: the target is met
+    only by a network within the test error; the attack's bound is shown beside it; a run
+    on the embedded digits or without the column is not judged."""
+    from crosslip.reproduction.field import FIELD, field_runs
+
+    docs = tmp_path / "docs"
+    target = FIELD["target"]
+    rows = good_rows()
+    pairs = [(0.2, 0.5), (0.3, 0.6), (0.25, 0.5), (0.4, 0.7)]
+    for row, (cert, att) in zip(rows[:4], pairs, strict=True):
+        row["certified_accuracy_l2_1.58"], row["attack_accuracy_l2_1.58"] = cert, att
+    strong = model_row("mnist", "certified_margin", 1.0, target["max_test_error"], 1.9, 2.2)
+    strong.update({"certified_accuracy_l2_1.58": 0.66, "attack_accuracy_l2_1.58": 0.8})
+    export(tmp_path, "met", [*rows, strong], docs)
+    too_wrong = dict(strong, test_error=target["max_test_error"] + 0.01, model_id="cm-high")
+    export(tmp_path, "not-met", [*rows, too_wrong], docs)
+    export(tmp_path, "digits", [dict(r, dataset="mnist5k") for r in rows], docs)
+    export(tmp_path, "no-column", good_rows(), docs)
+    got = {f.run: f for f in field_runs(load_runs(docs))}
+    assert sorted(got) == ["met", "not-met"]
+    assert got["met"].met and got["met"].best.startswith("66.0% (CM")
+    assert not got["not-met"].met and got["not-met"].best.startswith("40.0% (CL")
+    table = got["met"].rows
+    assert table["certified at 1.58"].iloc[0] == "66.0%"  # best first
+    assert table["attack's bound at 1.58"].iloc[0] == "80.0%"

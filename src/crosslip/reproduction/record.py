@@ -24,6 +24,7 @@ import yaml
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
 from .export import RUN_FILE
+from .field import FIELD, anchors, field_runs
 from .paper import (
     AUTHORS_EPOCHS,
     AUTHORS_LR_DECAY,
@@ -446,6 +447,9 @@ def render(docs: Path | str = "docs", root: Path | str | None = None) -> str:
             gaps=[(k, v) for k, vs in verdicts.items() for v in vs if v.status == C.NOT_REPRODUCED],
             settings=[(run, settings_rows(run.meta)) for run in runs],
             studies=load_studies(docs / RUNS_DIR),
+            field=FIELD,
+            field_anchors=anchors(),
+            field_runs=field_runs(units),
         )
     )
     return text.rstrip("\n") + "\n"
