@@ -287,6 +287,33 @@ def scans(tmp_path) -> Path:
     return prepared_scans(tmp_path)
 
 
+def test_a_crosslip_model_file_is_certified_as_the_model_it_holds(tmp_path, scans):
+    """format: crosslip (a model file crosslip wrote, e.g. a committed run's weights): the
+    import holds the same network, and its certificates are those of that network."""
+    from crosslip.certify import certify_softplus
+    from crosslip.models import SoftplusNet
+    from crosslip.models.checkpoints import save_model
+
+    torch.manual_seed(3)
+    net = SoftplusNet(D, K, 8, bias=True).double().eval()
+    path = tmp_path / "trained.pt"
+    save_model(net, path)
+    loaded = load_external(entry(path, format="crosslip"))
+    assert isinstance(loaded, SoftplusNet)
+    for a, b in zip(loaded.state_dict().values(), net.state_dict().values(), strict=True):
+        assert torch.equal(a.double(), b)
+    model_out, met_out = tmp_path / "imp" / "model.pt", tmp_path / "imp" / "metrics.json"
+    met = import_model_stage(scans, entry(path, "mine", format="crosslip"), model_out, met_out)
+    assert met["config"]["family"] == "external" and "prop2.3" in met["config"]["guarantees"]
+    kinds = ["l2", "linear", "curvature"]
+    cert = certify_stage(scans, model_out, met_out, tmp_path / "c.parquet", n_points=5, kinds=kinds)
+    x = torch.as_tensor(load_prepared(scans).x_test, dtype=torch.float64)
+    idx = torch.as_tensor(cert["test_index"].to_numpy())
+    direct = certify_softplus(net, x[idx], kinds=tuple(kinds))
+    for col in ("guarantee_l2", "guarantee_l2_curvature", "guarantee_l2_best"):
+        np.testing.assert_array_equal(cert[col].to_numpy(), direct[col].numpy(), err_msg=col)
+
+
 def test_import_certify_and_attack_stages(tmp_path, scans):
     paths = write_models(tmp_path)
     ds = load_prepared(scans)

@@ -1,6 +1,6 @@
 """Models trained elsewhere: reading their files without running code from them.
 
-Four formats (config ``external_models[].format``; docs/your-own-models.md):
+Five formats (config ``external_models[].format``; docs/your-own-models.md):
 
 * ``state_dict``: ``torch.save(model.state_dict(), path)`` of a supported one-hidden-layer
   softplus network (:data:`crosslip.models.torch_softplus.SUPPORTED`), read with
@@ -16,6 +16,10 @@ Four formats (config ``external_models[].format``; docs/your-own-models.md):
   it is read (:mod:`crosslip.models.exported`): a one-hidden-layer softplus graph is
   certified as its state dict would be (``beta`` and ``threshold`` from the graph), any
   other classifier gets upper bounds only.
+* ``crosslip``: a model file that crosslip wrote (``results/models/<dataset>/<model>/model.pt``,
+  :func:`~crosslip.models.checkpoints.save_model`: weights and constructor arguments, read
+  with ``weights_only``): certified as crosslip certifies the model it trained, e.g. to
+  certify again the weights of a committed run.
 * ``torchscript``: any other ``nn.Module`` saved with ``torch.jit.save``, read with
   ``torch.jit.load``. Upper bounds (attacks) only: crosslip has no guarantee for an
   arbitrary network, so its guarantee columns stay empty (null, not 0).
@@ -45,10 +49,11 @@ from ..io import read_npz_array
 from .checkpoints import load_error_reason, load_model
 from .exported import is_pt2_archive, load_exported
 from .kernels import GaussianKernelModel
+from .softplus_net import SoftplusNet
 from .torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet, from_state_dict
 
 #: The formats of :func:`load_external`.
-FORMATS = ("state_dict", "kernel_npz", "torch_export", "torchscript")
+FORMATS = ("state_dict", "kernel_npz", "torch_export", "crosslip", "torchscript")
 #: File endings that imply a format when the config entry names none.
 SUFFIX_FORMATS = MODEL_SUFFIX_FORMATS
 
@@ -217,6 +222,8 @@ def load_external(entry: Mapping[str, Any]) -> nn.Module:
         return load_kernel_npz(path)
     if fmt == "torch_export":
         return load_exported(path)
+    if fmt == "crosslip":
+        return load_model(path)
     if fmt == "torchscript":
         return load_torchscript(path)
     raise ModelFileError(f"{path}: unknown model format {fmt!r}; allowed: {', '.join(FORMATS)}")
@@ -239,6 +246,8 @@ def guarantees_of(model: nn.Module) -> str:
     """What crosslip certifies for a loaded external model, in words (for metrics)."""
     if isinstance(model, TorchSoftplusNet):
         return "prop2.3 (PyTorch softplus threshold accounted for)"
+    if isinstance(model, SoftplusNet):
+        return "prop2.3 and every certificate beyond the paper"
     if isinstance(model, GaussianKernelModel):
         return "prop2.2"
     return "none (upper bounds only)"
