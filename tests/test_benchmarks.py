@@ -45,6 +45,10 @@ OWN_OPTIONS: dict[str, list[str]] = {
     "study_bracket.py": ["--results", "r", "--out", "o.json"],
     "study_settings.py": ["--results", "r", "--dataset", "mnist5k", "--out", "o.json"],
     "study_trust_region.py": ["--results", "r", "--points", "5", "--steps", "4", "--out", "o"],
+    "study_soundness.py": [
+        *("--results", "r", "--points", "5", "--norms", "l2", "linf", "--steps", "10"),
+        *("--restarts", "1", "--out", "o"),
+    ],
     "study_guarantee_gap.py": [
         *("--dataset", "mnist5k", "--mirror", "m", "--train-subset", "100", "--epochs", "2"),
         *("--networks", "none:0:0.5", "cross_lipschitz:1e-2:0.5", "--checkpoints", "1", "2"),

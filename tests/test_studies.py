@@ -315,3 +315,47 @@ def test_the_trust_region_study_runs_on_a_finished_runs_files(tmp_path: Path) ->
     assert row["mean_best"] >= max(0.2, row["mean_curvature_trust_region"])
     assert row["mean_curvature_trust_region"] >= row["mean_curvature_lambda_max"]
     assert math.isclose(row["bracket_best"], 5.0 / row["mean_best"])
+
+
+def test_the_soundness_study_finds_no_sample_inside_a_certified_ball(tmp_path: Path) -> None:
+    """On a finished run's files, the strong attack's samples are verified and never closer
+    than the run's certificates; a certificate made too large is caught as a violation."""
+    import numpy as np
+    import torch
+
+    from crosslip.certify import certify_softplus
+    from crosslip.data.dataset import Dataset, save_prepared
+    from crosslip.models.checkpoints import save_model
+
+    from .helpers import random_net
+
+    res = tmp_path / "results"
+    gen = np.random.default_rng(1)
+    x = gen.integers(0, 256, (10, 6)).astype(np.float32) / 255
+    y = gen.integers(0, 3, 10)
+    (res / "data").mkdir(parents=True)
+    save_prepared(Dataset("mnist5k", x, y, x, y, (6,), 3), res / "data" / "mnist5k.npz")
+    net = random_net(6, 3, 10, 4, 2.0, bias=False).double()
+    save_model(net, res / "models" / "mnist5k" / "net" / "model.pt")
+    cert = certify_softplus(net, torch.as_tensor(x, dtype=torch.float64), kinds=("l2", "linf"))
+    frame = instances("net", "cross_lipschitz", 0.1, 0.2, 5.0).iloc[:1]
+    frame = pd.concat([frame] * 10, ignore_index=True)
+    frame["test_index"], frame["setting"] = range(10), "plain"
+    frame["pred"] = cert["pred"].numpy()
+    frame["correct"] = True
+    for norm in ("l2", "linf"):
+        frame[f"guarantee_{norm}_best"] = cert[f"guarantee_{norm}_best"].numpy()
+    frame.loc[0, "guarantee_linf_best"] = 10.0  # a certificate far too large: caught
+    (res / "instances" / "mnist5k").mkdir(parents=True)
+    frame.to_parquet(res / "instances" / "mnist5k" / "net.parquet")
+    lines = run_benchmark(
+        "study_soundness.py",
+        *("--results", str(res), "--points", "10", "--norms", "l2", "linf"),
+        *("--steps", "30", "--restarts", "1"),
+    )
+    result = json.loads(lines[-1])
+    rows = {r["norm"]: r for r in result["rows"]}
+    assert result["kind"] == "soundness" and set(rows) == {"l2", "linf"}
+    assert rows["l2"]["violations"] == 0 and rows["l2"]["found"] == 10
+    assert rows["l2"]["ratio_min"] >= 1.0
+    assert rows["linf"]["violations"] == 1 and result["violations"] == 1
