@@ -30,9 +30,9 @@ $(STAMP): pyproject.toml
 
 # A killed run resumes with the same command (docs/troubleshooting-resume.md). ARGS: more
 # Snakemake arguments, e.g. make run ARGS="--configfile config/presets/mnist.yaml". The jobs
-# fork from a job server that has imported torch once (crosslip.forkserver).
+# fork from a job server that has imported torch once (crosslip.jobserver).
 run: $(STAMP)
-	$(BIN)/python -m crosslip.forkserver -- $(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
+	$(BIN)/python -m crosslip.jobserver -- $(BIN)/snakemake --cores $(CORES) --rerun-incomplete $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from crosslip import io as crosslip_io
+from crosslip.io import logs as crosslip_logs
 
 # The embedded default, where no --configfile gives a config (every config names its
 # datasets): a preset replaces it entirely and defines its whole grid, instead of being
@@ -46,13 +46,13 @@ report: "workflow/report/workflow.rst"
 
 # A failed job's one-line reason on the terminal, whatever executes the jobs (locally their
 # stderr may be hidden among other output; on SLURM it goes to the cluster's job files):
-# read from the log files with an ERROR written since this start (crosslip.io).
+# read from the log files with an ERROR written since this start (crosslip.io.logs).
 _STARTED = time.time()
 
 
 onerror:
-    jobs = crosslip_io.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
-    for line in crosslip_io.failure_lines(jobs):
+    jobs = crosslip_logs.recent_failed_logs(f"{RESULTS}/logs", _STARTED)
+    for line in crosslip_logs.failure_lines(jobs):
         print(line, file=sys.stderr)
 
 

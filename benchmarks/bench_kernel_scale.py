@@ -8,7 +8,7 @@ the plan of the budget (:func:`crosslip.certify.kernel_bounds.certify_kernel`) a
 ``--streamed``, again with the (N, N) arrays recomputed per tile (as for a model whose
 arrays do not fit, forced by a budget of the minimum and two (N, N) arrays). ``--device``
 picks the device (``auto``: CUDA if there is one). The largest ``N`` whose training fits
-the budget on that device comes from :func:`crosslip.jobs.kernel_memory.largest_centers`. The
+the budget on that device comes from :func:`crosslip.kernel_memory.largest_centers`. The
 model is trained for a few iterations only: the timings, not its accuracy, are the point.
 Wall-clock and CPU time of the process are both reported: on a shared machine the CPU time
 is the steadier figure.
@@ -29,7 +29,7 @@ from _harness import Run, finish, parser, start
 from crosslip.certify.kernel_bounds import certify_kernel, plan_for
 from crosslip.config.schema import default
 from crosslip.data import load_dataset
-from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, largest_centers
+from crosslip.kernel_memory import GIB, certify_minimum_bytes, largest_centers
 from crosslip.models.kernels import gamma_from_data
 from crosslip.training.kernel import KernelTrainConfig, train_kernel
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crosslip.io import atomic_path
+from crosslip.io.files import atomic_path
 from crosslip.machine import cpu_model, git_state
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ tests of one shared run form one ``xdist_group``, so that one worker makes the r
 other worker repeats it. Each worker is a separate process with its own session fixtures
 and temporary folders, so the grouping saves time and changes no result.
 
-The jobs of the Snakemake runs fork from a job server (crosslip.forkserver) that each
+The jobs of the Snakemake runs fork from a job server (crosslip.jobserver) that each
 process starts before its first ``slow`` test, as ``make run`` does: it saves the 2 s of
 imports of each job. The runs' Snakemake itself forks from it too
 (tests/served_snakemake.py, ``helpers.snakemake_cmd``). ``CROSSLIP_FORKSERVER=`` (set and
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crosslip import forkserver
+from crosslip.jobserver import server as job_server
 
 from . import helpers, slurm_cluster
 
@@ -75,21 +75,21 @@ def pytest_collection_finish(session):
 JOB_SERVER: dict[str, object] = {}
 
 #: Whether the environment named a job server (or none, set empty) before the session.
-USER_JOB_SERVER = forkserver.ENV in os.environ
+USER_JOB_SERVER = job_server.ENV in os.environ
 
 #: What this process's job server imports: the jobs' modules, and Snakemake's, for the runs
 #: that start as ``helpers.SERVED_SNAKEMAKE`` (tests/served_snakemake.py).
-PRELOAD = (*forkserver.PRELOAD, "snakemake.cli")
+PRELOAD = (*job_server.PRELOAD, "snakemake.cli")
 
 
 def pytest_runtest_setup(item):
     """Before each test, and so for its session fixtures' runs too: a ``slow`` test's
     Snakemake runs get this process's job server (started before the first), the other
     tests' subprocesses none; unless the environment named one (or none) already."""
-    if USER_JOB_SERVER or not forkserver.supported():
+    if USER_JOB_SERVER or not job_server.supported():
         return
     if not item.get_closest_marker("slow"):
-        os.environ.pop(forkserver.ENV, None)
+        os.environ.pop(job_server.ENV, None)
         return
     if not JOB_SERVER:
         folder = Path(tempfile.mkdtemp(prefix="crosslip-jobs-"))
@@ -97,11 +97,11 @@ def pytest_runtest_setup(item):
         JOB_SERVER.update(
             folder=folder,
             log=log,
-            process=forkserver.start_server(
+            process=job_server.start_server(
                 folder / "socket", PRELOAD, stdout=log, stderr=subprocess.STDOUT
             ),
         )
-    os.environ[forkserver.ENV] = str(JOB_SERVER["folder"] / "socket")
+    os.environ[job_server.ENV] = str(JOB_SERVER["folder"] / "socket")
 
 
 @pytest.fixture
@@ -110,8 +110,8 @@ def jobs_in_own_processes(monkeypatch) -> str | None:
     server: for the tests of what signals to a run do to its jobs' processes. Its value:
     the server's socket that it took out (None if none was named), for a later command of
     the test whose process model is not the point (``monkeypatch.setenv``)."""
-    taken = os.environ.get(forkserver.ENV)
-    monkeypatch.delenv(forkserver.ENV, raising=False)
+    taken = os.environ.get(job_server.ENV)
+    monkeypatch.delenv(job_server.ENV, raising=False)
     return taken
 
 
@@ -124,7 +124,7 @@ def pytest_unconfigure(config):
         JOB_SERVER["process"].wait()
         JOB_SERVER["log"].close()
         shutil.rmtree(JOB_SERVER["folder"], ignore_errors=True)
-        os.environ.pop(forkserver.ENV, None)
+        os.environ.pop(job_server.ENV, None)
         JOB_SERVER.clear()
     if not hasattr(config, "workerinput") and slurm_cluster.FOLDER in config.stash:
         folder = config.stash[slurm_cluster.FOLDER]

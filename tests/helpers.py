@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 import torch
 
-from crosslip import forkserver
 from crosslip.data import Dataset, load_dataset, save_prepared
+from crosslip.jobserver import server as job_server
 from crosslip.models import SoftplusNet
 
 #: The repository and the snakemake of this environment.
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-#: The same command, forked from the job server that :data:`crosslip.forkserver.ENV` names
+#: The same command, forked from the job server that :data:`crosslip.jobserver.handoff.ENV` names
 #: (tests/served_snakemake.py): what :func:`snakemake_cmd` gives while a server is named.
 SERVED_SNAKEMAKE = (sys.executable, str(ROOT / "tests" / "served_snakemake.py"))
 
@@ -87,7 +87,7 @@ def snakemake_cmd(
     the snakefile is the repository's unless given. Only for tests marked ``slow``
     (:func:`require_slow`).
 
-    While this process names a job server (:data:`crosslip.forkserver.ENV`, set for the
+    While this process names a job server (:data:`crosslip.jobserver.handoff.ENV`, set for the
     ``slow`` tests by tests/conftest.py) and ``served``, a command that runs jobs starts as
     :data:`SERVED_SNAKEMAKE`: Snakemake then runs in a fork of the server, which has
     imported it once (about 1.3 s of CPU less per run), with the same arguments,
@@ -96,7 +96,7 @@ def snakemake_cmd(
     process."""
     require_slow()
     head = [SNAKEMAKE]
-    if served and os.environ.get(forkserver.ENV) and NO_JOB_OPTIONS.isdisjoint(args):
+    if served and os.environ.get(job_server.ENV) and NO_JOB_OPTIONS.isdisjoint(args):
         head = list(SERVED_SNAKEMAKE)
     cmd = [*head, "-s", str(snakefile or ROOT / "Snakefile"), "--directory", str(workdir)]
     return cmd + (["--configfile", str(configfile)] if configfile else []) + list(args)

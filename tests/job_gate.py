@@ -4,7 +4,7 @@ A run started with :attr:`JobGate.env` has the gate's folder first on ``PYTHONPA
 in it a ``sitecustomize`` module (:data:`SITECUSTOMIZE`), which Python imports as it starts,
 before the program. In the process of a workflow script job (its command line names
 Snakemake's copy of the script, ``.snakemake/scripts/tmp….RULE.py``: ``python SCRIPT``,
-or ``python -m crosslip.handoff SCRIPT`` under a job server) it connects to the gate's
+or ``python -m crosslip.jobserver.handoff SCRIPT`` under a job server) it connects to the gate's
 socket, says which process and script it is, and waits for the gate's answer; every other
 process (``make``'s, the job server's, Snakemake's) goes on at once. Where it waits:
 
@@ -65,7 +65,7 @@ def _main() -> None:
     import sys
 
     if not os.environ.get("{ENV}") or os.environ.get("{ENV}_HELD") == str(os.getpid()):
-        return  # no gate, or this process was held before it exec'ed (crosslip.handoff)
+        return  # no gate, or this process was held before it exec'ed (crosslip.jobserver.handoff)
     scripts = [a for a in sys.orig_argv if "/.snakemake/scripts/" in a and a.endswith(".py")]
     if not scripts:
         return

@@ -1,7 +1,7 @@
 """The ``snakemake`` command, run in a fork of the tests' job server when one is named.
 
 ``python tests/served_snakemake.py ARGS`` is ``snakemake ARGS``: this process hands itself
-to the job server of :data:`crosslip.forkserver.ENV` (as a workflow job does), and the fork,
+to the job server of :data:`crosslip.jobserver.handoff.ENV` (as a workflow job does), and the fork,
 which has imported Snakemake and crosslip once, runs this file from its first line. Without
 a server, or where the server refuses, it runs Snakemake itself. Either way the process
 that the test started passes on signals and ends with Snakemake's exit status.
@@ -10,7 +10,7 @@ that the test started passes on signals and ends with Snakemake's exit status.
 import os
 import sys
 
-from crosslip.handoff import hand_off
+from crosslip.jobserver.handoff import hand_off
 
 hand_off()
 

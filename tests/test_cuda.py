@@ -24,7 +24,7 @@ import torch
 from crosslip.attacks import BoxProblem, project_box
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.data import load_prepared
-from crosslip.io import read_json
+from crosslip.io.files import read_json
 from crosslip.models.checkpoints import load_model
 from crosslip.pipeline import attack_stage, certify_stage, train_stage
 

@@ -31,8 +31,8 @@ from crosslip.attacks import (
 from crosslip.certify import certify
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.data import Dataset, save_prepared
-from crosslip.io import read_json, write_json
-from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
+from crosslip.io.files import read_json, write_json
+from crosslip.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.models.torch_softplus import from_sequential

@@ -26,7 +26,7 @@ from crosslip.errors import (
     ModelFileError,
     UnknownDatasetError,
 )
-from crosslip.io import write_json
+from crosslip.io.files import write_json
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.norms import norm_p
 from crosslip.report.tables import SUMMARY_COLUMNS

@@ -19,7 +19,7 @@ from torch import nn
 
 from crosslip.config.validate import external_models, validate
 from crosslip.errors import ConfigError, ModelFileError
-from crosslip.io import read_json
+from crosslip.io.files import read_json
 from crosslip.models.exported import ExportedClassifier, load_exported, vet_archive
 from crosslip.models.external import load_external, load_stored
 from crosslip.models.torch_softplus import TorchSoftplusNet

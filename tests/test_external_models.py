@@ -21,7 +21,7 @@ from crosslip.config.schema import default
 from crosslip.config.validate import validate
 from crosslip.data import load_prepared
 from crosslip.errors import ConfigError, ModelFileError
-from crosslip.io import read_json
+from crosslip.io.files import read_json
 from crosslip.models.external import load_external, load_stored
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.models.torch_softplus import TORCH_BETA, TORCH_THRESHOLD, TorchSoftplusNet

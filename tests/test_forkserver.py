@@ -1,4 +1,4 @@
-"""The job server (crosslip.forkserver): a job that its server runs is the same process
+"""The job server (crosslip.jobserver): a job that its server runs is the same process
 as one that runs alone (argv, working folder, environment, umask, sys.path, standard streams,
 exit status), only forked; signals reach the fork; a killed job's process or server leaves
 no fork behind; a job that the server cannot take runs alone and says why. Real processes
@@ -23,17 +23,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crosslip import forkserver, handoff
+from crosslip.jobserver import handoff
+from crosslip.jobserver import server as job_server
 
 from .helpers import ROOT, SERVED_SNAKEMAKE, SNAKEMAKE, snakemake_cmd, without_stamps
 from .test_interruptions import interruptible
 
-pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the server needs Linux")
+pytestmark = pytest.mark.skipif(not job_server.supported(), reason="the server needs Linux")
 
 #: A workflow-like script: run_script hands it off; main() writes what it sees, then acts.
 #: Its first lines add the process's id to the file ``ran`` beside it: they run in the job's
 #: process and again in the fork when run_script hands it off, only in the fork when
-#: ``python -m crosslip.handoff`` does (as Snakemake's preamble then runs only there).
+#: ``python -m crosslip.jobserver.handoff`` does (as Snakemake's preamble then runs only
+#: there).
 SCRIPT = textwrap.dedent(
     """
     import gc, json, os, signal, sys, time
@@ -97,7 +99,7 @@ def alive(pid: int) -> bool:
 def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A job server on a socket in ``tmp_path`` that imports crosslip.io only."""
     path = str(tmp_path / "socket")
-    proc = forkserver.start_server(path, ["crosslip.io"], stderr=subprocess.PIPE, text=True)
+    proc = job_server.start_server(path, ["crosslip.io"], stderr=subprocess.PIPE, text=True)
     yield path, proc
     proc.terminate()
     proc.wait(timeout=DEADLINE)
@@ -105,7 +107,10 @@ def server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
 
 #: How a job's script starts: as Snakemake starts it, and through the hand-off module (for a
 #: caller that starts scripts itself).
-STARTS = {"python SCRIPT": [], "python -m crosslip.handoff SCRIPT": ["-m", "crosslip.handoff"]}
+STARTS = {
+    "python SCRIPT": [],
+    "python -m crosslip.jobserver.handoff SCRIPT": ["-m", "crosslip.jobserver.handoff"],
+}
 
 
 def start_job(
@@ -125,11 +130,11 @@ def start_job(
     folder.mkdir()
     script = folder / "script.py"
     script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+    env = {k: v for k, v in os.environ.items() if k != job_server.ENV}
     env["PROBE"] = f"probe-{name}"
     env.update(more_env or {})
     if socket is not None:
-        env[forkserver.ENV] = socket
+        env[job_server.ENV] = socket
     out = folder / "facts.json"
     proc = subprocess.Popen(
         [sys.executable, *STARTS[start], str(script), str(out), mode, str(folder / "job.log")],
@@ -235,7 +240,7 @@ def gated_server(tmp_path: Path) -> tuple[subprocess.Popen, str, Path]:
     )
     path = str(tmp_path / "socket")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return forkserver.start_server(path, ["slow_import", "crosslip.io"], env=env), path, gate
+    return job_server.start_server(path, ["slow_import", "crosslip.io"], env=env), path, gate
 
 
 def wait_for_the_server(job: psutil.Process) -> None:
@@ -324,7 +329,7 @@ def test_a_job_runs_alone_when_no_server_listens(tmp_path, start):
     _, stderr = proc.communicate(timeout=DEADLINE)
     facts = facts_of(out)
     assert proc.returncode == 0 and facts["pid"] == proc.pid and ran_in(out) == [proc.pid]
-    said = f"job server {tmp_path / 'no-socket'} ({forkserver.ENV}) is not reachable"
+    said = f"job server {tmp_path / 'no-socket'} ({job_server.ENV}) is not reachable"
     assert stderr.count(said) == 1 and "this job runs in its own process" in stderr
     # through the hand-off module, the job's process became `python SCRIPT` without the
     # server's name, so that the script does not ask again
@@ -332,12 +337,12 @@ def test_a_job_runs_alone_when_no_server_listens(tmp_path, start):
 
 
 def test_a_job_the_server_refuses_runs_alone_as_python_script(tmp_path, server, monkeypatch):
-    """``python -m crosslip.handoff SCRIPT`` in a batch job that the server is not in: the
-    server refuses, the reason is said once, and the process becomes ``python SCRIPT`` (the
-    same process id) with the script's arguments, folder and exit status."""
+    """``python -m crosslip.jobserver.handoff SCRIPT`` in a batch job that the server is not
+    in: the server refuses, the reason is said once, and the process becomes ``python
+    SCRIPT`` (the same process id) with the script's arguments, folder and exit status."""
     path, srv = server
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    start = "python -m crosslip.handoff SCRIPT"
+    start = "python -m crosslip.jobserver.handoff SCRIPT"
     proc, out = start_job(tmp_path, "exit3", path, start=start, more_env={"SLURM_JOB_ID": "42"})
     stdout, stderr = proc.communicate(timeout=DEADLINE)
     facts = facts_of(out)
@@ -355,27 +360,27 @@ def test_a_job_the_server_refuses_runs_alone_as_python_script(tmp_path, server, 
 
 
 def test_the_hand_off_module_needs_a_script():
-    proc = subprocess.run(
-        [sys.executable, "-m", "crosslip.handoff"], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 2 and "usage: python -m crosslip.handoff SCRIPT" in proc.stderr
+    cmd = [sys.executable, "-m", "crosslip.jobserver.handoff"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "usage: python -m crosslip.jobserver.handoff SCRIPT" in proc.stderr
 
 
 def test_the_server_refuses_another_interpreter_crosslip_or_batch_job_and_its_forks(monkeypatch):
-    ours = forkserver.identity()
-    assert forkserver._refusal({"identity": ours, "pid": 1}, set()) is None
+    ours = job_server.identity()
+    assert job_server._refusal({"identity": ours, "pid": 1}, set()) is None
     other = dict(ours, crosslip="/elsewhere/crosslip")
-    reason = forkserver._refusal({"identity": other, "pid": 1}, set())
+    reason = job_server._refusal({"identity": other, "pid": 1}, set())
     assert reason is not None and "crosslip is /elsewhere/crosslip" in reason
-    assert "did not say" in forkserver._refusal({"identity": {}, "pid": 1}, set())
-    assert "already runs in a fork" in forkserver._refusal({"identity": ours, "pid": 5}, {5})
+    assert "did not say" in job_server._refusal({"identity": {}, "pid": 1}, set())
+    assert "already runs in a fork" in job_server._refusal({"identity": ours, "pid": 5}, {5})
     # a job of a batch job runs inside it, not in a server outside it
     in_slurm = {"identity": ours, "pid": 1, "env": {"SLURM_JOB_ID": "42"}}
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    reason = forkserver._refusal(in_slurm, set())
+    reason = job_server._refusal(in_slurm, set())
     assert reason == "the job runs in the batch job SLURM_JOB_ID=42, the server outside it"
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert forkserver._refusal(in_slurm, set()) is None
+    assert job_server._refusal(in_slurm, set()) is None
 
 
 def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
@@ -383,12 +388,12 @@ def test_the_command_runs_under_a_server_and_exits_with_its_status(tmp_path):
     script.write_text(SCRIPT)
     out = tmp_path / "facts.json"
     probe = (
-        f"import os, subprocess, sys; print(os.environ['{forkserver.ENV}'], flush=True); "
+        f"import os, subprocess, sys; print(os.environ['{job_server.ENV}'], flush=True); "
         "print(os.getpid(), flush=True); "
         f"sys.exit(subprocess.call([sys.executable, {str(script)!r}, {str(out)!r}, 'exit3', "
         f"{str(tmp_path / 'log')!r}]))"
     )
-    cmd = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io"]
+    cmd = [sys.executable, "-m", "crosslip.jobserver", "--preload", "crosslip.io"]
     proc = subprocess.run(
         [*cmd, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
     )
@@ -413,9 +418,9 @@ def test_a_command_runs_without_a_server_where_no_socket_can_be_made(monkeypatch
     def refuse(path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(forkserver, "listen", refuse)
-    probe = f"import os, sys; sys.exit(0 if {forkserver.ENV!r} not in os.environ else 9)"
-    assert forkserver.run_under_server([sys.executable, "-c", probe]) == 0
+    monkeypatch.setattr(job_server, "listen", refuse)
+    probe = f"import os, sys; sys.exit(0 if {job_server.ENV!r} not in os.environ else 9)"
+    assert job_server.run_under_server([sys.executable, "-c", probe]) == 0
     err = capfd.readouterr().err
     said = re.search(r"crosslip: no job server: cannot listen on (\S+) \(.*No space left", err)
     assert said and "jobs start alone" in err, err
@@ -461,8 +466,8 @@ def test_snakemake_jobs_run_in_forks_of_the_server_of_their_command(tmp_path):
     (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
     (tmp_path / "job.py").write_text(TOY_JOB)
     cmd = snakemake_cmd(tmp_path, "--cores", "2", snakefile=tmp_path / "Snakefile", served=False)
-    serve = [sys.executable, "-m", "crosslip.forkserver", "--preload", "crosslip.io", "--"]
-    env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+    serve = [sys.executable, "-m", "crosslip.jobserver", "--preload", "crosslip.io", "--"]
+    env = {k: v for k, v in os.environ.items() if k != job_server.ENV}
     proc = subprocess.run([*serve, *cmd], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     facts = [json.loads((tmp_path / "out" / f"{i}.json").read_text()) for i in range(3)]
@@ -521,7 +526,7 @@ def test_snakemake_served_is_the_snakemake_command(tmp_path):
     runs its jobs (forked from the same server), waits for its threads and runs its
     ``atexit`` functions as a process of its own does, and exits with the same status."""
     path = str(tmp_path / "socket")
-    srv = forkserver.start_server(path, ["crosslip.io", "snakemake.cli"])
+    srv = job_server.start_server(path, ["crosslip.io", "snakemake.cli"])
     try:
         runs = {}
         for way, head in (("alone", [SNAKEMAKE]), ("served", list(SERVED_SNAKEMAKE))):
@@ -529,10 +534,10 @@ def test_snakemake_served_is_the_snakemake_command(tmp_path):
             work.mkdir()
             (work / "Snakefile").write_text(SEEN_SNAKEFILE)
             (work / "job.py").write_text(TOY_JOB)
-            env = {k: v for k, v in os.environ.items() if k != forkserver.ENV}
+            env = {k: v for k, v in os.environ.items() if k != job_server.ENV}
             env["PROBE"] = way
             if way == "served":
-                env[forkserver.ENV] = path
+                env[job_server.ENV] = path
             cmd = [*head, "-s", str(work / "Snakefile"), "--cores", "2"]
             pid, done = run_command(cmd, work, env)
             seen = json.loads((work / "snakemake.json").read_text())
@@ -604,10 +609,10 @@ def test_the_server_imports_every_module_that_a_workflow_script_imports():
     assert {"pandas", "crosslip.stages.training", "crosslip.report.tables"} <= named
     check = (
         "import importlib, json, sys\n"
-        "from crosslip.forkserver import PRELOAD\n"
+        "from crosslip.jobserver.server import PRELOAD\n"
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"print(json.dumps(sorted(set({sorted(named)!r}) - set(sys.modules))))\n"
     )
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [], "add these to forkserver.PRELOAD"
+    assert json.loads(proc.stdout) == [], "add these to jobserver.server.PRELOAD"

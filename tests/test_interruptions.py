@@ -18,9 +18,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from crosslip import forkserver, pipeline
+from crosslip import pipeline
 from crosslip.data import Dataset, save_prepared
-from crosslip.io import atomic_dir, atomic_path, read_json, write_json
+from crosslip.io.files import atomic_dir, atomic_path, read_json, write_json
+from crosslip.jobserver import server as job_server
 from crosslip.models.checkpoints import save_model
 from crosslip.pipeline import (
     attack_stage,
@@ -427,7 +428,7 @@ def test_killed_runs_resume_with_the_same_command_and_equal_an_uninterrupted_run
     # The same command again: exactly the unfinished jobs run, nothing finished is redone.
     server_socket = jobs_in_own_processes  # the socket the fixture took out, if any
     if server_socket:  # no signal now: the process model is not the point
-        monkeypatch.setenv(forkserver.ENV, server_socket)
+        monkeypatch.setenv(job_server.ENV, server_socket)
     proc = snakemake(work, *RUN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert finished_rules(proc.stdout + proc.stderr) == Counter(r for r, _ in todo)

@@ -17,7 +17,7 @@ from crosslip.certify.kernel_bounds import (
     plan_for,
     prop22_reference,
 )
-from crosslip.jobs.kernel_memory import KernelMemoryError, certify_minimum_bytes, certify_plan
+from crosslip.kernel_memory import KernelMemoryError, certify_minimum_bytes, certify_plan
 from crosslip.models.kernels import GaussianKernelModel, gamma_from_data, knn_mean_distance
 
 DT = torch.float64

@@ -1,6 +1,6 @@
 """The kernel memory plans hold for the arrays torch really allocates, measured on the CPU.
 
-:mod:`crosslip.jobs.kernel_memory` counts the arrays of a kernel training or certification job
+:mod:`crosslip.kernel_memory` counts the arrays of a kernel training or certification job
 and turns a budget into chunk sizes; CUDA adds a reserve (cuBLAS workspaces, the caching
 allocator's slack) that only a GPU shows (tests/test_kernel_scale.py compares the plan with
 ``torch.cuda.max_memory_allocated`` there). Everything else is the same arrays on either
@@ -20,7 +20,7 @@ import torch
 
 from crosslip.certify.kernel_bounds import certify_kernel
 from crosslip.certify.kernel_bounds import plan_for as certify_plan_for
-from crosslip.jobs.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
+from crosslip.kernel_memory import GIB, certify_minimum_bytes, train_minimum_bytes
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 

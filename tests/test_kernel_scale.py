@@ -18,7 +18,8 @@ from crosslip.config.grid import training_grid
 from crosslip.config.specs import NetTrainSpec
 from crosslip.config.validate import validate
 from crosslip.errors import ConfigError
-from crosslip.jobs.kernel_memory import (
+from crosslip.jobs.resources import job_resources
+from crosslip.kernel_memory import (
     BYTES,
     DATASET_SHAPES,
     GIB,
@@ -29,7 +30,6 @@ from crosslip.jobs.kernel_memory import (
     train_minimum_bytes,
     train_plan,
 )
-from crosslip.jobs.resources import job_resources
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 
 from .helpers import ROOT, dry_run_jobs, fields, run_snakemake, snakemake_cmd

@@ -9,7 +9,7 @@ import torch
 from crosslip.data import load_dataset
 from crosslip.device import check_device_memory
 from crosslip.errors import ConfigError
-from crosslip.jobs.kernel_memory import KernelMemoryError, train_minimum_bytes, train_plan
+from crosslip.kernel_memory import KernelMemoryError, train_minimum_bytes, train_plan
 from crosslip.models import class_gradients
 from crosslip.models.kernels import GaussianKernelModel, gamma_from_data
 from crosslip.training.kernel import (

@@ -33,10 +33,14 @@ LAYERS: list[tuple[str, ...]] = [
         "crosslip.device",
         "crosslip.machine",
         "crosslip.progress",
-        "crosslip.forkserver",
-        "crosslip.handoff",
-    ),  # vocabulary, files, machine, progress lines, the job server and a job's side of it
-    ("crosslip.data", "crosslip.models.kernels", "crosslip.models.softplus"),
+        "crosslip.jobserver",
+    ),  # vocabulary, files and logs, machine, progress lines, the job server (both sides)
+    (
+        "crosslip.data",
+        "crosslip.models.kernels",
+        "crosslip.models.softplus",
+        "crosslip.kernel_memory",
+    ),  # data, the kernel model and its memory plans, the softplus
     ("crosslip.config", "crosslip.jobs"),  # config, job planning
     (
         "crosslip.models",
@@ -63,9 +67,9 @@ TORCH_FREE = [
     "crosslip.run_summary",
     "crosslip.results_schema",
     "crosslip.certified_accuracy",
-    "crosslip.io",
-    "crosslip.forkserver",
-    "crosslip.handoff",  # a job's process hands off to the server before any import
+    "crosslip.io",  # with its modules (its __init__ imports them all)
+    "crosslip.jobserver.server",
+    "crosslip.jobserver.handoff",  # a job's process hands off to the server before any import
     "crosslip.machine",
     "crosslip.errors",
     "crosslip.norms",
@@ -74,7 +78,7 @@ TORCH_FREE = [
     "crosslip.config.reference",
     "crosslip.jobs.selection",
     "crosslip.jobs.tracking",
-    "crosslip.jobs.kernel_memory",
+    "crosslip.kernel_memory",  # the Snakefile checks a config's memory with it
     "crosslip.jobs.resources",
     "crosslip.jobs.batches",  # the Snakefile plans the training jobs with it
     "crosslip.jobs.files",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from crosslip.io import read_json
+from crosslip.io.files import read_json
 from crosslip.models.checkpoints import load_model
 from crosslip.report.tables import add_diverged, summarize
 

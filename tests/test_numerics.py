@@ -15,7 +15,7 @@ import torch
 from crosslip.attacks import upper_bound
 from crosslip.certify import certify_softplus
 from crosslip.data import Dataset, save_prepared
-from crosslip.io import write_json
+from crosslip.io.files import write_json
 from crosslip.models import SoftplusNet
 from crosslip.models.checkpoints import save_model
 from crosslip.models.kernels import GaussianKernelModel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crosslip.certified_accuracy import accuracy_columns
+from crosslip.certified_accuracy import DEFAULT_RADII, accuracy_columns
 from crosslip.config.grid import training_grid
 from crosslip.config.schema import default
 from crosslip.config.validate import validate
@@ -161,7 +162,8 @@ def test_tiny_run_writes_parquet_with_schema(tiny_run):
 def test_tiny_run_writes_table_figure_logs(tiny_run):
     res = tiny_run / "results"
     summary = pd.read_csv(res / "tables" / "summary.csv")
-    radii = default("certify.radii")
+    radii = validate(copy.deepcopy(TINY))["certify"]["radii"]
+    assert radii == DEFAULT_RADII and radii["l2"][-1] == 1.58
     assert list(summary.columns) == SUMMARY_COLUMNS + accuracy_columns(radii)
     assert "certified_accuracy_l2_1.58" in summary and "attack_accuracy_linf_0.3" in summary
     assert len(summary) == 15 and (summary["status"] == "ok").all()
@@ -280,9 +282,9 @@ def test_the_run_ends_with_what_it_found(tiny_run):
     """The last lines of a run: per model its test error, mean best certificate and attack
     and certified accuracy at the first L2 radius, then where the tables, figures and the
     report are; at most about 20 lines."""
-    out = (tiny_run / "run-output.txt").read_text().splitlines()
+    out = (tiny_run / "run-stdout.txt").read_text().splitlines()
     start = max(i for i, line in enumerate(out) if line.startswith("crosslip: "))
-    block = out[start:]
+    block = out[start:]  # the end of what the run printed
     summary = pd.read_csv(tiny_run / "results" / "tables" / "summary.csv")
     assert "certified at 0.5" in block[1] and "best certificate" in block[1]
     shown = [line for line in block if line.startswith("mnist5k ")]
@@ -293,7 +295,7 @@ def test_the_run_ends_with_what_it_found(tiny_run):
     assert any(line.startswith("tables:  results/tables/") for line in block)
     assert any("certified_accuracy" in line and line.startswith("figures:") for line in block)
     assert any(line.startswith("report:  snakemake --report") for line in block)
-    assert len([line for line in block if not line.startswith(("Complete log", "["))]) <= 20
+    assert len(block) <= 20 and block[-1].startswith("report:")
 
 
 def test_second_run_has_nothing_to_do(tiny_run):

@@ -19,7 +19,7 @@ import torch
 
 from crosslip.attacks import refine_upper_bound, upper_bound
 from crosslip.certify import certify_kernel, certify_softplus
-from crosslip.io import failure_lines, failure_reason, job_tag, recent_failed_logs
+from crosslip.io.logs import failure_lines, failure_reason, job_tag, recent_failed_logs
 from crosslip.models.kernels import GaussianKernelModel
 from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig, train_kernel
@@ -220,7 +220,7 @@ def test_library_is_silent_without_logging(tmp_path, terminal):
 
 
 def test_workflow_logging_on_a_terminal_shows_a_bar_and_files_keep_lines(tmp_path):
-    setup = "from crosslip.io import setup_logging\nsetup_logging('logs/certify/ds/m1.log')"
+    setup = "from crosslip.io.logs import setup_logging\nsetup_logging('logs/certify/ds/m1.log')"
     _, err = run_child(setup, True, tmp_path)
     assert "certify:" in err and "point" in err  # tqdm's bar
     assert "\r" in err
@@ -230,7 +230,7 @@ def test_workflow_logging_on_a_terminal_shows_a_bar_and_files_keep_lines(tmp_pat
 
 
 def test_workflow_logging_without_terminal_writes_lines_to_both(tmp_path):
-    setup = "from crosslip.io import setup_logging\nsetup_logging('logs/certify/ds/m2.log')"
+    setup = "from crosslip.io.logs import setup_logging\nsetup_logging('logs/certify/ds/m2.log')"
     _, err = run_child(setup, False, tmp_path)
     assert "\r" not in err
     lines = [ln for ln in err.splitlines() if "certify:" in ln]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crosslip.io import failure_reason
+from crosslip.io.logs import failure_reason
 
 from . import slurm_cluster
 from .slurm_cluster import session_folder

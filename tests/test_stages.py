@@ -14,7 +14,7 @@ import torch
 from crosslip.attacks import min_norm_attack
 from crosslip.config.schema import default
 from crosslip.data import Dataset, save_prepared
-from crosslip.io import write_json
+from crosslip.io.files import write_json
 from crosslip.models import SoftplusNet
 from crosslip.models.checkpoints import load_model, save_model
 from crosslip.models.kernels import GaussianKernelModel

@@ -59,6 +59,7 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_closure_follows_imports_transitively_and_takes_parent_packages():
     mods = tracking.module_closure(SCRIPTS / "train.py")
     assert {"crosslip", "crosslip.io", "crosslip.training.single", "crosslip.models"} <= set(mods)
+    assert {"crosslip.io.scripts", "crosslip.jobserver.handoff"} <= set(mods)  # run_script's
     assert "crosslip.attacks" in mods  # train -> attacks (adversarial training)
     assert "crosslip.attacks.projections" in mods  # via the package's __init__
     assert "crosslip.certify" not in mods and "crosslip.report" not in mods

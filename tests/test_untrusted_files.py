@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from crosslip.data import Dataset, load_prepared, save_prepared
-from crosslip.io import write_json
+from crosslip.io.files import write_json
 from crosslip.models.checkpoints import load_model
 from crosslip.pipeline import (
     certify_stage,

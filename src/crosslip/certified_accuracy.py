@@ -25,7 +25,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .config.schema import default
 from .norms import NORMS
+
+#: The schema's radii per norm (``certify.radii``).
+DEFAULT_RADII: dict[str, list[float]] = {n: default(f"certify.radii.{n}") for n in NORMS}
 
 #: The best upper bound's columns per norm: their minimum per point is the best bound.
 UPPER_BOUND_COLUMNS = {

@@ -1,8 +1,8 @@
 """The errors a user can fix, all derived from :class:`CrosslipError`.
 
 An expected error says in one line which file, key or value is wrong and what to do;
-:func:`crosslip.io.run_script` logs exactly these as that one line. Any other exception is a
-bug and keeps its full traceback in the job's log.
+:func:`crosslip.io.scripts.run_script` logs exactly these as that one line. Any other
+exception is a bug and keeps its full traceback in the job's log.
 
 Each class also derives from the built-in exception that callers caught before this base
 existed (``ValueError``, ``RuntimeError``, ``KeyError``), so ``except ValueError`` still

@@ -5,8 +5,8 @@ Everything goes through the ``logging`` logger ``"crosslip"`` at level INFO:
 * plain lines, for log files: one at every tenth of the work (and at least every
   :data:`LOG_SECONDS` seconds while it runs), with the units done, the rate and the time;
 * a live ``tqdm`` bar on stderr, only when stderr is a terminal (the workflow's console
-  handler, :func:`crosslip.io.setup_logging`, then leaves the plain progress lines to the
-  log file and shows the bar instead).
+  handler, :func:`crosslip.io.logs.setup_logging`, then leaves the plain progress lines to
+  the log file and shows the bar instead).
 
 Used as a library, crosslip stays silent: when nobody configured logging, INFO is not
 enabled for ``"crosslip"`` and a :class:`Progress` neither logs nor draws a bar. Set the
@@ -28,7 +28,7 @@ LOG_SECONDS = 60.0
 #: ``extra`` of a plain progress line: a console handler that shows a bar drops these.
 PROGRESS_RECORD = {"crosslip_progress": True}
 #: The record attribute that names the model a line is about, where one job trains several
-#: (:func:`crosslip.io.setup_logging` sends such lines to that model's log file only).
+#: (:func:`crosslip.io.logs.setup_logging` sends such lines to that model's log file only).
 TAG = "crosslip_model"
 
 

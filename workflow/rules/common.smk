@@ -15,7 +15,7 @@ from crosslip.config.grid import (
 )
 from crosslip.config.validate import external_models, validate
 from crosslip.jobs import selection as crosslip_selection
-from crosslip.jobs.kernel_memory import check_config as check_kernel_memory
+from crosslip.kernel_memory import check_config as check_kernel_memory
 from crosslip.data.custom import fingerprint as data_fingerprint
 from crosslip.jobs.resources import grid_batch_resources, job_resources, job_threads
 from crosslip.jobs.snakemake_internals import take_overrides

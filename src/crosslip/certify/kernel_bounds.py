@@ -89,7 +89,7 @@ oracle.
 
 Memory. The pair arrays (``delta^2``, its two rounded-outward copies, ``4 gamma delta^2``
 and ``||mu_rs - mean||^2``: five (n, n) arrays) and ``H`` ((n, n) per point) are kept only
-where they fit the budget (:func:`crosslip.jobs.kernel_memory.certify_plan`); otherwise each tile
+where they fit the budget (:func:`crosslip.kernel_memory.certify_plan`); otherwise each tile
 recomputes them from the centres (one (block, d) x (d, block) product) and from ``v`` (m, n)
 per point, so that certification with all 60,000 MNIST training points as centres holds
 O(n (d + K m)) plus the tile scratch. A recomputed tile may round differently from the
@@ -144,7 +144,7 @@ import torch
 
 from ..config.schema import default as config_default
 from ..device import host_tensor
-from ..jobs.kernel_memory import CertifyPlan, budget_bytes, certify_plan
+from ..kernel_memory import CertifyPlan, budget_bytes, certify_plan
 from ..models.kernels import GaussianKernelModel
 from ..progress import Progress
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
@@ -447,7 +447,7 @@ def plan_for(
 ) -> CertifyPlan:
     """How :func:`certify_kernel` evaluates the bound of ``model`` within ``memory_gb`` GiB
     (default: the schema's ``kernel.memory_gb``) on ``device``
-    (:func:`crosslip.jobs.kernel_memory.certify_plan`)."""
+    (:func:`crosslip.kernel_memory.certify_plan`)."""
     memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
     n, d = model.centers.shape
     k = model.coef.shape[0]

@@ -1,7 +1,7 @@
 """A config checked against the schema, with its defaults filled in, and the checks that a
 schema cannot express (datasets, the grid, models trained elsewhere). Whether kernel models
 fit ``kernel.memory_gb`` the Snakefile checks next
-(:func:`crosslip.jobs.kernel_memory.check_config`)."""
+(:func:`crosslip.kernel_memory.check_config`)."""
 
 from __future__ import annotations
 

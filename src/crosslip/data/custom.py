@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import read_npz_array
+from ..io.files import read_npz_array
 from .dataset import Dataset, to_unit_float
 from .fetch import ChecksumError, DataFormatError, content_digest
 from .idx import IdxFormatError, read_idx

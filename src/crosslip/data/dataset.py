@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataFormatError, UnknownDatasetError
-from ..io import atomic_path
+from ..io.files import atomic_path
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ workflow is planned.
   ``--resources gpu=N`` (profiles/local-gpu) caps how many share the GPUs, and on SLURM each
   gets one (profiles/slurm). Without a limit Snakemake does not count it.
 * ``mem_mb`` (host memory): networks as before (4,000 MB); kernel models the peak of their
-  memory plan (:mod:`crosslip.jobs.kernel_memory`, within ``kernel.memory_gb``) where the job may
+  memory plan (:mod:`crosslip.kernel_memory`, within ``kernel.memory_gb``) where the job may
   run on the CPU (``device`` ``cpu`` or ``auto``), plus the process and the dataset (float32
   and a float64 copy); with ``device: cuda`` the plan lives in GPU memory and the host holds
   the process, the data and the model.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .kernel_memory import (
+from ..kernel_memory import (
     BYTES,
     DATASET_SHAPES,
     KernelMemoryError,

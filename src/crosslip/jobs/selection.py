@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..families import model_family
-from ..io import atomic_path
+from ..io.files import atomic_path
 
 
 def method_of(cfg: dict[str, Any]) -> str:

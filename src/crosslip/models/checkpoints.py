@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelFileError
-from ..io import atomic_path
+from ..io.files import atomic_path
 from .kernels import GaussianKernelModel
 from .resnet import ResNet
 from .softplus_net import SoftplusNet

@@ -45,7 +45,7 @@ from torch import nn
 
 from ..config.validate import MODEL_SUFFIX_FORMATS
 from ..errors import ModelFileError
-from ..io import read_npz_array
+from ..io.files import read_npz_array
 from .checkpoints import load_error_reason, load_model
 from .exported import is_pt2_archive, load_exported
 from .kernels import GaussianKernelModel

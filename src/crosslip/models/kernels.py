@@ -111,7 +111,7 @@ def knn_mean_distance(x_train: torch.Tensor, neighbours: int = 40, chunk: int = 
     ``|x_i|^2 + |x_j|^2 - 2 <x_i, x_j>`` (clamped at 0), the point itself is set to
     infinity, and the square roots of the ``neighbours`` smallest per row are summed. Memory:
     the buffer, the ``n`` squared norms and :func:`torch.topk`'s working memory; no (n, d)
-    temporary (:mod:`crosslip.jobs.kernel_memory` counts ``3 chunk n`` elements for this phase).
+    temporary (:mod:`crosslip.kernel_memory` counts ``3 chunk n`` elements for this phase).
     """
     x = host_tensor(x_train).to(torch.float64)
     n = x.shape[0]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_path
+from ..io.files import atomic_path
 from ..norms import NORMS
 from .style import (
     FAMILY_LABEL,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_path
+from ..io.files import atomic_path
 from ..jobs.selection import method_of
 from .figures import _pyplot, _save
 from .style import METHOD_LABEL

@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..certified_accuracy import accuracy_columns, accuracy_row, share_exact
-from ..config.schema import default
-from ..io import atomic_path
+from ..certified_accuracy import DEFAULT_RADII, accuracy_columns, accuracy_row, share_exact
+from ..io.files import atomic_path
 from ..norms import NORMS
 from ..results_schema import (
     L2_UPPER_METHODS,
@@ -95,7 +94,7 @@ def summarize(
     """One row per model: test error and mean bounds (see module docstring), then the
     certified accuracy and its attack bound at each radius of ``radii`` (norm -> radii;
     default: the schema's ``certify.radii``; :mod:`crosslip.certified_accuracy`)."""
-    radii = default("certify.radii") if radii is None else radii
+    radii = DEFAULT_RADII if radii is None else radii
     rows = []
     for key, g in instances.groupby(MODEL_KEYS, dropna=False, sort=True):
         ok = g[g["correct"].fillna(False).astype(bool)]

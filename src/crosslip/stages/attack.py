@@ -14,7 +14,8 @@ from ..attacks import min_norm_attack, refine_upper_bound, upper_bound
 from ..attacks.settings import AttackSettings, attack_settings_with
 from ..data import read_class_names
 from ..device import resolve_device
-from ..io import about_model, atomic_path, read_json
+from ..io.files import atomic_path, read_json
+from ..io.logs import about_model
 from ..models.external import load_stored
 from ..norms import norm_p
 from ..results_schema import ATTACK_COLUMNS, L2_UPPER_METHODS, upper_bound_column
@@ -119,7 +120,7 @@ def attack_models_stage(
     """:func:`attack_stage` with ``settings`` for each ``(model id, model file, metrics
     file, output table, examples file)`` of ``models``, in this one process (config
     ``attack.batch_models``); each model's lines go to its own log
-    (:func:`crosslip.io.about_model`)."""
+    (:func:`crosslip.io.logs.about_model`)."""
     out = {}
     for model_id, model, metrics, table, examples in models:
         with about_model(model_id):

@@ -13,7 +13,8 @@ import pandas as pd
 from ..certify import certify, float32_agrees
 from ..certify.settings import CertifySettings, settings_with
 from ..device import check_device_memory, resolve_device
-from ..io import about_model, read_json
+from ..io.files import read_json
+from ..io.logs import about_model
 from ..models.external import load_stored
 from ..models.kernels import GaussianKernelModel
 from ..results_schema import CERTIFY_COLUMNS, GUARANTEE_COLUMNS, L2_GUARANTEE_METHODS
@@ -81,7 +82,7 @@ def certify_models_stage(
 ) -> dict[str, pd.DataFrame]:
     """:func:`certify_stage` with ``settings`` for each ``(model id, model file, metrics
     file, output)`` of ``models``, in this one process (config ``certify.batch_models``);
-    each model's lines go to its own log (:func:`crosslip.io.about_model`)."""
+    each model's lines go to its own log (:func:`crosslip.io.logs.about_model`)."""
     out = {}
     for model_id, model, metrics, table in models:
         with about_model(model_id):

@@ -17,7 +17,7 @@ from ..data import load_prepared
 from ..device import host_tensor
 from ..errors import ModelFileError
 from ..families import EXTERNAL
-from ..io import atomic_path, write_json
+from ..io.files import atomic_path, write_json
 from ..models.checkpoints import save_model
 from ..models.exported import ExportedClassifier
 from ..models.external import guarantees_of, load_external, model_format, sha256_of

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..certified_accuracy import exact_points
-from ..io import read_json
+from ..io.files import read_json
 from ..norms import NORMS
 from ..results_schema import INSTANCE_SCHEMA, model_keys
 from .parquet import write_parquet

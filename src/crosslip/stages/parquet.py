@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io import atomic_path
+from ..io.files import atomic_path
 from ..results_schema import INSTANCE_SCHEMA
 
 

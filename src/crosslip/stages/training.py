@@ -13,7 +13,8 @@ from ..config.specs import NetTrainSpec
 from ..data import load_prepared
 from ..device import check_device_memory, resolve_device
 from ..families import KERNEL_REGULARIZERS
-from ..io import about_model, write_json
+from ..io.files import write_json
+from ..io.logs import about_model
 from ..models.checkpoints import save_model
 from ..training.core import TrainConfig, TrainResult
 from ..training.grid import train_grid

@@ -22,7 +22,7 @@ or a fixed-seed subset of ``N`` of them (``n_centers``) so that it fits a laptop
   positive semi-definite).
 
 At scale (all 60,000 MNIST training points as centres) nothing of size (n, N) beyond the
-budget ``memory_gb`` is held: :func:`crosslip.jobs.kernel_memory.train_plan` chooses the chunks.
+budget ``memory_gb`` is held: :func:`crosslip.kernel_memory.train_plan` chooses the chunks.
 ``M`` is accumulated over chunks of training points, its ``(C C^T) * (Kt^T Kt)`` term in an
 accumulator of a block of centre rows per pass; ``K_cc`` is built in row blocks; L-BFGS keeps
 ``Kt`` if it fits and otherwise recomputes it chunk by chunk at every evaluation
@@ -45,7 +45,7 @@ from ..config.schema import default as config_default
 from ..config.specs import KernelTrainSpec
 from ..device import host_tensor
 from ..families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
-from ..jobs.kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
+from ..kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
 from ..models.kernels import GaussianKernelModel, gamma_from_data, kernel_rows
 from ..progress import Progress
 from .core import TrainResult
@@ -160,7 +160,7 @@ def plan_for(
     device: torch.device | str = "cpu",
 ) -> TrainPlan:
     """The chunk plan of a training job on ``device``
-    (:func:`crosslip.jobs.kernel_memory.train_plan`) within ``memory_gb`` GiB (default: the
+    (:func:`crosslip.kernel_memory.train_plan`) within ``memory_gb`` GiB (default: the
     schema's ``kernel.memory_gb``)."""
     memory_gb = config_default("kernel.memory_gb") if memory_gb is None else memory_gb
     N = centers_used(cfg.n_centers, n)
@@ -213,7 +213,7 @@ def train_kernel(
     ``memory_budget_gib``, ``memory_peak_gib``, ``memory_device_reserve_gib``; on CUDA
     ``cuda_peak_gib``, the allocator's peak above what the process held when the job began:
     graph pools and workspaces left by earlier work in the same process are not its own). Raises
-    :class:`crosslip.jobs.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
+    :class:`crosslip.kernel_memory.KernelMemoryError` if the model cannot fit the budget.
     ``gamma``: the kernel width if already known (benchmarks), instead of ``a / rho^2``
     (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
     device = torch.device(device)

@@ -5,17 +5,18 @@ A job of this workflow computes for a fraction of a second on a small config, af
 2 s of CPU spent importing (torch alone about 1.4 s). Run Snakemake under the server
 (``make run`` does)::
 
-    python -m crosslip.forkserver -- snakemake --cores all ...
+    python -m crosslip.jobserver -- snakemake --cores all ...
 
 It starts the server on a UNIX socket in a new temporary folder, runs the command with
 :data:`ENV` naming that socket, and stops the server when the command ends (its exit status
 is the command's). Each job's script still starts as its own process, as Snakemake's
 ``script:`` directive starts it, a small one: after Snakemake's preamble,
-:func:`crosslip.io.run_script` asks the server to run the file with the same ``sys.argv``,
-working folder, environment, ``sys.path``, umask and standard streams in a fresh fork, then
-waits and exits with the fork's status (:func:`crosslip.handoff.hand_off`), before the
-script imports anything heavy. The fork runs the script from there, so it is the same code
-as a job in its own process, minus the imports.
+:func:`crosslip.io.scripts.run_script` asks the server to run the file with the same
+``sys.argv``, working folder, environment, ``sys.path``, umask and standard streams in a
+fresh fork, then waits and exits with the fork's status
+(:func:`crosslip.jobserver.handoff.hand_off`), before the script imports anything heavy.
+The fork runs the script from there, so it is the same code as a job in its own process,
+minus the imports.
 
 What a served job does not share with a job in its own process:
 
@@ -494,7 +495,7 @@ def start_server(
     listener = listen(path)
     try:
         fd = listener.fileno()
-        cmd = [sys.executable, "-m", "crosslip.forkserver", "--serve", str(path)]
+        cmd = [sys.executable, "-m", "crosslip.jobserver", "--serve", str(path)]
         cmd += ["--listener-fd", str(fd), "--preload", ",".join(preload)]
         return subprocess.Popen(cmd, pass_fds=(fd, *popen.pop("pass_fds", ())), **popen)
     except BaseException:
@@ -562,9 +563,9 @@ def run_under_server(command: list[str], preload: tuple[str, ...] | list[str] = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crosslip.forkserver",
+        prog="python -m crosslip.jobserver",
         description="Run a command (Snakemake) whose jobs fork from a job server that has "
-        "imported torch and crosslip once: python -m crosslip.forkserver -- snakemake "
+        "imported torch and crosslip once: python -m crosslip.jobserver -- snakemake "
         "--cores all. With --serve SOCKET, run the server alone.",
     )
     parser.add_argument("--serve", metavar="SOCKET", help="run the server alone on SOCKET")
@@ -590,10 +591,3 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("give a command to run, e.g. -- snakemake --cores all")
     return run_under_server(command, preload)
-
-
-if __name__ == "__main__":
-    # through the imported module: one copy of its state, whoever imports it
-    from crosslip.forkserver import main as _main
-
-    sys.exit(_main())

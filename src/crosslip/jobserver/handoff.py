@@ -1,15 +1,16 @@
-"""A job's side of the job server (:mod:`crosslip.forkserver`): hand a workflow script to the
-server, which runs it in a fork that has imported torch, pandas and crosslip's stages once,
-and wait for that fork as if the script ran here.
+"""A job's side of the job server (:mod:`crosslip.jobserver.server`): hand a workflow script
+to the server, which runs it in a fork that has imported torch, pandas and crosslip's stages
+once, and wait for that fork as if the script ran here.
 
-Under a server (:data:`ENV` set: ``python -m crosslip.forkserver -- snakemake ...``, which
-``make run`` runs), a workflow script hands itself off in :func:`crosslip.io.run_script`
-(:func:`hand_off`), after Snakemake's preamble: the fork runs the script from there, so it
-is the same code as a job in its own process, minus the imports. ``python -m
-crosslip.handoff SCRIPT`` (:func:`main`) does the same before the script's first line, for
-a caller that starts scripts itself. Where the server cannot take the job, the job runs in
-its own process, as Snakemake started it. This module imports nothing beyond the standard
-library's sockets, signals and JSON: it is what each served job's process loads.
+Under a server (:data:`ENV` set: ``python -m crosslip.jobserver -- snakemake ...``, which
+``make run`` runs), a workflow script hands itself off in
+:func:`crosslip.io.scripts.run_script` (:func:`hand_off`), after Snakemake's preamble: the
+fork runs the script from there, so it is the same code as a job in its own process, minus
+the imports. ``python -m crosslip.jobserver.handoff SCRIPT`` (:func:`main`) does the same
+before the script's first line, for a caller that starts scripts itself. Where the server
+cannot take the job, the job runs in its own process, as Snakemake started it. This module
+imports nothing beyond the standard library's sockets, signals and JSON: it is what each
+served job's process loads.
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def hand_off() -> None:
     """Run this script in a fork of the job server named by :data:`ENV`, and exit as that
     fork exits; return (run here) if no server is named, in a fork of the server, or when
     the server cannot take the job (a message on stderr says why, except when none is
-    named). Call it before the script imports anything heavy: :func:`crosslip.io.run_script`
-    does, so a workflow script imports torch, pandas and crosslip's stages in ``main()``.
+    named). Call it before the script imports anything heavy:
+    :func:`crosslip.io.scripts.run_script` does, so a workflow script imports torch, pandas
+    and crosslip's stages in ``main()``.
 
     The fork runs ``sys.argv[0]`` from its first line as ``__main__``; this process waits,
     passes on the signals of :data:`FORWARDED`, then exits with the fork's exit status or
@@ -215,14 +217,15 @@ def end_by(signum: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m crosslip.handoff SCRIPT [ARG ...]``: ``python SCRIPT [ARG ...]``, run in
-    a fork of the job server where it takes the job (this process waits, passes on signals
-    and exits as the fork does), and in this process otherwise: it becomes ``python SCRIPT
-    [ARG ...]`` (``exec``) without :data:`ENV`, as the job would have started without the
-    server. ``sys.argv`` and ``sys.path[0]`` are set as ``python SCRIPT`` sets them."""
+    """``python -m crosslip.jobserver.handoff SCRIPT [ARG ...]``: ``python SCRIPT [ARG
+    ...]``, run in a fork of the job server where it takes the job (this process waits,
+    passes on signals and exits as the fork does), and in this process otherwise: it
+    becomes ``python SCRIPT [ARG ...]`` (``exec``) without :data:`ENV`, as the job would
+    have started without the server. ``sys.argv`` and ``sys.path[0]`` are set as ``python
+    SCRIPT`` sets them."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print("usage: python -m crosslip.handoff SCRIPT [ARG ...]", file=sys.stderr)
+        print("usage: python -m crosslip.jobserver.handoff SCRIPT [ARG ...]", file=sys.stderr)
         sys.exit(2)
     sys.argv[:] = args
     sys.path[0] = os.path.dirname(os.path.realpath(args[0]))

@@ -1,93 +1,15 @@
-"""File helpers: atomic writes, JSON, arrays of .npz files read without unpickling, logging
-for workflow scripts."""
+"""Logging of workflow jobs (each line names its job; a job's models each get their own log
+file) and the failure reports read back from the log files (a failed job's one-line reason)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import logging
-import os
 import re
-import shutil
 import sys
-import tempfile
-import zipfile
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from .errors import CrosslipError
-from .handoff import hand_off
-
-if TYPE_CHECKING:
-    import numpy as np
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` only on success.
-
-    A crash or kill while writing leaves no file under the final name, so Snakemake (and
-    any reader) never mistakes a half-written output for a finished one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def atomic_dir(path: Path | str) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success it takes the name
-    ``path``, and what was there is removed only once the new folder is in place. An error
-    while writing leaves ``path`` as it was; a kill between the two renames leaves the old
-    folder as ``.<name>.*.old`` beside it, which the next call puts back first (and removes,
-    where a kill after the second rename left it beside the new folder)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    orphans = sorted(path.parent.glob(f".{path.name}.*.old"), key=lambda p: p.stat().st_mtime)
-    if orphans and not path.exists():
-        orphans.pop().rename(path)
-    for orphan in orphans:  # older than the folder in place: a kill after the second rename
-        _remove(orphan)
-    tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
-    tmp.mkdir()  # the umask's mode, as any folder (mkdtemp's would be 0700)
-    old = tmp.with_suffix(".old")
-    try:
-        yield tmp
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-    finally:
-        if old.exists() and not path.exists():
-            old.rename(path)  # the new folder did not take its place: the old one back
-        shutil.rmtree(tmp, ignore_errors=True)
-        _remove(old)
-
-
-def _remove(path: Path) -> None:
-    """Remove ``path``, a folder with what it holds or a file, if it is there."""
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def write_json(obj: Any, path: Path | str) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: Path | str) -> Any:
-    return json.loads(Path(path).read_text())
 
 
 class _ConsoleHandler(logging.StreamHandler):
@@ -97,12 +19,12 @@ class _ConsoleHandler(logging.StreamHandler):
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
-        from .progress import bar_wanted
+        from ..progress import bar_wanted
 
         self.terminal = bar_wanted(self.stream)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from .progress import is_progress_record
+        from ..progress import is_progress_record
 
         if self.terminal and is_progress_record(record):
             return False
@@ -150,7 +72,7 @@ def about_model(model_id: str) -> Iterator[None]:
 
 
 def _model_of(record: logging.LogRecord) -> str | None:
-    from .progress import TAG
+    from ..progress import TAG
 
     return getattr(record, TAG, None) or _CURRENT_MODEL.get()
 
@@ -218,55 +140,19 @@ def setup_logging(log_file: str | Path | Sequence[str | Path] | None) -> logging
     return logging.getLogger("crosslip")
 
 
-def run_script(
-    log_file: str | Path | Sequence[str | Path] | None, main: Any, threads: int | None = None
-) -> None:
-    """Run a workflow script's ``main()`` with logging to ``log_file`` (one file, or one per
-    model of a job that trains several: :func:`setup_logging`).
-
-    An expected error (:class:`~crosslip.errors.CrosslipError`: missing data, checksum
-    mismatch, a bad configuration value, a damaged input file) is logged as its one-line
-    message, without a traceback: the message says what to fix. Any other exception (a bug,
-    or a failure of the machine such as a full disk) is logged with its full traceback.
-    Either way the process exits with status 1, so Snakemake marks the job failed (its
-    outputs are never half-written: every writer renames a finished temporary file).
-    ``threads`` sets torch's intra-op threads; torch is imported only then, so that a script
-    that does not compute with it (tables, figures) does not load it.
-
-    First, where a job server runs the jobs (:mod:`crosslip.forkserver`) and the script
-    has not been handed to it before its first line (:mod:`crosslip.handoff`), the whole
-    script runs again in a fork of it, and this process exits as the fork does
-    (:func:`~crosslip.handoff.hand_off`): a workflow script imports what it computes
-    with in ``main()``, after this hand-off. In a fork of the server it does nothing.
-    """
-    hand_off()
-    log = setup_logging(log_file)
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
-    try:
-        main()
-    except CrosslipError as exc:
-        log.error("%s", exc)
-        sys.exit(1)
-    except Exception:
-        log.exception("unexpected error")
-        sys.exit(1)
-
-
 #: A record line of :func:`setup_logging`'s format: date, time, level, logger, message.
 _RECORD = re.compile(r"^\d{4}-\d\d-\d\d \S+ (?P<level>[A-Z]+) (?P<name>\S+): (?P<msg>.*)$")
 
 
 def failure_reason(log_file: str | Path) -> str:
-    """One line saying why a job failed, from its log file (:func:`run_script`'s format):
-    the message of the last ERROR record (a message of several lines joined into one), or
-    for an unexpected error the last line of its traceback (the exception); for a log that
-    ends in an ordinary record (the job was stopped from outside, by a kill, a time limit or
-    a node failure, or its outputs went missing), that and its last message; else the log's
-    last line (``Killed``); else that the job failed before its script wrote a line (e.g. the
-    submission to a cluster failed, which Snakemake's own message explains)."""
+    """One line saying why a job failed, from its log file (the format of
+    :func:`~crosslip.io.scripts.run_script`): the message of the last ERROR record (a
+    message of several lines joined into one), or for an unexpected error the last line of
+    its traceback (the exception); for a log that ends in an ordinary record (the job was
+    stopped from outside, by a kill, a time limit or a node failure, or its outputs went
+    missing), that and its last message; else the log's last line (``Killed``); else that
+    the job failed before its script wrote a line (e.g. the submission to a cluster failed,
+    which Snakemake's own message explains)."""
     path = Path(log_file)
     try:
         lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines()]
@@ -328,26 +214,3 @@ def recent_failed_logs(folder: str | Path, since: float) -> list[tuple[str, str,
             rule, _, rest = rel.partition("/")
             found.append((rule, rest, [str(log)]))
     return found
-
-
-def read_npz_array(
-    npz: Any, key: str, path: Path | str, error: type[CrosslipError], advice: str
-) -> np.ndarray:
-    """``npz[key]`` of a file opened with ``np.load(path, allow_pickle=False)``, as a numpy
-    array. An array of Python objects (a pickle: unpickling can run code) or a damaged member
-    raises ``error`` naming the file and the array; ``advice`` says what to save instead.
-    The one rule for datasets (``crosslip.data.custom``) and models (``crosslip.models.external``)
-    of one's own."""
-    try:
-        return npz[key]
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise error(
-                f"{path}: array {key} holds Python objects (a pickle); refused: unpickling can "
-                f"run code. {advice}"
-            ) from exc
-        raise error(f"{path}: array {key} cannot be read ({exc})") from exc
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise error(
-            f"{path}: array {key} cannot be read ({exc}); the file is damaged or truncated"
-        ) from exc
