@@ -36,7 +36,7 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, medians, parser, start
-from crosslip.data import load_dataset
+from crosslip.data import Dataset, load_dataset
 from crosslip.models import StackedSoftplusNet
 from crosslip.training.adversarial import adversarial_inputs, adversarial_rows
 from crosslip.training.core import TrainConfig
@@ -45,15 +45,15 @@ from op_count import OpCount
 from presets import preset_networks
 
 PRESET = ROOT / "config" / "presets" / "mnist.yaml"
-K = 10
 FULL_MNIST = 60000
 KINDS = ("plain", "one_step", "search")
 
 
-def warm_networks(specs: list[TrainConfig], data: tuple, device: torch.device) -> list:
-    """The networks of ``specs`` after their plain epochs (trained as one batched model)."""
+def warm_networks(specs: list[TrainConfig], data: Dataset, device: torch.device) -> list:
+    """The networks of ``specs`` after their plain epochs on ``data`` (trained as one batched
+    model)."""
     plain = [TrainConfig(**{**s.__dict__, "setting": "plain"}) for s in specs]
-    return [r.model for r in train_grid(plain, *data, device=device)]
+    return [r.model for r in train_grid(plain, data, device=device)]
 
 
 def run_kind(
@@ -97,11 +97,11 @@ def arguments() -> argparse.ArgumentParser:
 def main() -> None:
     bench = start(arguments())
     args, dev = bench.args, bench.device
-    ds = load_dataset("mnist5k")
-    x, y = ds.x_train[: args.points], ds.y_train[: args.points]
+    ds = load_dataset("mnist5k").head(args.points, 500)
+    x, y = ds.x_train, ds.y_train
     grid = preset_networks(PRESET, "adversarial", args.hidden, args.warm_epochs)
     largest = max(args.sizes)
-    nets = warm_networks(grid[:largest], (x, y, ds.x_test[:500], ds.y_test[:500], K), dev)
+    nets = warm_networks(grid[:largest], ds, dev)
     batch = grid[0].batch_size
     m = adversarial_rows(grid[0], batch)
     gen = torch.Generator().manual_seed(0)

@@ -77,7 +77,7 @@ def trained_net(ds: Dataset, cache: Path = NET) -> tuple[torch.nn.Module, float 
     if cache.exists():
         return load_model(cache), None
     t0 = time.perf_counter()
-    res = train(TrainConfig(epochs=3, lr=0.2), ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    res = train(TrainConfig(epochs=3, lr=0.2), ds)
     save_model(res.model, cache)
     return res.model, time.perf_counter() - t0
 

@@ -43,7 +43,7 @@ from functools import partial
 import torch
 
 from _harness import ROOT, finish, parser, start, timed
-from crosslip.data import load_dataset
+from crosslip.data import Dataset, load_dataset
 from crosslip.device import tf32
 from crosslip.models import SoftplusNet, StackedSoftplusNet
 from crosslip.stages.training import batched_on
@@ -90,10 +90,11 @@ def ops_per_step(specs: list[TrainConfig], x: torch.Tensor, y: torch.Tensor) -> 
     return one.ops, separate
 
 
-def train_each(specs: list[TrainConfig], data: tuple, device: torch.device) -> None:
-    """One training per network of ``specs``, one after the other (the ``separate`` kind)."""
+def train_each(specs: list[TrainConfig], data: Dataset, device: torch.device) -> None:
+    """One training per network of ``specs`` on ``data``, one after the other (the
+    ``separate`` kind)."""
     for spec in specs:
-        train(spec, *data, device=device)
+        train(spec, data, device=device)
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -117,8 +118,8 @@ def main() -> None:
     ds = load_dataset("mnist5k")
     if args.points > len(ds.y_train):
         ap.error(f"--points {args.points}: the embedded digits have {len(ds.y_train)}")
-    x, y = ds.x_train[: args.points], ds.y_train[: args.points]
-    data = (x, y, ds.x_test[:1000], ds.y_test[:1000], K)
+    data = ds.head(args.points, 1000)
+    x, y = data.x_train, data.y_train
     grid = [
         dataclasses.replace(s, tf32=args.tf32)
         for s in preset_networks(PRESET, "plain", args.hidden, args.epochs)
@@ -139,7 +140,7 @@ def main() -> None:
     for size in args.sizes:
         specs = [copy.deepcopy(s) for s in grid[:size]]
         kinds = {
-            "batched": partial(train_grid, specs, *data, device=dev),
+            "batched": partial(train_grid, specs, data, device=dev),
             "separate": partial(train_each, specs, data, dev),
         }
         times: dict[str, list[float]] = {kind: [] for kind in kinds}

@@ -65,15 +65,7 @@ def run(bench: Run) -> dict:
             regularizer="kernel_cl", lam=1e-2, a=1.0, n_centers=N, max_iter=args.iterations
         )
         res = train_kernel(
-            cfg,
-            ds.x_train,
-            ds.y_train,
-            ds.x_test[:1000],
-            ds.y_test[:1000],
-            10,
-            device=device,
-            memory_gb=args.memory_gb,
-            gamma=gamma,
+            cfg, ds.head(test=1000), device=device, memory_gb=args.memory_gb, gamma=gamma
         )
         m = res.metrics
         row = {"lbfgs_evaluations": len(m["curve"])}

@@ -72,7 +72,7 @@ def network(args: argparse.Namespace):
         net, _ = trained_net(ds)
         return net, ds
     cfg = TrainConfig(epochs=args.epochs, lr=0.2, hidden=args.hidden)
-    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
+    res = train(cfg, ds)
     return res.model, ds
 
 

@@ -46,14 +46,12 @@ def main() -> None:
     for reg, lam in (("none", 0.0), ("cross_lipschitz", 1e-3)):
         cfg = TrainConfig(regularizer=reg, lam=lam, lr=0.2, epochs=1)
         _, secs = timed(
-            lambda cfg=cfg: train(
-                cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10, device=dev
-            ),
+            lambda cfg=cfg: train(cfg, ds, device=dev),
             dev,
         )
         res[f"train_epoch_{reg}_s"] = secs
     cfg = TrainConfig(epochs=args.epochs)
-    net = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10, device=dev).model
+    net = train(cfg, ds, device=dev).model
     net = net.to(dev)
     x = torch.as_tensor(ds.x_test[eval_indices(len(ds.x_test), n_pts)]).to(dev)
     cert, res["certify_batched_s"] = timed(lambda: certify_softplus(net, x, kinds=("local",)), dev)

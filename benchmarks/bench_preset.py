@@ -167,8 +167,7 @@ class Measure:
         epochs (no CUDA graph: its replays are not counted), untimed."""
         ds = self.part_data
         specs = [dataclasses.replace(self.nets[m], epochs=e) for m in job]
-        data = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
-        run = partial(train_grid, specs, *data, device=self.dev, shape=ds.shape, cuda_graph=False)
+        run = partial(train_grid, specs, ds, device=self.dev, cuda_graph=False)
         return count_flops(run)[1]
 
     def model(self, m: str, e: int) -> Path:

@@ -203,7 +203,7 @@ def main() -> None:
         n_centers=args.kernel_centers,
         max_iter=args.kernel_iterations,
     )
-    kern = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test[:10], ds.y_test[:10], 10, device=dev)
+    kern = train_kernel(cfg, ds.head(test=10), device=dev)
     res["kernel_centers"] = kern.metrics["n_centers"]
     res["kernel_seconds"] = kern.metrics["seconds"]
     res["kernel_setup_seconds"] = kern.metrics["setup_seconds"]

@@ -198,9 +198,8 @@ def main() -> None:
         logging.basicConfig(format="%(asctime)s %(message)s")
         logging.getLogger("crosslip").setLevel(logging.INFO)
     ds = load_dataset(args.dataset, mirror_dir=args.mirror)
-    x_train, y_train = ds.x_train, ds.y_train
-    if args.train_subset:
-        x_train, y_train = x_train[: args.train_subset], y_train[: args.train_subset]
+    trained_on = ds.head(args.train_subset or None)  # 0: all
+    x_train, y_train = trained_on.x_train, trained_on.y_train
     common = dict(
         epochs=args.epochs, hidden=args.hidden, alpha=args.alpha, seed=args.seed, init="authors"
     )
@@ -256,9 +255,7 @@ def main() -> None:
         clock[0] = time.perf_counter()
 
     t0 = time.perf_counter()
-    results = train_grid(
-        cfgs, x_train, y_train, ds.x_test, ds.y_test, ds.num_classes, device=dev, on_epoch=on_epoch
-    )
+    results = train_grid(cfgs, trained_on, device=dev, on_epoch=on_epoch)
     res = {
         **bench.header(),
         "dataset": args.dataset,

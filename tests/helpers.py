@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from crosslip.data import Dataset, load_dataset, save_prepared
+from crosslip.data.dataset import default_class_names
 from crosslip.jobserver import server as job_server
 from crosslip.models import SoftplusNet
 
@@ -259,6 +260,32 @@ def random_net(
             net.hidden_layer.bias.copy_(torch.randn(h, generator=g, dtype=torch.float64) * 0.1)
             net.output_layer.bias.copy_(torch.randn(k, generator=g, dtype=torch.float64) * 0.1)
     return net.eval()
+
+
+class UncheckedDataset(Dataset):
+    """A :class:`Dataset` whose arrays go unchecked: points in float64 (trainings that the
+    tests compare in float64) or beyond [0, 1] (random blobs), which :class:`Dataset`
+    refuses and no loader gives, and which the trainers take as they take any points."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "class_names", default_class_names(self.num_classes))
+
+
+def toy_dataset(
+    x: np.ndarray,
+    y: np.ndarray,
+    num_classes: int,
+    n_test: int | None = None,
+    shape: tuple[int, ...] | None = None,
+    checked: bool = True,
+) -> Dataset:
+    """The points ``x`` (n, d) with labels ``y`` (n,) as a dataset named ``toy`` to train on:
+    its test split the first ``n_test`` of them (all where None), its ``shape`` flat (d,)
+    unless given. A :class:`Dataset`, which checks the arrays (float32 in [0, 1]), or where
+    not ``checked`` an :class:`UncheckedDataset`."""
+    kind = Dataset if checked else UncheckedDataset
+    shape = (x.shape[1],) if shape is None else shape
+    return kind("toy", x, y, x[:n_test], y[:n_test], shape, num_classes)
 
 
 def random_points(n: int, d: int, seed: int) -> torch.Tensor:

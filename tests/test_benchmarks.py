@@ -181,12 +181,15 @@ def test_bench_train_runs_and_ends_with_one_json_line():
             "weight_decay",
             "dropout",
             "cross_lipschitz",
+            "certified_margin",
             "cross_lipschitz_double_backprop",
             "cross_lipschitz_autograd_backward",
         }
         assert all(math.isfinite(v) and v > 0 for v in secs.values())
         cl = secs["cross_lipschitz"]
         assert math.isclose(res[f"ratio_cl_to_plain{tag}"], cl / secs["plain"])
+        cm = res[f"ratio_certified_margin_to_cl{tag}"]
+        assert math.isclose(cm, secs["certified_margin"] / cl)
         assert math.isclose(
             res[f"ratio_cl_to_double_backprop{tag}"], cl / secs["cross_lipschitz_double_backprop"]
         )

@@ -26,7 +26,7 @@ from crosslip.training import certified_margin as cm
 from crosslip.training.core import TrainConfig
 from crosslip.training.single import train
 
-from .helpers import random_net, random_points
+from .helpers import random_net, random_points, toy_dataset
 from .test_certify_beyond import assert_no_attack_inside
 
 DT = torch.float64
@@ -206,7 +206,7 @@ def trained(seed: int, radius: float, d: int = 10, k: int = 3, h: int = 24):
     prev = torch.get_default_dtype()
     torch.set_default_dtype(DT)
     try:
-        return train(cfg, x, y, x[:50], y[:50], k).model, x
+        return train(cfg, toy_dataset(x, y, k, 50, checked=False)).model, x
     finally:
         torch.set_default_dtype(prev)
 

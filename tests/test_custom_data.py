@@ -661,16 +661,8 @@ def test_training_checks_the_image_shape(tmp_path):
     # the train job refuses too (the settings may change after the data was prepared)
     cfg = TrainConfig(epochs=1, hidden=4, setting="augment", crop=11)
     with pytest.raises(ValueError, match=r"train.crop = 11 is larger than the images"):
-        train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, K, shape=ds.shape)
-    res = train(
-        TrainConfig(epochs=1, hidden=4, setting="augment", crop=8),
-        ds.x_train,
-        ds.y_train,
-        ds.x_test,
-        ds.y_test,
-        K,
-        shape=ds.shape,
-    )
+        train(cfg, ds)
+    res = train(TrainConfig(epochs=1, hidden=4, setting="augment", crop=8), ds)
     assert res.model.U.shape == (4, 8 * 8)  # the net takes 8 x 8 crops
 
 

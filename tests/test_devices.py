@@ -42,7 +42,14 @@ from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 from crosslip.training.single import train
 
 from .device_checks import assert_same, implicit_tensors_on_meta
-from .helpers import LEARNABLE_ERROR, LEARNABLE_NET, learnable_digits, random_net, random_points
+from .helpers import (
+    LEARNABLE_ERROR,
+    LEARNABLE_NET,
+    learnable_digits,
+    random_net,
+    random_points,
+    toy_dataset,
+)
 
 
 def test_the_cuda_tests_model_learns_on_the_cpu(tmp_path):
@@ -173,8 +180,10 @@ def test_kernel_training_and_certification_in_chunks_make_no_tensor_on_an_implic
     plan = plan_for(cfg, 90, D, K, tiny)
     assert plan.passes > 1 and not plan.keep_kernel
 
+    data = toy_dataset(x, y, K, 30)
+
     def train():
-        return train_kernel(cfg, x, y, x[:30], y[:30], K, "cpu", memory_gb=tiny)
+        return train_kernel(cfg, data, "cpu", memory_gb=tiny)
 
     want = train()
     with implicit_tensors_on_meta():
@@ -276,8 +285,10 @@ def test_net_training_makes_no_tensor_on_an_implicit_device():
     y = (x[:, 0] * K).astype(np.int64).clip(0, K - 1)
     params = {**LEARNABLE_NET, "hidden": 8, "epochs": 1}
 
+    data = toy_dataset(x, y, K, 20)
+
     def run():
-        return train(TrainConfig(**params), x, y, x[:20], y[:20], K, device="cpu")
+        return train(TrainConfig(**params), data, device="cpu")
 
     want = run()
     with implicit_tensors_on_meta():

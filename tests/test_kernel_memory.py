@@ -25,6 +25,7 @@ from crosslip.models.kernels import GaussianKernelModel
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 
 from .device_checks import cpu_peak_bytes
+from .helpers import toy_dataset
 
 #: The measured peak is at least this share of the plan's (a plan far above what is
 #: allocated would let an undercounted phase pass unnoticed).
@@ -71,7 +72,7 @@ TRAIN_CASES = {
 @pytest.mark.parametrize("case", sorted(TRAIN_CASES))
 def test_training_stays_within_its_plan(case):
     n, N, d, K, reg, factor, iters, phase = TRAIN_CASES[case]
-    x, y = blobs(n, d, K, 1)
+    data = toy_dataset(*blobs(n, d, K, 1), K, 200, checked=False)  # beyond [0, 1]
     memory_gb = factor * train_minimum_bytes(n, N, d, K, reg) / GIB
     cfg = KernelTrainConfig(
         regularizer=reg, lam=1e-2, n_centers=N, neighbours=10, max_iter=iters, tol=1e-12
@@ -79,9 +80,7 @@ def test_training_stays_within_its_plan(case):
     plan = plan_for(cfg, n, d, K, memory_gb)
     phases = plan.phases()
     assert max(phases, key=phases.get) == phase, phases
-    res, peak = cpu_peak_bytes(
-        lambda: train_kernel(cfg, x, y, x[:200], y[:200], K, "cpu", memory_gb)
-    )
+    res, peak = cpu_peak_bytes(lambda: train_kernel(cfg, data, "cpu", memory_gb))
     assert res.metrics["status"] == "ok" and res.metrics["memory_peak_gib"] == plan.peak_bytes / GIB
     if phase == "lbfgs":
         assert res.metrics["lbfgs_iterations"] > 20  # the history is full

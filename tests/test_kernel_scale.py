@@ -32,7 +32,7 @@ from crosslip.kernel_memory import (
 )
 from crosslip.training.kernel import KernelTrainConfig, plan_for, train_kernel
 
-from .helpers import ROOT, dry_run_jobs, fields, run_snakemake, snakemake_cmd
+from .helpers import ROOT, dry_run_jobs, fields, run_snakemake, snakemake_cmd, toy_dataset
 
 PRESET = yaml.safe_load((ROOT / "config" / "presets" / "mnist_kernel.yaml").read_text())
 
@@ -270,6 +270,7 @@ def blobs(n, d, k, seed):
 @pytest.mark.parametrize("reg", ["kernel_logreg", "kernel_cl"])
 def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
     x, y = blobs(400, 20, 4, 0)
+    data = toy_dataset(x, y, 4, 100, checked=False)  # beyond [0, 1]
     cfg = KernelTrainConfig(
         regularizer=reg, lam=1e-2, n_centers=150, neighbours=10, max_iter=30, tol=1e-12
     )
@@ -281,8 +282,8 @@ def test_kernel_training_and_certification_on_cuda_equal_the_cpu(reg):
     }
     plans = [plan_for(cfg, 400, 20, 4, tiny[dev], dev) for dev in ("cpu", "cuda")]
     assert not plans[0].keep_kernel and plans[0].phases() == plans[1].phases()
-    cpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cpu", memory_gb=tiny["cpu"])
-    gpu = train_kernel(cfg, x, y, x[:100], y[:100], 4, device="cuda", memory_gb=tiny["cuda"])
+    cpu = train_kernel(cfg, data, device="cpu", memory_gb=tiny["cpu"])
+    gpu = train_kernel(cfg, data, device="cuda", memory_gb=tiny["cuda"])
     assert gpu.metrics["device"].startswith("cuda") and gpu.model.coef.device.type == "cpu"
     a, b = cpu.model.coef.detach(), gpu.model.coef.detach()
     assert ((a - b).abs().max() / a.abs().max()) < 1e-8
@@ -309,13 +310,13 @@ def test_cuda_peak_memory_stays_within_the_budget():
     dense algorithm needs (Kt, the Gram matrix and its temporaries) stays within the plan's
     peak: its arrays (checked on the CPU by tests/test_kernel_memory.py) and the device's
     reserve (cuBLAS workspaces, the allocator's block slack)."""
-    x, y = blobs(12000, 784, 10, 1)
+    data = toy_dataset(*blobs(12000, 784, 10, 1), 10, 500, checked=False)  # beyond [0, 1]
     N = 6000
     budget = 1.2 * train_minimum_bytes(12000, N, 784, 10, "kernel_cl", "cuda")
     cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-2, n_centers=N, max_iter=3)
     plan = plan_for(cfg, 12000, 784, 10, budget / GIB, "cuda")
     assert not plan.keep_kernel and plan.passes > 1
-    res = train_kernel(cfg, x, y, x[:500], y[:500], 10, device="cuda", memory_gb=budget / GIB)
+    res = train_kernel(cfg, data, device="cuda", memory_gb=budget / GIB)
     assert res.metrics["memory_peak_gib"] == plan.peak_bytes / GIB <= budget / GIB
     assert res.metrics["cuda_peak_gib"] <= plan.peak_bytes / GIB, res.metrics
     dense = BYTES * (12000 * N * 4 + 2 * N * N)  # Kt, Kt*B, two more (n, N), M and Kt^T Kt

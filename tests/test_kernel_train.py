@@ -23,6 +23,8 @@ from crosslip.training.kernel import (
     train_kernel,
 )
 
+from .helpers import toy_dataset
+
 
 def small_model(n=15, d=4, k=3, seed=0, gamma=0.7):
     gen = torch.Generator().manual_seed(seed)
@@ -102,7 +104,7 @@ def test_lbfgs_reaches_the_optimum_of_a_small_problem(reg):
     cfg = KernelTrainConfig(
         regularizer=reg, lam=1e-2, n_centers=0, neighbours=10, max_iter=500, tol=1e-9
     )
-    res = train_kernel(cfg, x, y, x, y, 3)
+    res = train_kernel(cfg, toy_dataset(x, y, 3))
     assert res.metrics["status"] == "ok"
     assert res.metrics["gradient_norm"] < 1e-6
     assert res.metrics["n_centers"] == 60
@@ -117,10 +119,10 @@ def test_lbfgs_reaches_the_optimum_of_a_small_problem(reg):
 def test_short_kernel_training_on_embedded_data_reaches_a_sensible_error():
     ds = load_dataset("mnist5k")
     cfg = KernelTrainConfig(regularizer="kernel_cl", lam=1e-1, n_centers=500, max_iter=100)
-    res = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    res = train_kernel(cfg, ds)
     assert res.metrics["status"] == "ok"
     assert res.metrics["test_error"] < 0.10  # ~6% measured: 500 centres, 100 L-BFGS steps
-    again = train_kernel(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    again = train_kernel(cfg, ds)
     assert torch.equal(again.model.coef, res.model.coef)  # fixed seed: identical
     assert res.metrics["config"]["lr"] is None
 
@@ -210,7 +212,7 @@ def test_chunked_training_equals_the_dense_algorithm(reg):
     assert plan.rows < 10 and not plan.keep_kernel and plan.peak_bytes <= plan.budget
     if reg == "kernel_cl":
         assert plan.passes > 1
-    res = train_kernel(cfg, x, y, x, y, 3, memory_gb=tiny)
+    res = train_kernel(cfg, toy_dataset(x, y, 3), memory_gb=tiny)
     m = res.metrics
     assert m["chunk_rows"] == plan.rows and m["kernel_matrix_kept"] is False
     assert m["gamma"] == pytest.approx(gamma, rel=1e-12)  # knn distances in other chunks
@@ -220,7 +222,7 @@ def test_chunked_training_equals_the_dense_algorithm(reg):
     err = (res.model.coef.detach() - coef).abs().max() / coef.abs().max()
     assert err < 1e-9, err
     # the default budget holds everything: the same again
-    whole = train_kernel(cfg, x, y, x, y, 3)
+    whole = train_kernel(cfg, toy_dataset(x, y, 3))
     assert whole.metrics["kernel_matrix_kept"] is True and whole.metrics["gram_passes"] == 1
     err = (whole.model.coef.detach() - coef).abs().max() / coef.abs().max()
     assert err < 1e-9, err
@@ -228,11 +230,11 @@ def test_chunked_training_equals_the_dense_algorithm(reg):
 
 
 def test_training_beyond_the_budget_stops_with_the_estimate():
-    x, y = toy_data()
+    data = toy_dataset(*toy_data(), 3)
     cfg = KernelTrainConfig(regularizer="kernel_cl", n_centers=0, neighbours=10, max_iter=2)
     need = train_minimum_bytes(70, 70, 6, 3, "kernel_cl")
     with pytest.raises(KernelMemoryError, match=r"70 expansion points .* needs at least"):
-        train_kernel(cfg, x, y, x, y, 3, memory_gb=0.9 * need / 2**30)
+        train_kernel(cfg, data, memory_gb=0.9 * need / 2**30)
     with pytest.raises(ConfigError, match=r"kernel\.memory_gb"):
         check_device_memory("cpu", 1e6)  # a million GiB: more than this machine has
     check_device_memory("cpu", 1e-3)

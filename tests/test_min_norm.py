@@ -263,7 +263,7 @@ def trained_net():
 
     ds = load_dataset("mnist5k")
     cfg = TrainConfig(epochs=2, lr=0.2, hidden=64)
-    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    res = train(cfg, ds)
     return res.model.double().eval(), torch.as_tensor(ds.x_test[:30]).double()
 
 

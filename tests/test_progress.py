@@ -25,7 +25,7 @@ from crosslip.training.core import TrainConfig
 from crosslip.training.kernel import KernelTrainConfig, train_kernel
 from crosslip.training.single import train
 
-from .helpers import ROOT, random_net, random_points
+from .helpers import ROOT, random_net, random_points, toy_dataset
 
 #: A progress line: what, done/total unit (percent), rate, then ", key value" pairs.
 LINE = re.compile(
@@ -48,21 +48,22 @@ def progress_lines(caplog, what: str) -> list[dict]:
     return out
 
 
-def toy_data(n=96, d=12, k=3, seed=0):
+def toy_data(n=96, d=12, k=3, seed=0, n_test=10):
+    """``n`` points around ``k`` centres; the test split: the first ``n_test`` of them."""
     rng = np.random.default_rng(seed)
     centres = rng.uniform(0.2, 0.8, size=(k, d))
     y = rng.integers(0, k, size=n)
     x = np.clip(centres[y] + 0.08 * rng.standard_normal((n, d)), 0, 1).astype(np.float32)
-    return x, y.astype(np.int64)
+    return toy_dataset(x, y.astype(np.int64), k, n_test)
 
 
 def test_training_logs_each_epoch_with_loss_error_and_seconds(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
-    x, y = toy_data()
+    data = toy_data(n_test=20)
     cfg = TrainConfig(
         regularizer="cross_lipschitz", lam=1e-3, lr=0.2, epochs=4, hidden=8, batch_size=16
     )
-    res = train(cfg, x, y, x[:20], y[:20], num_classes=3)
+    res = train(cfg, data)
     lines = progress_lines(caplog, "train")
     assert [ln["done"] for ln in lines] == [1, 2, 3, 4]
     assert {ln["total"] for ln in lines} == {4} and {ln["unit"] for ln in lines} == {"epochs"}
@@ -79,18 +80,16 @@ def test_training_logs_each_epoch_with_loss_error_and_seconds(caplog):
 
 def test_adversarial_training_does_not_log_its_inner_attacks(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
-    x, y = toy_data(n=48)
     cfg = TrainConfig(epochs=2, hidden=6, batch_size=16, setting="adversarial")
-    train(cfg, x, y, x[:10], y[:10], num_classes=3)
+    train(cfg, toy_data(n=48))
     assert [ln["done"] for ln in progress_lines(caplog, "train")] == [1, 2]
     assert not any("attack" in r.getMessage() for r in caplog.records)
 
 
 def test_diverging_training_says_so(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
-    x, y = toy_data(n=48)
     cfg = TrainConfig(regularizer="weight_decay", lam=1.0, lr=1e30, epochs=3, hidden=6)
-    res = train(cfg, x, y, x[:10], y[:10], num_classes=3)
+    res = train(cfg, toy_data(n=48))
     assert res.metrics["status"] == "diverged"
     done = res.metrics["epochs_completed"]
     assert done < 3 and [ln["done"] for ln in progress_lines(caplog, "train")] == list(
@@ -101,11 +100,10 @@ def test_diverging_training_says_so(caplog):
 
 def test_kernel_training_logs_lbfgs_iterations(caplog):
     caplog.set_level(logging.INFO, logger="crosslip")
-    x, y = toy_data(n=60)
     cfg = KernelTrainConfig(
         regularizer="kernel_cl", lam=1e-2, n_centers=30, neighbours=5, max_iter=30
     )
-    res = train_kernel(cfg, x, y, x[:10], y[:10], num_classes=3)
+    res = train_kernel(cfg, toy_data(n=60))
     assert any(r.getMessage().startswith("train: 30 centres") for r in caplog.records)
     lines = progress_lines(caplog, "train")
     done = [ln["done"] for ln in lines]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -18,6 +19,8 @@ from crosslip.training.adversarial import adversarial_batch
 from crosslip.training.core import TrainConfig, lr_decay_updates
 from crosslip.training.single import GradientDescent, train
 
+from .helpers import toy_dataset
+
 
 @pytest.fixture(scope="module")
 def mnist5k():
@@ -28,7 +31,7 @@ def test_short_training_reaches_sensible_error(mnist5k):
     ds = mnist5k
     for reg, lam in (("none", 0.0), ("cross_lipschitz", 1e-3)):
         cfg = TrainConfig(regularizer=reg, lam=lam, lr=0.2, epochs=3, hidden=256)
-        res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+        res = train(cfg, ds)
         assert res.metrics["status"] == "ok"
         assert res.metrics["test_error"] < 0.15, res.metrics["test_error"]
         losses = [c["loss"] for c in res.metrics["curve"]]
@@ -40,16 +43,9 @@ def test_short_training_reaches_sensible_error(mnist5k):
 def test_training_is_deterministic_for_a_seed(mnist5k):
     ds = mnist5k
     cfg = TrainConfig(regularizer="cross_lipschitz", lam=1e-3, epochs=1, hidden=32, seed=3)
-    a = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
-    b = train(cfg, ds.x_train[:512], ds.y_train[:512], ds.x_test, ds.y_test, 10).model
-    c = train(
-        TrainConfig(**{**cfg.__dict__, "seed": 4}),
-        ds.x_train[:512],
-        ds.y_train[:512],
-        ds.x_test,
-        ds.y_test,
-        10,
-    ).model
+    a = train(cfg, ds.head(512)).model
+    b = train(cfg, ds.head(512)).model
+    c = train(TrainConfig(**{**cfg.__dict__, "seed": 4}), ds.head(512)).model
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k])
     assert not torch.equal(a.U, c.U)
@@ -58,7 +54,7 @@ def test_training_is_deterministic_for_a_seed(mnist5k):
 def test_diverging_run_is_recorded(mnist5k):
     ds = mnist5k
     cfg = TrainConfig(regularizer="weight_decay", lam=1.0, lr=1e30, epochs=2, hidden=16)
-    res = train(cfg, ds.x_train[:256], ds.y_train[:256], ds.x_test, ds.y_test, 10)
+    res = train(cfg, ds.head(256))
     assert res.metrics["status"] == "diverged"
     assert res.metrics["test_error"] is None
 
@@ -99,7 +95,7 @@ def test_dropout_trains_with_dropped_units_and_predicts_deterministically():
     cfg = TrainConfig(
         regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, epochs=2, hidden=64
     )
-    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    res = train(cfg, ds)
     assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
     net = res.model
     assert net.hyper["keep_hidden"] == 0.5 and net.hyper["keep_input"] == 0.9
@@ -161,7 +157,7 @@ def test_learning_rate_decays_at_fractions_of_the_updates(monkeypatch):
         return real_step(self)
 
     monkeypatch.setattr(GradientDescent, "step", spy)
-    train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    train(cfg, ds)
     # 4,000 points in batches of 1,000: 8 updates; decay after updates 4 and 6
     assert seen == pytest.approx([0.3] * 4 + [0.03] * 2 + [0.003] * 2)
 
@@ -201,9 +197,10 @@ def test_gradient_descent_equals_torch_sgd_bit_for_bit(mnist5k, monkeypatch, cha
     shape = (28, 28, 1)
     if cfg.arch == "resnet":
         x, shape = x.reshape(-1, 28, 28)[:, ::2, ::2].reshape(len(x), -1).copy(), (14, 14, 1)
-    ours = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
+    data = toy_dataset(x, y, 10, 50, shape)
+    ours = train(cfg, data).model.state_dict()
     monkeypatch.setattr(crosslip.training.single, "GradientDescent", TorchSGD)
-    theirs = train(cfg, x, y, x[:50], y[:50], 10, shape=shape).model.state_dict()
+    theirs = train(cfg, data).model.state_dict()
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert torch.equal(ours[name], theirs[name]), name
@@ -248,10 +245,11 @@ def test_training_does_not_import_torch_dynamo():
     training job's start-up); checked in a fresh interpreter."""
     code = (
         "import sys, numpy as np\n"
+        "from crosslip.data import Dataset\n"
         "from crosslip.training.single import TrainConfig, train\n"
         "x = np.random.default_rng(0).random((64, 4), dtype=np.float32)\n"
         "y = (x[:, 0] > 0.5).astype(np.int64)\n"
-        "train(TrainConfig(epochs=1, hidden=4), x, y, x, y, 2)\n"
+        "train(TrainConfig(epochs=1, hidden=4), Dataset('toy', x, y, x, y, (4,), 2))\n"
         "assert 'torch._dynamo' not in sys.modules, 'training imported torch._dynamo'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
@@ -260,11 +258,12 @@ def test_training_does_not_import_torch_dynamo():
 def test_augment_setting_trains_on_crops_and_tests_on_center_crops():
     ds = load_dataset("mnist5k")
     cfg = TrainConfig(setting="augment", lr=0.2, epochs=3, hidden=64)
-    res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10, shape=ds.shape)
+    res = train(cfg, ds)
     assert res.model.hyper["in_dim"] == 24 * 24
     assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.2
-    with pytest.raises(ValueError, match="image shape"):
-        train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+    for shape in ((784,), None):  # flat vectors, or no shape at all
+        with pytest.raises(ValueError, match="image shape"):
+            train(cfg, dataclasses.replace(ds, shape=shape))
 
 
 def test_adversarial_batches_replace_the_stated_fraction_with_box_points():
@@ -309,5 +308,5 @@ def test_adversarial_batches_replace_the_stated_fraction_with_box_points():
     assert size["fine"][both].sum() < 0.95 * size["coarse"][both].sum()
     for attack in ("one_step", "search"):
         cfg = TrainConfig(setting="adversarial", lr=0.2, epochs=1, hidden=32, adv_attack=attack)
-        res = train(cfg, ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
+        res = train(cfg, ds)
         assert res.metrics["status"] == "ok" and res.metrics["test_error"] < 0.35, attack

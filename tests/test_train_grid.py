@@ -23,19 +23,21 @@ from crosslip.training.grid import DropoutMasks, GridStep, shared_settings, trai
 from crosslip.training.single import train
 
 from .device_checks import implicit_tensors_on_meta
-from .helpers import learnable_digits, random_net, random_points
+from .helpers import UncheckedDataset, learnable_digits, random_net, random_points
 
 
 @pytest.fixture(scope="module")
-def digits():
-    """128 training and 64 test digits of mnist5k, float64."""
-    ds = load_dataset("mnist5k")
-    return (
-        ds.x_train[:128].astype(np.float64),
-        ds.y_train[:128],
-        ds.x_test[:64].astype(np.float64),
-        ds.y_test[:64],
-    )
+def digits32():
+    """128 training and 64 test digits of mnist5k."""
+    return load_dataset("mnist5k").head(128, 64)
+
+
+@pytest.fixture(scope="module")
+def digits(digits32):
+    """The same digits in float64."""
+    ds = digits32
+    x_train, x_test = ds.x_train.astype(np.float64), ds.x_test.astype(np.float64)
+    return UncheckedDataset(ds.name, x_train, ds.y_train, x_test, ds.y_test, ds.shape, 10)
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ def train_alone(cfg, data, monkeypatch, recorded: Recorded | None):
         ]
         monkeypatch.setattr(softplus_net, "_dropout", lambda keep: replays.pop(0))
     try:
-        return train(cfg, *data, 10, shape=(28, 28, 1))
+        return train(cfg, data)
     finally:
         monkeypatch.undo()
 
@@ -134,7 +136,7 @@ def assert_same_training(batched, alone):
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monkeypatch):
     cfgs = grid(setting)
-    batched = train_grid(cfgs, *digits, 10, shape=(28, 28, 1), masks=Recorded)
+    batched = train_grid(cfgs, digits, masks=Recorded)
     recorded = Recorded.latest
     assert len(batched) == len(cfgs) and len(recorded.draws) == 3 * 4  # epochs x batches
     for cfg, result in zip(cfgs, batched, strict=True):
@@ -147,23 +149,22 @@ def test_a_batched_grid_equals_separate_trainings(setting, digits, float64, monk
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_training_creates_every_tensor_on_the_device_it_means(setting, digits):
+def test_training_creates_every_tensor_on_the_device_it_means(setting, digits32):
     """With PyTorch's default device set to ``meta`` (tests/device_checks.py), a tensor
     created without a device
     lands there and fails as soon as it meets the data (as a CPU tensor would among CUDA
     tensors): both trainings run through and give what they give without the check."""
-    x, y, xt, yt = (a.astype(np.float32) if a.dtype == np.float64 else a for a in digits)
     common = {"epochs": 1, "hidden": 8, "batch_size": 32, "crop": 20, **setting_fields(setting)}
     cfgs = [
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, **common),
         TrainConfig(regularizer="weight_decay", lam=1e-3, **common),
         TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, **common),
     ]
-    data = (x[:64], y[:64], xt, yt, 10)
+    data = digits32.head(64)
 
     def both():
-        alone = [train(c, *data, shape=(28, 28, 1)).model for c in cfgs]
-        return alone + [r.model for r in train_grid(cfgs, *data, shape=(28, 28, 1))]
+        alone = [train(c, data).model for c in cfgs]
+        return alone + [r.model for r in train_grid(cfgs, data)]
 
     plain = both()
     with implicit_tensors_on_meta():
@@ -178,14 +179,14 @@ def test_a_diverging_grid_point_stops_alone(digits, float64, monkeypatch):
         TrainConfig(regularizer="weight_decay", lam=1.0, lr=1e30, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
     ]
-    batched = train_grid(cfgs, *digits, 10)
+    batched = train_grid(cfgs, digits)
     assert batched[0].metrics["status"] == "diverged" and batched[0].metrics["test_error"] is None
     assert batched[1].metrics["status"] == "ok" and batched[1].metrics["epochs_completed"] == 3
     for cfg, result in zip(cfgs, batched, strict=True):
         assert_same_training(result, train_alone(cfg, digits, monkeypatch, None))
 
 
-def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits):
+def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits32):
     """Each dropout network draws its masks from a generator of its own: different networks
     get different masks, and one network gets the same masks in any batch (its weights do
     not depend on the networks trained beside it)."""
@@ -196,10 +197,9 @@ def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits
         TrainConfig(regularizer="none", lr=0.2, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
     )
-    x, y, xt, yt = (v.astype(np.float32) if v.dtype == np.float64 else v for v in digits)
 
     def masks_of(cfgs, cfg):
-        results = train_grid(cfgs, x, y, xt, yt, 10, masks=Recorded)
+        results = train_grid(cfgs, digits32, masks=Recorded)
         rec = Recorded.latest
         g = next(i for i, s in enumerate(rec.specs) if s is cfg)
         draws = [(i[g].clone(), h[g].clone()) for i, h in rec.draws]
@@ -218,7 +218,7 @@ def test_dropout_masks_differ_between_grid_points_and_not_between_batches(digits
         dropped = hidden[[ga, gb]]
         assert 0.35 < (dropped > 0).float().mean().item() < 0.65
         assert set(dropped.unique().tolist()) == {0.0, 2.0}  # mask / keep
-    second = train_grid([a, b, plain], x, y, xt, yt, 10)  # deterministic
+    second = train_grid([a, b, plain], digits32)  # deterministic
     assert torch.equal(second[0].model.U, first.model.U)
 
 
@@ -228,8 +228,8 @@ def test_on_epoch_sees_every_epoch_in_the_callers_order_and_changes_nothing(digi
     as without it."""
     cfgs = grid("plain")
     seen: list[tuple[int, list[SoftplusNet]]] = []
-    with_callback = train_grid(cfgs, *digits, 10, on_epoch=lambda e, nets: seen.append((e, nets)))
-    without = train_grid(cfgs, *digits, 10)
+    with_callback = train_grid(cfgs, digits, on_epoch=lambda e, nets: seen.append((e, nets)))
+    without = train_grid(cfgs, digits)
     assert [e for e, _ in seen] == [1, 2, 3]
     for _, nets in seen:
         assert len(nets) == len(cfgs) and all(not net.training for net in nets)
@@ -422,10 +422,9 @@ def test_a_batched_grid_on_cuda_reaches_the_test_errors_of_separate_trainings(se
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-2, lr=0.5, **common),
     ]
-    data = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, 10)
-    batched = train_grid(cfgs, *data, device="cuda", shape=ds.shape)
+    batched = train_grid(cfgs, ds, device="cuda")
     for cfg, result in zip(cfgs, batched, strict=True):
-        alone = train(cfg, *data, device="cuda", shape=ds.shape)
+        alone = train(cfg, ds, device="cuda")
         assert result.metrics["status"] == alone.metrics["status"] == "ok"
         assert result.metrics["cuda_graph"] is True
         assert abs(result.metrics["test_error"] - alone.metrics["test_error"]) <= 0.005
@@ -443,9 +442,9 @@ def test_the_recorded_cuda_step_trains_as_the_step_run_op_by_op(setting):
         TrainConfig(regularizer="dropout", keep_hidden=0.5, keep_input=0.9, lr=0.2, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
     ]
-    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
-    graphed = train_grid(cfgs, *data, device="cuda", cuda_graph=True)
-    direct = train_grid(cfgs, *data, device="cuda", cuda_graph=False)
+    data = ds.head(1000)
+    graphed = train_grid(cfgs, data, device="cuda", cuda_graph=True)
+    direct = train_grid(cfgs, data, device="cuda", cuda_graph=False)
     for a, b in zip(graphed, direct, strict=True):
         assert a.metrics["cuda_graph"] and not b.metrics["cuda_graph"]
         torch.testing.assert_close(a.model.U, b.model.U, rtol=1e-5, atol=1e-6)
@@ -471,15 +470,15 @@ def test_a_capture_that_fails_falls_back_to_the_step_run_op_by_op(monkeypatch):
         TrainConfig(regularizer="none", lr=0.2, **common),
         TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common),
     ]
-    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
-    direct = train_grid(cfgs, *data, device="cuda", cuda_graph=False)
+    data = ds.head(1000)
+    direct = train_grid(cfgs, data, device="cuda", cuda_graph=False)
     monkeypatch.setattr(GridStep, "__call__", reads_while_capturing)
     stream = torch.cuda.current_stream()
-    fallback = train_grid(cfgs, *data, device="cuda", cuda_graph=True)
+    fallback = train_grid(cfgs, data, device="cuda", cuda_graph=True)
     assert torch.cuda.current_stream() == stream
     torch.cuda.empty_cache()  # the allocator is not stuck in a capture
     torch.rand(3, device="cuda")  # nor the device's generator (it raised here once)
-    again = train_grid(cfgs[1:], *data, device="cuda", cuda_graph=False)
+    again = train_grid(cfgs[1:], data, device="cuda", cuda_graph=False)
     torch.testing.assert_close(again[0].model.U, direct[1].model.U, rtol=1e-6, atol=1e-7)
     for a, b in zip(fallback, direct, strict=True):
         assert not a.metrics["cuda_graph"] and a.metrics["status"] == "ok"
@@ -494,9 +493,9 @@ def test_the_step_records_on_the_device_of_its_tensors_not_the_current_one():
     ds = load_dataset("mnist5k")
     common = {"epochs": 2, "hidden": 64, "seed": 0}
     cfgs = [TrainConfig(regularizer="cross_lipschitz", lam=1e-3, lr=0.2, **common)]
-    data = (ds.x_train[:1000], ds.y_train[:1000], ds.x_test, ds.y_test, 10)
-    graphed = train_grid(cfgs, *data, device="cuda:1", cuda_graph=True)
-    direct = train_grid(cfgs, *data, device="cuda:1", cuda_graph=False)
+    data = ds.head(1000)
+    graphed = train_grid(cfgs, data, device="cuda:1", cuda_graph=True)
+    direct = train_grid(cfgs, data, device="cuda:1", cuda_graph=False)
     assert graphed[0].metrics["cuda_graph"]
     torch.testing.assert_close(graphed[0].model.U, direct[0].model.U, rtol=1e-5, atol=1e-6)
 
@@ -529,11 +528,10 @@ def test_the_tf32_setting_holds_while_a_network_trains_and_is_restored_after(
     monkeypatch.setattr(core, "error_rate", error_rate)
     before = flags()
     cfg = TrainConfig(epochs=1, hidden=8, tf32=enabled)
-    data = (*digits[:2], *digits[2:], 10)
-    batched = train_grid([cfg], *data)
-    alone = train(cfg, *data)
+    batched = train_grid([cfg], digits)
+    alone = train(cfg, digits)
     assert seen[0] == (enabled, enabled) == seen[1] and flags() == before
-    other = train_grid([TrainConfig(epochs=1, hidden=8, tf32=not enabled)], *data)
+    other = train_grid([TrainConfig(epochs=1, hidden=8, tf32=not enabled)], digits)
     torch.testing.assert_close(other[0].model.U, batched[0].model.U, rtol=0, atol=0)
     assert batched[0].metrics["config"]["tf32"] is enabled and alone.metrics["status"] == "ok"
 

@@ -10,7 +10,7 @@ read the 8-bit ``.npz`` that the workflow's stages share.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,17 @@ class Dataset:
     @property
     def dim(self) -> int:
         return int(self.x_train.shape[1])
+
+    def head(self, train: int | None = None, test: int | None = None) -> Dataset:
+        """The same dataset with only its first ``train`` training and ``test`` test points
+        (a split whose count is None kept whole): a sample to train on quickly."""
+        return replace(
+            self,
+            x_train=self.x_train[:train],
+            y_train=self.y_train[:train],
+            x_test=self.x_test[:test],
+            y_test=self.y_test[:test],
+        )
 
     @classmethod
     def from_pixels(

@@ -66,14 +66,12 @@ def train_stage(
                 code=code,
             )[model_id]
     ds = load_prepared(data)
-    args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if params["regularizer"] in KERNEL_REGULARIZERS:
         dev = resolve_device(device)
         check_device_memory(dev, memory_gb)
-        res = train_kernel(KernelTrainConfig(**params), *args, device=dev, memory_gb=memory_gb)
+        res = train_kernel(KernelTrainConfig(**params), ds, device=dev, memory_gb=memory_gb)
     else:
-        cfg = TrainConfig(**params)
-        res = train(cfg, *args, device=resolve_device(device), shape=ds.shape)
+        res = train(TrainConfig(**params), ds, device=resolve_device(device))
     return _write(res, ds.name, model_id, model_out, metrics_out, code)
 
 
@@ -103,14 +101,13 @@ def train_grid_stage(
     dev = resolve_device(device)
     if batched is None:
         batched = batched_on(dev)
-    args = (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.num_classes)
     if batched:
-        results = train_grid([specs[m] for m in ids], *args, device=dev, shape=ds.shape, tags=ids)
+        results = train_grid([specs[m] for m in ids], ds, device=dev, tags=ids)
     else:
         results = []
         for model_id in ids:
             with about_model(model_id):  # its lines go to its own log file
-                results.append(train(specs[model_id], *args, device=dev, shape=ds.shape))
+                results.append(train(specs[model_id], ds, device=dev))
     written = {}
     for model_id, res in zip(ids, results, strict=True):
         res.metrics["grid_models"] = ids

@@ -22,6 +22,7 @@ import torch
 
 from ..config.specs import NetTrainSpec
 from ..data.augment import center_crop
+from ..data.dataset import Dataset
 from ..errors import ConfigError
 from ..progress import Progress
 from .adversarial import adversarial_generator
@@ -86,17 +87,13 @@ class TrainData:
         return len(self.x)
 
 
-def setup_data(
-    cfg: TrainConfig,
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    shape: tuple[int, ...] | None,
-    device: torch.device,
-) -> TrainData:
-    """The data of a training of ``cfg`` (``x_train`` (n, d), images of ``shape`` (h, w, c))
-    on ``device``. Raises :class:`ConfigError` where the augment setting or the ResNet lacks
-    the image shape, or the crop ``cfg.crop`` is larger than the images."""
+def setup_data(cfg: TrainConfig, data: Dataset, device: torch.device) -> TrainData:
+    """The data of a training of ``cfg`` on ``device``: the training points of ``data``
+    (``x_train`` (n, d), ``y_train`` (n,)) and its test points ``x_test``, images of its
+    ``shape`` (h, w, c). Raises :class:`ConfigError` where the augment setting or the ResNet
+    lacks the image shape (``shape`` flat or None), or the crop ``cfg.crop`` is larger than
+    the images."""
+    x_train, y_train, x_test, shape = data.x_train, data.y_train, data.x_test, data.shape
     augmenting = cfg.setting == "augment"
     if (augmenting or cfg.arch == "resnet") and (shape is None or len(shape) != 3):
         raise ConfigError("the augment setting and the resnet need the image shape (h, w, c)")

@@ -36,12 +36,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
 from ..attacks import one_step_stacked
 from ..data.augment import augment
+from ..data.dataset import Dataset
 from ..device import in_tf32
 from ..models import SoftplusNet, StackedSoftplusNet
 from ..norms import norm_p
@@ -418,20 +418,19 @@ def _networks(
 @in_tf32(lambda cfgs, *args, **kwargs: shared_settings(cfgs)["tf32"])
 def train_grid(
     cfgs: Sequence[TrainConfig],
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    num_classes: int,
+    data: Dataset,
     device: torch.device | str = "cpu",
-    shape: tuple[int, ...] | None = None,
     masks: type[DropoutMasks] = DropoutMasks,
     tags: Sequence[str] | None = None,
     cuda_graph: bool = True,
     on_epoch: Callable[[int, list[SoftplusNet]], None] | None = None,
 ) -> list[TrainResult]:
-    """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) as one
-    batched model on ``device``; returns one :class:`crosslip.training.core.TrainResult` per spec,
+    """Train the networks ``cfgs`` (which share everything but :data:`PER_NETWORK`) on
+    ``data`` as one batched model on ``device``. Read from ``data`` as by
+    :func:`crosslip.training.single.train`: ``x_train`` (n, d), ``y_train`` (n,), ``x_test``
+    (n_test, d), ``y_test`` (n_test,), ``num_classes``, and the image shape ``shape``, which
+    the augment setting needs as (h, w, c). Returns one
+    :class:`crosslip.training.core.TrainResult` per spec,
     in the order given, each model on the CPU with the metrics of
     :func:`crosslip.training.single.train` (``seconds`` is the whole batch's) and ``grid_networks``
     (G). ``masks``: the class of the dropout masks (:class:`DropoutMasks`: a generator on
@@ -452,16 +451,16 @@ def train_grid(
     device = torch.device(device)
     seed, epochs, batch_size = shared["seed"], shared["epochs"], shared["batch_size"]
     setting = shared["setting"]
-    data = core.setup_data(specs[0], x_train, y_train, x_test, shape, device)
+    td = core.setup_data(specs[0], data, device)
 
     torch.manual_seed(seed)  # the initialisation of a training of its own: the same draws
     with torch.device("cpu"):
-        nets = _networks(specs, shared, data.in_dim, num_classes)
+        nets = _networks(specs, shared, td.in_dim, data.num_classes)
     stack = StackedSoftplusNet(nets).to(device)
     gens = core.generators(seed)
     one_step = makes_one_step_samples(specs[0])
     dropout = masks(specs, device)
-    n, batches = data.n, data.batches
+    n, batches = td.n, td.batches
     schedule = core.Schedule(specs, epochs * batches)
     certified = None
     cm = _span([c.regularizer for c in specs], "certified_margin")
@@ -497,14 +496,15 @@ def train_grid(
         stack.train()
         alive_before = step.alive.tolist()
         perm = torch.randperm(n, generator=gens.batches, device="cpu").to(device)
-        xperm, yperm = data.x[perm], data.y[perm]
+        xperm, yperm = td.x[perm], td.y[perm]
         fractions = adversarial_fractions(specs[0], batches, gens.adversarial)
         if fractions is not None:  # one copy per epoch
-            fractions = fractions.to(device, data.x.dtype)
+            fractions = fractions.to(device, td.x.dtype)
         for b, i in enumerate(range(0, n, batch_size)):
             xb, yb = xperm[i : i + batch_size], yperm[i : i + batch_size]
-            if data.augmenting:
-                xb = augment(xb, shape, gens.augment, size=shared["crop"], colour=shape[2] == 3)
+            if td.augmenting:
+                colour = data.shape[2] == 3
+                xb = augment(xb, data.shape, gens.augment, size=shared["crop"], colour=colour)
             elif setting == "adversarial" and not one_step:
                 xb = adversarial_inputs(stack, xb, specs[0])
             input_scale, hidden_scale = dropout.scales(len(yb), xb.shape[-1], stack.U.shape[1], xb)
@@ -522,7 +522,7 @@ def train_grid(
         alive, done = step.alive.tolist(), step.updates.tolist()
         loss_sum, penalty_sum = step.sums.tolist()
         step.reset_sums()
-        train_errors = grid_errors(stack, data.x_eval, data.y) if any(alive) else []
+        train_errors = grid_errors(stack, td.x_eval, td.y) if any(alive) else []
         seconds = time.perf_counter() - t_epoch
         for g in range(size):
             if not alive_before[g]:
@@ -549,7 +549,7 @@ def train_grid(
     results: list[TrainResult | None] = [None] * size
     for g, cfg in enumerate(specs):
         net = stack.network(g).cpu().eval()
-        metrics = core.metrics(cfg, net, status[g], curves[g], data, y_test, seconds, device)
+        metrics = core.metrics(cfg, net, status[g], curves[g], td, data.y_test, seconds, device)
         metrics.update(grid_networks=size, cuda_graph=recorded is not None)
         results[order[g]] = TrainResult(net, metrics)
     return [r for r in results if r is not None]

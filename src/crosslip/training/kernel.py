@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from ..config.schema import default as config_default
 from ..config.specs import KernelTrainSpec
+from ..data.dataset import Dataset
 from ..device import host_tensor
 from ..families import KERNEL_REGULARIZERS  # noqa: F401 (re-exported)
 from ..kernel_memory import TrainPlan, budget_bytes, centers_used, train_plan
@@ -192,16 +193,14 @@ def _errors(
 
 def train_kernel(
     cfg: KernelTrainConfig,
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    num_classes: int,
+    data: Dataset,
     device: torch.device | str = "cpu",
     memory_gb: float | None = None,
     gamma: float | None = None,
 ) -> TrainResult:
-    """Fit a :class:`GaussianKernelModel` by L-BFGS (float64) on ``device`` within
+    """Fit a :class:`GaussianKernelModel` by L-BFGS (float64) to ``data`` (read from it:
+    ``x_train`` (n, d), ``y_train`` (n,), ``x_test``, ``y_test`` and ``num_classes``; not
+    ``shape``) on ``device`` within
     ``memory_gb`` GiB of it (default: the schema's ``kernel.memory_gb``; see
     :func:`plan_for`); metrics as in :func:`crosslip.training.single.train` (``curve``: objective
     per evaluation, several per L-BFGS iteration when the line search needs them; ``setup_seconds``:
@@ -218,14 +217,14 @@ def train_kernel(
     (whose nearest-neighbour pass costs ``2 n^2 d`` flops)."""
     device = torch.device(device)
     dt = torch.float64
-    n, dim = len(x_train), int(np.prod(np.shape(x_train)[1:]))
-    plan = plan_for(cfg, n, dim, num_classes, memory_gb, device)
+    n, dim = len(data.x_train), int(np.prod(np.shape(data.x_train)[1:]))
+    plan = plan_for(cfg, n, dim, data.num_classes, memory_gb, device)
     if device.type == "cuda":
         torch.cuda.init()  # with an index (cuda:0), resetting the stats needs CUDA set up
         torch.cuda.reset_peak_memory_stats(device)
         held_before = torch.cuda.memory_allocated(device)  # by others in this process
-    xtr = host_tensor(x_train).to(device=device, dtype=dt)
-    ytr = host_tensor(y_train).to(device)
+    xtr = host_tensor(data.x_train).to(device=device, dtype=dt)
+    ytr = host_tensor(data.y_train).to(device)
     gen = torch.Generator("cpu").manual_seed(cfg.seed)  # drawn on the CPU: the same anywhere
     n_centers = plan.n_centers
     pick = torch.randperm(n, generator=gen, device="cpu")[:n_centers].sort().values.to(device)
@@ -235,7 +234,7 @@ def train_kernel(
             xtr, a=cfg.a, neighbours=min(cfg.neighbours, n - 1), chunk=plan.knn_rows
         )
     bandwidth_seconds = time.perf_counter() - t0
-    model = GaussianKernelModel(xtr[pick], num_classes, gamma, copy=False)
+    model = GaussianKernelModel(xtr[pick], data.num_classes, gamma, copy=False)
     centers = model.centers
     # The (N, N) penalty matrix and Kt (n, N), fixed during training (Kt kept whole if it
     # fits, else recomputed per chunk); dropped after training.
@@ -335,7 +334,7 @@ def train_kernel(
     opt.state.clear()
     model.eval()
     ok = status == "ok"
-    test_error = _errors(model, x_test, y_test, plan.rows) if ok else None
+    test_error = _errors(model, data.x_test, data.y_test, plan.rows) if ok else None
     train_error = _errors(model, xtr, ytr, plan.rows) if ok else None
     metrics: dict[str, Any] = {
         "status": status,
@@ -356,7 +355,7 @@ def train_kernel(
         "cpu_seconds_per_lbfgs_iteration": (cpu - setup_cpu) / max(iterations, 1),
         "device": str(device),
         "n_train": int(n),
-        "n_test": len(x_test),
+        "n_test": len(data.x_test),
         **plan.describe(),
         "config": {**asdict(cfg), "lr": None},
     }

@@ -27,11 +27,11 @@ import math
 import time
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
 from ..data.augment import augment
+from ..data.dataset import Dataset
 from ..device import in_tf32
 from ..errors import ConfigError
 from ..models import SoftplusNet
@@ -124,21 +124,18 @@ def _network(
 
 
 @in_tf32(lambda cfg, *args, **kwargs: cfg.tf32)
-def train(
-    cfg: TrainConfig,
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    num_classes: int,
-    device: torch.device | str = "cpu",
-    shape: tuple[int, ...] | None = None,
-) -> TrainResult:
-    """Train a :class:`SoftplusNet`; returns it (on CPU) with metrics.
+def train(cfg: TrainConfig, data: Dataset, device: torch.device | str = "cpu") -> TrainResult:
+    """Train a :class:`SoftplusNet` (``cfg.arch`` ``resnet``: a :class:`ResNet`) on ``data``;
+    returns it (on CPU) with metrics.
+
+    Read from ``data``: the training points ``x_train`` (n, d) and labels ``y_train`` (n,),
+    the test points ``x_test`` (n_test, d) and labels ``y_test`` (n_test,), the number of
+    classes ``num_classes`` and the image shape ``shape``, which the augment setting and the
+    ResNet need as (h, w, c) and the other trainings do not read (flat (d,) will do).
 
     Settings (Section 5): ``plain``; ``augment``: every batch is augmented
-    (:func:`crosslip.data.augment.augment`, images of ``shape`` cropped to ``cfg.crop``; the test
-    error is on center crops, the model takes crops); ``adversarial``: the first
+    (:func:`crosslip.data.augment.augment`, images of ``data.shape`` cropped to ``cfg.crop``;
+    the test error is on center crops, the model takes crops); ``adversarial``: the first
     ``adv_fraction`` of every batch is replaced by box-constrained samples of the current
     model in the ``adv_norm``, with their true labels: ``adv_attack`` ``one_step`` (the
     authors' code, :mod:`crosslip.attacks.one_step`: one step towards the runner-up class
@@ -157,15 +154,15 @@ def train(
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     gens = core.generators(cfg.seed)
-    data = core.setup_data(cfg, x_train, y_train, x_test, shape, device)
+    td = core.setup_data(cfg, data, device)
     with torch.device("cpu"):  # initialised on the CPU (its RNG), then moved: any device
-        net = _network(cfg, data.model_shape, data.in_dim, num_classes)
+        net = _network(cfg, td.model_shape, td.in_dim, data.num_classes)
     net = net.to(device)
     opt = GradientDescent(net.parameters(), lr=cfg.lr)
     curve: list[dict[str, float]] = []
     status = "ok"
     t0 = time.perf_counter()
-    n, batches = data.n, data.batches
+    n, batches = td.n, td.batches
     schedule = core.Schedule([cfg], cfg.epochs * batches)
     certified = None
     if cfg.regularizer == "certified_margin":
@@ -185,13 +182,13 @@ def train(
         perm = torch.randperm(n, generator=gens.batches, device="cpu").to(device)
         fractions = adversarial_fractions(cfg, batches, gens.adversarial)
         if fractions is not None:  # one copy per epoch
-            fractions = fractions.to(device, data.x.dtype)
+            fractions = fractions.to(device, td.x.dtype)
         tot_loss = tot_pen = 0.0
         for b, i in enumerate(range(0, n, cfg.batch_size)):
             idx = perm[i : i + cfg.batch_size]
-            xb, yb = data.x[idx], data.y[idx]
-            if data.augmenting:
-                xb = augment(xb, shape, gens.augment, size=cfg.crop, colour=shape[2] == 3)
+            xb, yb = td.x[idx], td.y[idx]
+            if td.augmenting:
+                xb = augment(xb, data.shape, gens.augment, size=cfg.crop, colour=data.shape[2] == 3)
             elif cfg.setting == "adversarial":
                 xb = adversarial_batch(net, xb, cfg, None if fractions is None else fractions[b])
             ce, pen = objective_terms(net, xb, yb, cfg, certified, updates)
@@ -211,10 +208,11 @@ def train(
         if status != "ok":
             core.log_diverged(epoch + 1, updates + 1)
             break
-        train_error = core.error_rate(net, data.x_eval, data.y)
+        train_error = core.error_rate(net, td.x_eval, td.y)
         seconds = time.perf_counter() - t_epoch
         core.record_epoch(curve, progress, (tot_loss, tot_pen), n, train_error, opt.lr, seconds)
     progress.close()
     seconds = time.perf_counter() - t0
     net = net.cpu().eval()
-    return TrainResult(net, core.metrics(cfg, net, status, curve, data, y_test, seconds, device))
+    metrics = core.metrics(cfg, net, status, curve, td, data.y_test, seconds, device)
+    return TrainResult(net, metrics)
