@@ -390,7 +390,7 @@ def assert_reason_on_terminal(work, stderr: str) -> None:
     assert "data.mirrors.cifar10" in reason and "\n" not in reason
     lines = stderr.splitlines()
     assert "crosslip: 1 job(s) failed:" in lines, stderr[-3000:]
-    assert f"  prepare_data (dataset=cifar10): {reason}  [log: {log.relative_to(work)}]" in lines
+    assert f"  prepare_data (cifar10): {reason}  [log: {log.relative_to(work)}]" in lines
 
 
 @pytest.mark.slow

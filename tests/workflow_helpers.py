@@ -252,6 +252,7 @@ LOCAL_RULES = frozenset(
         "figure_adversarial",
         "figure_bounds",
         "figure_bracket",
+        "figure_certified_accuracy",
         "figure_training",
     }
 )
