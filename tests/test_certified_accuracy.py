@@ -27,6 +27,10 @@ def random_instances(seed: int, n: int = 250) -> pd.DataFrame:
         df = pd.DataFrame([row] * n)
         df["test_error"] = 0.1
         df["correct"] = rng.random(n) < 0.85
+        df["pred"] = 1.0
+        only_attacked = rng.random(n) < 0.1  # attacked, not certified: not evaluated
+        df.loc[only_attacked, "pred"] = np.nan
+        df.loc[only_attacked, "correct"] = False
         scale = {"l2": 1.0, "l1": 3.0, "linf": 0.05}
         for norm, s in scale.items():
             cert = rng.exponential(s, n)
@@ -48,7 +52,9 @@ def random_instances(seed: int, n: int = 250) -> pd.DataFrame:
 
 
 def by_loop(rows: pd.DataFrame, norm: str, eps: float) -> tuple[float, float]:
-    """(certified, attack) accuracy of one model's rows, point by point."""
+    """(certified, attack) accuracy of one model's rows, point by point, over the rows
+    with a prediction."""
+    rows = rows[rows["pred"].notna()]
     cert = att = 0
     for _, r in rows.iterrows():
         g = r[f"guarantee_{norm}_best"]

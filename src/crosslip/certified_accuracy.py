@@ -1,7 +1,9 @@
 """Certified accuracy at a fixed radius: the number the certified-robustness field compares
 methods by, and the attack's bound on it.
 
-At radius ``eps`` in the p-norm, over *all* evaluated test points of a model:
+At radius ``eps`` in the p-norm, over *all* evaluated test points of a model (the rows with
+a prediction, i.e. certified; rows that only an attack reached do not count, so that both
+shares are over the same points whatever ``attack.n_points``):
 
 * ``certified_accuracy_<norm>_<eps>``: the share that is classified correctly and whose best
   sound certificate ``guarantee_<norm>_best`` is at least ``eps`` (the ball, not the box, as
@@ -11,9 +13,10 @@ At radius ``eps`` in the p-norm, over *all* evaluated test points of a model:
   or no attack of that norm found a sample. It bounds the certified accuracy from above,
   since a certificate never exceeds an upper bound.
 
-A point that has no certificate (none computed, or NaN) counts as not certified. A model
-without any certificate of a norm (the norm not certified) has NaN in that norm's certified
-columns, and one without any attack result of the norm NaN in its attack columns.
+An evaluated point that has no certificate of the norm (NaN) counts as not certified, one
+without an attack result of the norm as not broken. A model without any certificate of a
+norm (the norm not certified) has NaN in that norm's certified columns, and one without any
+attack result of the norm NaN in its attack columns.
 
 Torch-free (pandas and numpy), so the summary and the figures read it alone.
 """
@@ -108,10 +111,18 @@ def _correct(instances: pd.DataFrame) -> np.ndarray:
     return instances["correct"].fillna(False).astype(bool).to_numpy()
 
 
+def evaluated(instances: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a prediction (the certification stage's points)."""
+    if "pred" not in instances:
+        return instances
+    return instances[instances["pred"].notna()]
+
+
 def certified_share(instances: pd.DataFrame, norm: str, radii: np.ndarray) -> np.ndarray:
-    """Certified accuracy of one model's rows at each radius of ``radii`` (m,), over all its
-    rows (NaN for every radius if no row has a certificate in ``norm``)."""
+    """Certified accuracy of one model's rows at each radius of ``radii`` (m,), over its
+    evaluated rows (NaN for every radius if no row has a certificate in ``norm``)."""
     radii = np.asarray(radii, dtype=float)
+    instances = evaluated(instances)
     best = best_guarantee(instances, norm).to_numpy()
     if not len(instances) or np.isnan(best).all():
         return np.full(radii.shape, np.nan)
@@ -121,10 +132,11 @@ def certified_share(instances: pd.DataFrame, norm: str, radii: np.ndarray) -> np
 
 
 def attack_share(instances: pd.DataFrame, norm: str, radii: np.ndarray) -> np.ndarray:
-    """The attack's bound on the certified accuracy at each radius (m,): the share of all
-    rows that are correct and not broken within the radius (NaN for every radius if the
-    norm was not attacked)."""
+    """The attack's bound on the certified accuracy at each radius (m,): the share of the
+    evaluated rows that are correct and not broken within the radius (NaN for every radius
+    if the norm was not attacked)."""
     radii = np.asarray(radii, dtype=float)
+    instances = evaluated(instances)
     if not len(instances) or not attacked(instances, norm):
         return np.full(radii.shape, np.nan)
     upper = best_upper_bound(instances, norm).to_numpy()
