@@ -1261,3 +1261,29 @@ def test_the_field_section_judges_certified_accuracy_at_the_radius(tmp_path: Pat
     table = got["met"].rows
     assert table["certified at 1.58"].iloc[0] == "66.0%"  # best first
     assert table["attack's bound at 1.58"].iloc[0] == "80.0%"
+
+
+def test_export_keeps_the_weights_it_is_asked_for(tmp_path: Path) -> None:
+    """--weights copies each named model's file under models/ and records its SHA-256; a
+    model the run did not train is refused with a line that names it."""
+    import hashlib
+
+    from crosslip.reproduction.export import ExportError
+
+    res, cfg = make_results(tmp_path / "run", good_rows())
+    model = res / "models" / "mnist" / "net-a" / "model.pt"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"weights of net-a")
+    docs = tmp_path / "docs"
+    dest = export_run(res, "kept", [cfg], "snakemake", docs=docs, machine="m", weights=["net-a"])
+    kept = yaml.safe_load((dest / "run.yaml").read_text())["weights"]
+    assert kept == {
+        "net-a": {
+            "file": "models/net-a.pt",
+            "sha256": hashlib.sha256(b"weights of net-a").hexdigest(),
+        }
+    }
+    assert (dest / "models" / "net-a.pt").read_bytes() == b"weights of net-a"
+    with pytest.raises(ExportError, match=r"--weights net-b: no .*net-b/model\.pt"):
+        export_run(res, "other", [cfg], "snakemake", docs=docs, machine="m", weights=["net-b"])
+    assert not (docs / "reproduction" / "other").exists()

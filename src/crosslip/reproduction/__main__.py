@@ -52,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         help="outputs of benchmarks/*.py run on the same machine (kept in run.yaml)",
     )
     ex.add_argument(
+        "--weights",
+        nargs="+",
+        default=[],
+        metavar="MODEL_ID",
+        help="models whose files to keep under models/<model id>.pt (their SHA-256 in "
+        "run.yaml), so that they can be certified again without training",
+    )
+    ex.add_argument(
         "--pool",
         help="a label shared by runs the record evaluates as one (same settings, other models)",
     )

@@ -18,6 +18,7 @@ installed.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 import shutil
@@ -38,8 +39,11 @@ TABLES = ["tables/summary.csv", "tables/table1_global_local.csv", "tables/kernel
 FIGURES = [
     "figures/bounds_vs_error/*.png",
     "figures/bracket/*.png",
+    "figures/certified_accuracy/*.png",
     "figures/adversarial_samples.png",
 ]
+#: Where a run folder keeps the model files of ``--weights``.
+WEIGHTS_DIR = "models"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -170,6 +174,7 @@ def export_run(
     results_written: str | None = None,
     pool: str | None = None,
     benchmarks: list[Path | str] | None = None,
+    weights: list[str] | None = None,
 ) -> Path:
     """Copy the tables and figures of the finished run in ``results`` into
     ``<docs>/reproduction/<name>/`` and write its ``run.yaml``; return that folder.
@@ -177,7 +182,9 @@ def export_run(
     The arguments are the command line's (``python -m crosslip.reproduction export --help``):
     ``commit`` is ``--commit`` (default: this checkout's HEAD, :func:`run_commit`),
     ``results_written`` is ``--ran-on`` (default: the modification time of ``summary.csv``),
-    ``benchmarks`` are kept in run.yaml by file name. An existing run folder is replaced
+    ``benchmarks`` are kept in run.yaml by file name; the model files of the model ids
+    ``weights`` (``--weights``) are copied to ``models/<model id>.pt``, their SHA-256 in
+    run.yaml (``weights``). An existing run folder is replaced
     only with ``force``, and only once the new one is complete (:func:`atomic_dir`).
     """
     results, docs = Path(results), Path(docs)
@@ -202,6 +209,15 @@ def export_run(
     dest = docs / "reproduction" / name
     if dest.exists() and not force:
         raise ExportError(f"{dest} exists: choose another --name or pass --force to replace it")
+    model_files = {}
+    for model_id in weights or []:
+        found = sorted(results.glob(f"models/*/{model_id}/model.pt"))
+        if len(found) != 1:
+            raise ExportError(
+                f"--weights {model_id}: {'no' if not found else 'more than one'} "
+                f"{results}/models/<dataset>/{model_id}/model.pt; name a model the run trained"
+            )
+        model_files[model_id] = found[0]
     with atomic_dir(dest) as tmp:
         copied = []
         for pattern in TABLES + FIGURES:
@@ -210,6 +226,15 @@ def export_run(
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, target)
                 copied.append(str(src.relative_to(results)))
+        kept = {}
+        for model_id, src in model_files.items():
+            target = tmp / WEIGHTS_DIR / f"{model_id}.pt"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+            kept[model_id] = {
+                "file": f"{WEIGHTS_DIR}/{model_id}.pt",
+                "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+            }
         evaluated = summary[summary["n_eval"] > 0]
         if results_written is None:
             mtime = dt.datetime.fromtimestamp(summary_path.stat().st_mtime, tz=dt.UTC)
@@ -234,6 +259,7 @@ def export_run(
             "job_seconds": job_seconds(results),
             "benchmarks": benches,
             "files": copied,
+            "weights": kept,
             "config": cfg,
         }
         (tmp / RUN_FILE).write_text(dump_yaml(run))
