@@ -380,6 +380,16 @@ BAD_CONFIGS = [
         yaml.safe_dump(BASE).replace("epochs: 1", "epochs: 1.0e2"),
         ['config key train.epochs: wrong type ("1.0e2")', "1.0e+6"],
     ),
+    # Snakemake's --config passes the values inside a mapping as text
+    (
+        "number-as-text-from-the-command-line",
+        changed(BASE, certify__n_points="1000"),
+        [
+            'config key certify.n_points: wrong type ("1000")',
+            "Snakemake's --config passes every value inside a mapping",
+            "--configfile",
+        ],
+    ),
     # consistency checks after the schema (crosslip.config.grid.training_grid)
     (
         "trains-no-model",

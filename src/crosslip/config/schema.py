@@ -177,6 +177,10 @@ def problems(error: Any, root: dict[str, Any]) -> list[str]:
         hint = (
             f"; YAML reads {value} as text: write numbers with a dot and a signed exponent, "
             "e.g. 1.0e-3 or 1.0e+6"
+            if "e" in value.lower()
+            else f"; {value} arrived as text, as Snakemake's --config passes every value "
+            "inside a mapping (e.g. certify={n_points: 1000}): put such settings in a YAML "
+            "file and add it with --configfile"
         )
     return [
         f"config key {key or '(top level)'}: {what} ({_show(value)}); "
