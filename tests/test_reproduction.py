@@ -1249,6 +1249,10 @@ def test_the_field_section_judges_certified_accuracy_at_the_radius(tmp_path: Pat
         row["certified_accuracy_l2_1.58"], row["attack_accuracy_l2_1.58"] = cert, att
     strong = model_row("mnist", "certified_margin", 1.0, target["max_test_error"], 1.9, 2.2)
     strong.update({"certified_accuracy_l2_1.58": 0.66, "attack_accuracy_l2_1.58": 0.8})
+    # certified on fewer points than attacked: the table counts the certified ones
+    strong.update({"n_eval": 10000, "n_certified": 1000})
+    for row in rows:
+        row["n_certified"] = row["n_eval"]
     export(tmp_path, "met", [*rows, strong], docs)
     too_wrong = dict(strong, test_error=target["max_test_error"] + 0.01, model_id="cm-high")
     export(tmp_path, "not-met", [*rows, too_wrong], docs)
@@ -1261,6 +1265,7 @@ def test_the_field_section_judges_certified_accuracy_at_the_radius(tmp_path: Pat
     table = got["met"].rows
     assert table["certified at 1.58"].iloc[0] == "66.0%"  # best first
     assert table["attack's bound at 1.58"].iloc[0] == "80.0%"
+    assert table["points"].iloc[0] == "1,000" and "1,000" in got["met"].points
 
 
 def test_export_keeps_the_weights_it_is_asked_for(tmp_path: Path) -> None:

@@ -20,7 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..certified_accuracy import DEFAULT_RADII, accuracy_columns, accuracy_row, share_exact
+from ..certified_accuracy import (
+    DEFAULT_RADII,
+    accuracy_columns,
+    accuracy_row,
+    evaluated,
+    share_exact,
+)
 from ..io.files import atomic_path
 from ..norms import NORMS
 from ..results_schema import (
@@ -35,6 +41,7 @@ SUMMARY_COLUMNS = [
     *MODEL_KEYS,
     "n_eval",
     "n_correct",
+    "n_certified",
     *[f"mean_{c}" for c in MEAN_COLUMNS],
     "mean_upper_bound",
     "attack_success_rate",
@@ -103,6 +110,7 @@ def summarize(
                 **dict(zip(MODEL_KEYS, key, strict=True)),
                 "n_eval": len(g),
                 "n_correct": len(ok),
+                "n_certified": len(evaluated(g)),
                 **{f"mean_{c}": ok[c].mean() for c in MEAN_COLUMNS},
                 "mean_upper_bound": ok["upper_bound"].mean(),
                 "attack_success_rate": ok["attack_success"].mean() if len(ok) else float("nan"),
@@ -124,7 +132,9 @@ def add_diverged(summary: pd.DataFrame, metrics: list[dict]) -> pd.DataFrame:
     for m in metrics:
         if (m["dataset"], m["model_id"]) in have:
             continue
-        extra.append({**model_keys(m, m["model_id"]), "n_eval": 0, "n_correct": 0})
+        extra.append(
+            {**model_keys(m, m["model_id"]), "n_eval": 0, "n_correct": 0, "n_certified": 0}
+        )
     if not extra:
         return summary
     return pd.concat([summary, pd.DataFrame(extra)], ignore_index=True)[SUMMARY_COLUMNS]

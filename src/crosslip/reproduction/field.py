@@ -55,6 +55,12 @@ def anchors() -> pd.DataFrame:
     )
 
 
+def certified_points(nets: pd.DataFrame) -> pd.Series:
+    """The points each network was certified on (``n_certified``; ``n_eval`` in a summary
+    written before that column, where both were the same)."""
+    return nets["n_certified"] if "n_certified" in nets else nets["n_eval"]
+
+
 def field_runs(units: list[C.Run]) -> list[FieldRun]:
     """The runs with networks on full MNIST whose summary has the certified accuracy at the
     radius, in record order."""
@@ -79,7 +85,7 @@ def field_runs(units: list[C.Run]) -> list[FieldRun]:
                 "mean best certificate": [
                     C.num(v) for v in C.column(nets, "mean_guarantee_l2_best")
                 ],
-                "points": [f"{int(n):,}" for n in nets["n_eval"]],
+                "points": [f"{int(n):,}" for n in certified_points(nets)],
             }
         )
         ok = nets[nets["test_error"] <= target["max_test_error"]]
@@ -91,6 +97,6 @@ def field_runs(units: list[C.Run]) -> list[FieldRun]:
             else f"{_pct(top[cert])} ({C.LABEL.get(top['method'], top['method'])}, "
             f"test error {C.pct(top['test_error'])}, attack's bound {_pct(top.get(att))})"
         )
-        points = ", ".join(sorted({f"{int(n):,}" for n in nets["n_eval"]}))
+        points = ", ".join(sorted({f"{int(n):,}" for n in certified_points(nets)}))
         out.append(FieldRun(unit.name, points, rows, met, best))
     return out
