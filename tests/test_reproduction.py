@@ -1221,8 +1221,9 @@ def test_committed_record_counts_the_claims_and_says_why_the_rest_were_not_run()
         f"of {len(P.CLAIMS)} claims **{n[REPRODUCED]} are reproduced**, "
         f"**{n[NOT_REPRODUCED]} not reproduced** and **{n[NOT_RUN]} not run**"
     ) in glance
-    # at equal epochs a run on full MNIST heads one on the embedded 5,000 digits
-    assert "mnist-h100-200ep" in firsts[0] and "mnist5k" in firsts[2], firsts[:3]
+    # at equal epochs a run on full MNIST heads one on the embedded 5,000 digits, also for
+    # the claim that only runs with the best sound certificate can judge
+    assert "mnist-h100-200ep" in firsts[0] and "mnist-certified-cpu" in firsts[2], firsts[:3]
     headlines = section(md, "Each claim at the largest scale we ran")
     for row, first in zip(rows, firsts, strict=True):
         title = row.split("|")[1].strip()
@@ -1292,3 +1293,27 @@ def test_export_keeps_the_weights_it_is_asked_for(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"--weights net-b: no .*net-b/model\.pt"):
         export_run(res, "other", [cfg], "snakemake", docs=docs, machine="m", weights=["net-b"])
     assert not (docs / "reproduction" / "other").exists()
+
+
+def test_recertify_configs_name_the_committed_weights() -> None:
+    """Every config that re-certifies a committed run's networks (external models, no
+    training) validates, and each model file it names is committed, kept in that run's
+    run.yaml under the same SHA-256, so that the one documented command certifies exactly the
+    networks whose numbers the record quotes."""
+    import hashlib
+
+    from crosslip.config.validate import validate
+
+    configs = sorted((ROOT / "config" / "reproduction").glob("*_recertify.yaml"))
+    assert configs, "no re-certification config"
+    for path in configs:
+        config = validate(yaml.safe_load(path.read_text()))
+        assert config["train"]["grid"] == {} and config["external_models"], path.name
+        for model in config["external_models"]:
+            file = ROOT / model["path"]
+            assert model["format"] == "crosslip" and file.is_file(), (path.name, model["path"])
+            digest = hashlib.sha256(file.read_bytes()).hexdigest()
+            assert digest == model["sha256"], (path.name, model["path"])
+            run = yaml.safe_load((file.parents[1] / "run.yaml").read_text())
+            kept = run["weights"][file.stem]
+            assert kept == {"file": f"models/{file.name}", "sha256": digest}, path.name
