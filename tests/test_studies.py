@@ -359,3 +359,20 @@ def test_the_soundness_study_finds_no_sample_inside_a_certified_ball(tmp_path: P
     assert rows["l2"]["violations"] == 0 and rows["l2"]["found"] == 10
     assert rows["l2"]["ratio_min"] >= 1.0
     assert rows["linf"]["violations"] == 1 and result["violations"] == 1
+
+
+def test_the_committed_soundness_study_finds_no_violation_and_renders() -> None:
+    """``study_soundness.py``'s committed result on the networks trained for the
+    certificate: no verified sample inside any best certificate's ball (every ratio of the
+    attack to the certificate at least 1), and the record renders one row per network and
+    norm."""
+    path = ROOT / "docs/reproduction/studies/soundness/mnist-certified.json"
+    res = json.loads(path.read_text())["result"]
+    assert res["kind"] == "soundness" and res["violations"] == 0
+    assert {r["norm"] for r in res["rows"]} == {"l2", "l1", "linf"}
+    for r in res["rows"]:
+        assert r["violations"] == 0 and r["ratio_min"] >= 1.0, (r["network"], r["norm"])
+        assert 0 < r["found"] <= r["points"]
+    ((title, table),) = study_tables(res)
+    assert "thorough budget" in title and len(table) == len(res["rows"])
+    assert (table["violations"] == "0").all()
