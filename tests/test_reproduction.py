@@ -48,9 +48,9 @@ DOCS = ROOT / "docs"
 #: The first GPU runs (docs/reproduction/mnist-h100-*/ were exported from them), under
 #: ``$CROSSLIP_SHARED`` (tests.helpers.shared_path).
 H100_RUNS = ("gpu-runs", "h100-0b2a5f5")
-#: Where the exports name ``$CROSSLIP_SHARED``: the folder ``shared`` beside the checkout
-#: they were made in (their ``exported_from``, relative to the checkout).
-EXPORTED_FROM_SHARED = "../shared/"
+#: The runs exported from ``$CROSSLIP_SHARED/gpu-runs/`` name their folder from there on
+#: (``exported_from`` ``gpu-runs/<machine>/<run>``).
+EXPORTED_FROM_SHARED = "gpu-runs/"
 
 
 # --------------------------------------------------------------------------------------
@@ -1157,8 +1157,8 @@ def test_the_200_epoch_table_is_the_h100_summaries() -> None:
 
 
 def test_committed_copies_are_their_sources() -> None:
-    """Every table of a run exported from the shared folder (``exported_from`` under
-    ``../shared/``, read under ``$CROSSLIP_SHARED``) is a byte copy of the file it came
+    """Every table of a run exported from the GPU runs (``exported_from`` under
+    ``gpu-runs/``, read under ``$CROSSLIP_SHARED``) is a byte copy of the file it came
     from."""
     runs = [
         r
@@ -1168,7 +1168,7 @@ def test_committed_copies_are_their_sources() -> None:
     if not runs:
         pytest.skip("no committed run was exported from the shared folder")
     for run in runs:
-        source = run.meta["exported_from"].removeprefix(EXPORTED_FROM_SHARED).split("/")
+        source = run.meta["exported_from"].split("/")
         for rel in run.meta["files"]:
             original = shared_path(*source, files=[rel]) / rel
             assert (run.folder / rel).read_bytes() == original.read_bytes(), (run.name, rel)
