@@ -69,9 +69,9 @@ def network_row(df: pd.DataFrame) -> dict:
     return row
 
 
-def mlp_frames(results: Path) -> list[pd.DataFrame]:
+def mlp_frames(results: Path, setting: str | None = None) -> list[pd.DataFrame]:
     """The per-instance results of every one-hidden-layer network of a finished run that
-    was certified with the certificates beyond the paper."""
+    was certified with the certificates beyond the paper (of ``setting`` only, if given)."""
     files = sorted((results / "instances").glob("*/*.parquet"))
     if not files:
         raise SystemExit(f"{results}: no instances/<dataset>/*.parquet (a finished run?)")
@@ -79,7 +79,10 @@ def mlp_frames(results: Path) -> list[pd.DataFrame]:
     return [
         df
         for df in frames
-        if len(df) and df["family"].iloc[0] == "mlp" and "guarantee_l2_best" in df
+        if len(df)
+        and df["family"].iloc[0] == "mlp"
+        and "guarantee_l2_best" in df
+        and (setting is None or df["setting"].iloc[0] == setting)
     ]
 
 

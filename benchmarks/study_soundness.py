@@ -104,9 +104,7 @@ def main() -> None:
     bench = start(arguments())
     args, dev = bench.args, bench.device
     rows = []
-    for df in mlp_frames(args.results):
-        if df["setting"].iloc[0] != "plain":
-            continue
+    for df in mlp_frames(args.results, setting="plain"):
         for r in network_rows(args.results, df, args, dev):
             rows.append(r)
             print(
@@ -127,8 +125,6 @@ def main() -> None:
         "rows": rows,
         "violations": sum(r["violations"] for r in rows),
     }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
     finish(res, args.out)
 
 

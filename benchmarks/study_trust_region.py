@@ -103,19 +103,18 @@ def main() -> None:
     bench = start(arguments())
     args, dev = bench.args, bench.device
     rows = []
-    for df in mlp_frames(args.results):
-        if df["setting"].iloc[0] == "plain":
-            rows.append(network_row(args.results, df, args.points, args.steps, dev))
-            r = rows[-1]
-            print(
-                f"{r['network']:<36} best {r['mean_best_run']:.3f} -> {r['mean_best']:.3f} "
-                f"(curvature {r['mean_curvature_lambda_max']:.3f} -> "
-                f"{r['mean_curvature_trust_region']:.3f}), upper {r['mean_upper_bound_best']:.3f}:"
-                f" bracket x{r['bracket_run']:.2f} -> x{r['bracket_best']:.2f}; "
-                f"{r['seconds_per_point_trust_region']:.3f} s/point "
-                f"(x{r['trust_region_vs_l2_seconds']:.0f} guarantee_l2's)",
-                flush=True,
-            )
+    for df in mlp_frames(args.results, setting="plain"):
+        rows.append(network_row(args.results, df, args.points, args.steps, dev))
+        r = rows[-1]
+        print(
+            f"{r['network']:<36} best {r['mean_best_run']:.3f} -> {r['mean_best']:.3f} "
+            f"(curvature {r['mean_curvature_lambda_max']:.3f} -> "
+            f"{r['mean_curvature_trust_region']:.3f}), upper {r['mean_upper_bound_best']:.3f}:"
+            f" bracket x{r['bracket_run']:.2f} -> x{r['bracket_best']:.2f}; "
+            f"{r['seconds_per_point_trust_region']:.3f} s/point "
+            f"(x{r['trust_region_vs_l2_seconds']:.0f} guarantee_l2's)",
+            flush=True,
+        )
     print(bench.machine_line())
     res = {
         "kind": "trust_region",

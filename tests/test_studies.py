@@ -270,25 +270,34 @@ def test_the_committed_trust_region_study_adds_up_and_renders() -> None:
     assert table["best per point (bracket): run → with it"].str.contains("→").all()
 
 
-def test_the_trust_region_study_runs_on_a_finished_runs_files(tmp_path: Path) -> None:
-    """A results folder as the workflow leaves it (prepared data, a model, its instances):
-    the study certifies the first correct points again and relates them to the run's."""
+def finished_run_files(res: Path, net, n: int, seed: int):
+    """The files a finished run leaves for the studies to read, under ``res``: ``n``
+    random 6-pixel digits of 3 classes as mnist5k's prepared data (test = training split)
+    and ``net`` as the model ``net``. Returns the digits (n, 6)."""
     import numpy as np
-    import torch
 
     from crosslip.data.dataset import Dataset, save_prepared
     from crosslip.models.checkpoints import save_model
 
+    gen = np.random.default_rng(seed)
+    x = gen.integers(0, 256, (n, 6)).astype(np.float32) / 255
+    y = gen.integers(0, 3, n)
+    (res / "data").mkdir(parents=True)
+    save_prepared(Dataset("mnist5k", x, y, x, y, (6,), 3), res / "data" / "mnist5k.npz")
+    save_model(net, res / "models" / "mnist5k" / "net" / "model.pt")
+    return x
+
+
+def test_the_trust_region_study_runs_on_a_finished_runs_files(tmp_path: Path) -> None:
+    """A results folder as the workflow leaves it (prepared data, a model, its instances):
+    the study certifies the first correct points again and relates them to the run's."""
+    import torch
+
     from .helpers import random_net
 
     res = tmp_path / "results"
-    gen = np.random.default_rng(0)
-    x = gen.integers(0, 256, (12, 6)).astype(np.float32) / 255
-    y = gen.integers(0, 3, 12)
-    (res / "data").mkdir(parents=True)
-    save_prepared(Dataset("mnist5k", x, y, x, y, (6,), 3), res / "data" / "mnist5k.npz")
     net = random_net(6, 3, 10, 4, 2.0)
-    save_model(net.float(), res / "models" / "mnist5k" / "net" / "model.pt")
+    x = finished_run_files(res, net.float(), 12, seed=0)
     with torch.no_grad():
         pred = net.double()(torch.as_tensor(x, dtype=torch.float64)).argmax(1).numpy()
     frame = instances("net", "cross_lipschitz", 0.1, 0.2, 5.0).iloc[:4]
@@ -320,23 +329,15 @@ def test_the_trust_region_study_runs_on_a_finished_runs_files(tmp_path: Path) ->
 def test_the_soundness_study_finds_no_sample_inside_a_certified_ball(tmp_path: Path) -> None:
     """On a finished run's files, the strong attack's samples are verified and never closer
     than the run's certificates; a certificate made too large is caught as a violation."""
-    import numpy as np
     import torch
 
     from crosslip.certify import certify_softplus
-    from crosslip.data.dataset import Dataset, save_prepared
-    from crosslip.models.checkpoints import save_model
 
     from .helpers import random_net
 
     res = tmp_path / "results"
-    gen = np.random.default_rng(1)
-    x = gen.integers(0, 256, (10, 6)).astype(np.float32) / 255
-    y = gen.integers(0, 3, 10)
-    (res / "data").mkdir(parents=True)
-    save_prepared(Dataset("mnist5k", x, y, x, y, (6,), 3), res / "data" / "mnist5k.npz")
     net = random_net(6, 3, 10, 4, 2.0, bias=False).double()
-    save_model(net, res / "models" / "mnist5k" / "net" / "model.pt")
+    x = finished_run_files(res, net, 10, seed=1)
     cert = certify_softplus(net, torch.as_tensor(x, dtype=torch.float64), kinds=("l2", "linf"))
     frame = instances("net", "cross_lipschitz", 0.1, 0.2, 5.0).iloc[:1]
     frame = pd.concat([frame] * 10, ignore_index=True)
