@@ -4,6 +4,7 @@ and the arrays of .npz files, read without unpickling."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -106,3 +107,12 @@ def read_npz_array(
         raise error(
             f"{path}: array {key} cannot be read ({exc}); the file is damaged or truncated"
         ) from exc
+
+
+def sha256_of(path: Path | str) -> str:
+    """The SHA-256 hex digest of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -31,7 +31,6 @@ nested or non-tensor entries, garbage bytes, object arrays in an ``.npz``.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import zipfile
 import zlib
@@ -45,7 +44,7 @@ from torch import nn
 
 from ..config.validate import MODEL_SUFFIX_FORMATS
 from ..errors import ModelFileError
-from ..io.files import read_npz_array
+from ..io.files import read_npz_array, sha256_of
 from .checkpoints import load_error_reason, load_model
 from .exported import is_pt2_archive, load_exported
 from .kernels import GaussianKernelModel
@@ -83,15 +82,6 @@ def is_torchscript(path: Path | str) -> bool:
     except (zipfile.BadZipFile, OSError):
         return False
     return any("/code/" in n or n.endswith("/constants.pkl") for n in names)
-
-
-def sha256_of(path: Path | str) -> str:
-    """The SHA-256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_state_dict_file(path: Path | str) -> dict[str, torch.Tensor]:

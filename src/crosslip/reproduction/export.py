@@ -18,7 +18,6 @@ installed.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import re
 import shutil
@@ -30,7 +29,7 @@ import yaml
 
 from ..config.validate import merged_files, validate
 from ..errors import ConfigError
-from ..io import atomic_dir
+from ..io.files import atomic_dir, sha256_of
 from ..machine import git_commit, git_state, machine_description
 
 RUN_FILE = "run.yaml"
@@ -233,7 +232,7 @@ def export_run(
             shutil.copyfile(src, target)
             kept[model_id] = {
                 "file": f"{WEIGHTS_DIR}/{model_id}.pt",
-                "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+                "sha256": sha256_of(target),
             }
         evaluated = summary[summary["n_eval"] > 0]
         if results_written is None:

@@ -17,10 +17,10 @@ from ..data import load_prepared
 from ..device import host_tensor
 from ..errors import ModelFileError
 from ..families import EXTERNAL
-from ..io.files import atomic_path, write_json
+from ..io.files import atomic_path, sha256_of, write_json
 from ..models.checkpoints import save_model
 from ..models.exported import ExportedClassifier
-from ..models.external import guarantees_of, load_external, model_format, sha256_of
+from ..models.external import guarantees_of, load_external, model_format
 from ..models.torch_softplus import TorchSoftplusNet
 
 
