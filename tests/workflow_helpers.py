@@ -117,7 +117,15 @@ SWEEP = {
         },
     },
     "certify": {"n_points": 1000, "kinds": ["local", "global"]},
-    "attack": {"n_points": 5, "norms": ["l2"], "refine_steps": 0, "n_examples": 1},
+    "attack": {
+        "n_points": 5,
+        "norms": ["l2"],
+        "refine_steps": 0,
+        "n_examples": 1,
+        "min_norm_steps": 10,
+        "min_norm_targets": 1,
+        "min_norm_restarts": 0,
+    },
 }
 DIVERGED = "weight_decay-lr1000-lam1-seed0"
 #: The pipeline tests' tiny run (conftest ``tiny_run``): 4 net regularizers x 3 settings and
@@ -147,7 +155,15 @@ TINY_RUN = {
     # every model of a family and setting certified (attacked) in one job: the batched
     # path of the evaluation, and 8 jobs instead of 30
     "certify": {"n_points": 15, "batch_models": True},
-    "attack": {"n_points": 15, "batch_models": True},
+    # a short minimal-norm attack (the default budget's walks are most of the run's attack
+    # time): the pipeline, not the attack's strength, is what these runs test
+    "attack": {
+        "n_points": 15,
+        "batch_models": True,
+        "min_norm_steps": 20,
+        "min_norm_targets": 1,
+        "min_norm_restarts": 1,
+    },
 }
 #: One thread per job: two jobs run at once on the 2 cores (and every run of a model uses
 #: the same number of threads, so that its floating-point results are reproducible). Last
