@@ -107,6 +107,26 @@ def test_a_nan_in_the_factorised_matrix_proves_nothing():
     assert math.isinf(got[1]) and torch.isfinite(got[[0, 2]]).all()
 
 
+@pytest.mark.parametrize("block", ["rgr", "C"])
+def test_a_nan_in_the_convex_units_proves_nothing(block):
+    """The direct proof with the convex units (:class:`SignedPart`): a NaN in either of its
+    blocks fails that row only."""
+    net = random_net(6, 3, 12, 5, 2.0)
+    x = random_points(4, 6, 6)
+    rng, m, _, _ = pieces(net, x, 2.0, False)
+    bound = TrustRegionBound(rng, m, 4)
+    gen = torch.Generator().manual_seed(2)
+    kappa = torch.rand(3, net.U.shape[0], dtype=DT, generator=gen)
+    convex = torch.rand(3, net.U.shape[0], dtype=DT, generator=gen)
+    kappa[:, ::2], convex[:, 1::2] = 0.0, 0.0
+    mu = 2 * bound.curvature(kappa)  # above lambda_max of the concave part: provable
+    part = bound.signed_part(kappa, convex, mu)
+    assert part.rgr.shape[1] > 0
+    getattr(part, block)[1, 0, 0] = NAN
+    got = part.verify(mu)
+    assert math.isinf(got[1]) and torch.isfinite(got[[0, 2]]).all()
+
+
 @pytest.mark.parametrize("where", ["sup", "inf"])
 def test_a_nan_secant_piece_gives_zero_curvature_radii(monkeypatch, where):
     """NaN secant bounds (each unit's curvature over its range: ``sup`` for the concave

@@ -178,6 +178,68 @@ def test_a_verified_mu_is_at_least_the_real_largest_eigenvalue():
     assert torch.all(torch.isfinite(found)) and torch.all(found >= lam)
 
 
+def signed_rows(rows: int, seed: int):
+    """A trust-region bound of a random 12-40-3 net and ``rows`` rows of mixed curvature:
+    each unit concave (``kappa`` in [0.5, 3]) or convex (``convex`` in [0.5, 3], half of
+    them), the smallest eigenvalue of each row's ``U^T diag(convex - kappa) U`` and the
+    largest of its concave part ``U^T diag(kappa) U``."""
+    bound, _, _ = concave_rows(1, every=3, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 7)
+    size = (rows, 40)
+    value = 0.5 + 2.5 * torch.rand(size, generator=gen, dtype=torch.float64)
+    is_convex = torch.rand(size, generator=gen) < 1 / 2
+    kappa, convex = value.masked_fill(is_convex, 0.0), value.masked_fill(~is_convex, 0.0)
+    U = bound.U
+    low = torch.linalg.eigvalsh(torch.einsum("hd,mh,he->mde", U, convex - kappa, U))[:, 0]
+    high = torch.linalg.eigvalsh(torch.einsum("hd,mh,he->mde", U, kappa, U))[:, -1]
+    return bound, kappa, convex, low, high
+
+
+def test_the_direct_proof_reaches_the_real_smallest_eigenvalue_and_never_passes_it(
+    monkeypatch,
+):
+    """``mu I + U^T diag(q) U >= 0`` proved with the convex units (the Schur complement of
+    :class:`SignedPart`), against a dense eigendecomposition: every ``mu`` just above the
+    real ``-lambda_min`` is proved (within 1e-5, every unit factorised), none 0.1% below;
+    the concave part alone would need ``lambda_max(U^T diag(kappa) U)``, well above it."""
+    monkeypatch.setattr(trust_region, "SIGNED_TAIL_SHARE", 0.0)  # no unit left to its trace
+    monkeypatch.setattr(trust_region, "TAIL_SHARE", 0.0)
+    bound, kappa, convex, low, high = signed_rows(8, seed=3)
+    need = -low
+    assert torch.all(need > 0) and torch.all(need < 0.97 * high)  # the convex units help
+    assert torch.any(need < 0.8 * high)
+    mu = need * (1 + 1e-6)
+    got = bound.signed_part(kappa, convex, mu).verify(mu)
+    assert torch.all(torch.isfinite(got)) and torch.all(got >= need)
+    assert torch.all(got <= need * (1 + 1e-5))
+    below = need * (1 - 1e-3)
+    assert torch.all(torch.isinf(bound.signed_part(kappa, convex, below).verify(below)))
+    # through verified(): where the concave part alone fails, the direct proof passes
+    cheap = bound.curvature(kappa)
+    via = bound.verified(kappa, mu, cheap, convex)
+    assert torch.all(via >= need) and torch.all(via <= need * (1 + 1e-5))
+    without = bound.verified(kappa, mu, cheap)
+    assert torch.all(without >= high)
+
+
+def test_the_direct_proof_with_units_left_out_stays_sound():
+    """With the default tail (concave units left to their trace) and small convex units
+    left out, a verified ``mu`` is never below the real ``-lambda_min``, for ``mu`` from
+    far below it to above it."""
+    bound, kappa, convex, low, _ = signed_rows(6, seed=11)
+    convex[:, ::5] *= 1e-5  # convex units below CONVEX_SHARE: left out
+    kappa[:, 1::7] *= 1e-4  # concave units for the tail
+    U = bound.U
+    low = torch.linalg.eigvalsh(torch.einsum("hd,mh,he->mde", U, convex - kappa, U))[:, 0]
+    for factor in (0.3, 0.9, 0.999, 1.001, 1.1, 2.0):
+        mu = -low * factor
+        got = bound.signed_part(kappa, convex, mu).verify(mu)
+        proved = torch.isfinite(got)
+        assert torch.all(got[proved] >= -low[proved]), factor
+        assert factor < 1 or proved.any(), factor
+        assert factor < 1.1 or proved.all(), factor  # units left out cost less than 10%
+
+
 def test_a_mu_is_verified_cheaply_where_it_can_be_and_never_below_the_real_eigenvalue():
     """Rows whose ``mu`` is at least the cheap curvature bound keep it (no factorisation);
     the others come back verified by a factorisation, from ``mu`` or from the estimate
@@ -258,9 +320,9 @@ def test_a_row_whose_cheaply_verified_bound_suffices_is_not_factorised():
     factorised = [0]
     real = bound.factorised
 
-    def counted(kappa, mu):
+    def counted(kappa, mu, convex=None):
         factorised[0] += len(mu)
-        return real(kappa, mu)
+        return real(kappa, mu, convex)
 
     bound.factorised = counted
 
