@@ -127,6 +127,17 @@ class CurvatureBound:
         return delta, grad, err, kappa, self.m[x_idx, j]
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        point, cls, kappa, m_rows, lowers = self.row_bounds(idx, r, need)
+        out = torch.full_like(self.m[idx], math.inf)
+        out[point, cls] = radius_of(m_rows, lowers, self.curvature(kappa))
+        return out
+
+    def row_bounds(
+        self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[QuadLower]]:
+        """The needed rows of the points ``idx`` at R = ``r``: their point (position in
+        ``idx``) and class (nr,), ``kappa`` (nr, H), the margins' lower bounds (nr,) and
+        the lower bounds on the linear term (the ball's, and the box's in a box set)."""
         rng = self.rng
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
@@ -136,16 +147,17 @@ class CurvatureBound:
         s2 = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
         rows = idx[point]  # the point of each row
         _, grad, err, kappa, m_rows = self.rows(rows, c[point], cls, s2[point])
-        lower: QuadLower = dual_norm_lower(grad, err, rng.q)
-        quad = self.curvature(kappa).mul_(0.5)
-        rho = quad_radius(m_rows, lower, quad)
+        lowers = [dual_norm_lower(grad, err, rng.q)]
         if rng.box:
-            x_rows = rng.x[rows]
-            boxed = quad_radius(m_rows, box_lower(grad, err, x_rows, r[point], rng.p), quad)
-            rho = torch.maximum(rho, boxed)
-        out = torch.full_like(self.m[idx], math.inf)
-        out[point, cls] = rho
-        return out
+            lowers.append(box_lower(grad, err, rng.x[rows], r[point], rng.p))
+        return point, cls, kappa, m_rows, lowers
+
+
+def radius_of(m_rows: torch.Tensor, lowers: list[QuadLower], lam: torch.Tensor) -> torch.Tensor:
+    """The rows' radii (nr,) with the curvature constants ``lam`` (nr,): the largest over
+    the lower bounds on the linear term of :meth:`CurvatureBound.row_bounds`."""
+    quad = lam * 0.5
+    return torch.stack([quad_radius(m_rows, low, quad) for low in lowers]).max(0).values
 
 
 def signed_units(

@@ -53,6 +53,7 @@ from ..norms import NORMS
 from ..progress import Progress
 from .curvature import CurvatureBound
 from .integrated import integrated
+from .linf_curvature import LinfCurvatureBound
 from .relaxation import LinearRelaxation
 from .rounding import gamma, require_float64
 from .search import (
@@ -249,7 +250,8 @@ def _certify_batch(
                 exact = TrustRegionBound(rng(2), m, opt.trust_region_steps)
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)
             elif "curvature" in kinds:
-                curv = CurvatureBound(rng(p, box), m)
+                # L-inf: its constant through a diagonal scaling, proved (:mod:`.linf_curvature`)
+                curv = (LinfCurvatureBound if math.isinf(p) else CurvatureBound)(rng(p, box), m)
                 res[f"{col}_curvature{suffix}"] = radius(curv, box, res[col + suffix])
                 if p == 2 and opt.trust_region_steps:  # the ball's radius holds in the box
                     near = res[f"{col}_curvature{suffix}"]

@@ -257,7 +257,8 @@ class ConcavePart:
         _, T = lanczos(
             lambda v: torch.bmm(self.sgs, v[:, :, None])[:, :, 0], self.sgs.new_ones(m, k), steps
         )
-        return torch.linalg.eigvalsh(T)[:, -1].clamp_min(0.0)
+        # a NaN row estimates 0 (its proof then fails on the NaN itself)
+        return torch.linalg.eigvalsh(T.nan_to_num(0.0, 0.0, 0.0))[:, -1].clamp_min(0.0)
 
     def select(self, rows: torch.Tensor) -> ConcavePart:
         """The part of the ``rows`` (m',) only."""
@@ -284,6 +285,83 @@ class ConcavePart:
         # a NaN in the matrix can let a factorisation run to completion: it proves nothing
         ok &= torch.isfinite(sgs).flatten(1).all(1) & torch.isfinite(tail) & torch.isfinite(t2)
         return torch.where(ok, torch.maximum(verified, mu), torch.inf)
+
+
+@dataclass
+class UnitGram:
+    """The Gram matrix ``fl(G)`` (H, H) of the rows ``u_l`` of a weight matrix (d,) each,
+    with ``|fl(G) - G| <= gamma_d ||u_r|| ||u_m||`` entrywise (``d`` may be taken larger
+    to cover rows that are themselves rounded), and the rows' norms rounded up
+    (``norm_up`` and ``norm_sq_up``, (H,)): what :class:`ConcavePart` is built from."""
+
+    gram: torch.Tensor
+    norm_up: torch.Tensor
+    norm_sq_up: torch.Tensor
+    d: int
+
+    def ranking(
+        self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The units of each row (``kappa`` (m, H)) by ``kappa_l ||u_l||^2``, largest first:
+        their order and weights (m, H), and how many to keep (m,) so that the rest's trace
+        is at most ``share`` (default :data:`TAIL_SHARE`) times ``scale`` (m,) (without it:
+        every unit with ``kappa > 0``)."""
+        share = TAIL_SHARE if share is None else share
+        weight = kappa * self.norm_sq_up  # kappa_l ||u_l||^2
+        order = weight.argsort(dim=1, descending=True)
+        ranked = weight.gather(1, order)
+        if scale is None:
+            return order, ranked, (ranked > 0).sum(1)
+        left = ranked.flip(1).cumsum(1).flip(1)  # suffix sums: what is left after i units
+        return order, ranked, (left > share * scale[:, None]).sum(1)
+
+    def concave_part(
+        self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
+    ) -> ConcavePart:
+        """``U^T diag(kappa) U`` (rows (m, H)) split for :meth:`ConcavePart.verify`: the
+        units by ``kappa_l ||u_l||^2``, largest first, as many as it takes to leave a tail
+        of at most ``share`` (default :data:`TAIL_SHARE`) times ``scale`` (m,) (the ``mu``
+        sought; without it, every unit with ``kappa > 0``)."""
+        h = kappa.shape[1]
+        order, ranked, keep = self.ranking(kappa, scale, share)
+        k = min(TOP_UNITS, int(keep.max()) if kappa.numel() else 0)
+        top = order[:, :k]
+        tail = ranked[:, k:].sum(1).mul_(1 + gamma(h + 3))
+        s = kappa.gather(1, top).sqrt().mul_(1 + 4 * UNIT)
+        t2 = (s * self.norm_up[top]).square().sum(1).mul_(1 + gamma(k + 2))
+        G = torch.take(self.gram, top[:, :, None] * h + top[:, None, :])  # (m, k, k)
+        sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
+        return ConcavePart(sgs, tail, t2, self.d)
+
+    def largest(
+        self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
+    ) -> torch.Tensor:
+        """``mu`` (m,) with ``mu I - U^T diag(kappa) U`` positive semi-definite, proved by
+        :meth:`ConcavePart.verify` (the units split as :meth:`concave_part` splits them;
+        without ``scale``, every unit factorised): from a Lanczos estimate of ``lambda_max``
+        from below plus the tail, grown by :data:`RETRY_GROWTH`; ``inf`` where every try
+        fails."""
+        parts = self.concave_part(kappa, scale, share)
+        mu = (parts.estimate() + parts.tail) * (1 + 1e-6)
+        return grown(parts.verify, mu, parts.verify(mu), RETRY_GROWTH)
+
+
+def grown(
+    verify: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    mu: torch.Tensor,
+    mu_ok: torch.Tensor,
+    growth: tuple[float, ...],
+) -> torch.Tensor:
+    """``mu_ok`` (m,) where every row that failed (``inf``) is tried again at ``mu`` (m,;
+    changed) grown by each factor of ``growth`` in turn, ``verify(mu, rows)`` proving the
+    ``rows``, until it passes; ``inf`` where every try fails."""
+    for grow in growth:
+        failed = (~torch.isfinite(mu_ok)).nonzero()[:, 0]
+        if not len(failed):
+            break
+        mu[failed] *= grow
+        mu_ok[failed] = verify(mu[failed], failed)
+    return mu_ok
 
 
 @dataclass
@@ -366,6 +444,7 @@ class TrustRegionBound(CurvatureBound):
         self.gram_signed = terms.gram
         self.norm_up = terms.row_norms_up(2)
         self.norm_sq_up = self.norm_up.square().mul_(1 + 2 * UNIT)
+        self.units = UnitGram(self.gram_signed, self.norm_up, self.norm_sq_up, self.U.shape[1])
         self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
         self.abs_u = terms.abs_u
         self.u_dual = self.U.to(DUAL_DTYPE)
@@ -560,13 +639,7 @@ class TrustRegionBound(CurvatureBound):
             sub = parts.select(failed)
             mu[failed] = torch.maximum(mu[failed], (sub.estimate() + sub.tail) * (1 + 1e-6))
             mu_ok[failed] = parts.verify(mu[failed], failed)
-        for grow in RETRY_GROWTH:
-            failed = (~torch.isfinite(mu_ok)).nonzero()[:, 0]
-            if not len(failed):
-                break
-            mu[failed] *= grow
-            mu_ok[failed] = parts.verify(mu[failed], failed)
-        return mu_ok
+        return grown(parts.verify, mu, mu_ok, RETRY_GROWTH)
 
     def with_convex(
         self, kappa: torch.Tensor, convex: torch.Tensor, mu: torch.Tensor
@@ -578,14 +651,9 @@ class TrustRegionBound(CurvatureBound):
         est = self.lowest(convex - kappa)
         mu = torch.maximum(mu, est * (1 + 1e-6))
         signed = self.signed_part(kappa, convex, mu)
-        mu_ok = signed.verify(mu)
-        for grow in SIGNED_GROWTH:
-            failed = (~torch.isfinite(mu_ok)).nonzero()[:, 0]
-            if not len(failed):
-                break
-            mu[failed] *= grow
-            mu_ok[failed] = signed.select(failed).verify(mu[failed])
-        return mu_ok
+        return grown(
+            lambda m, rows: signed.select(rows).verify(m), mu, signed.verify(mu), SIGNED_GROWTH
+        )
 
     def lowest(self, q: torch.Tensor, steps: int = 24) -> torch.Tensor:
         """``-lambda_min(U^T diag(q) U)`` of each row ``q`` (m, H), from below (the smallest
@@ -600,20 +668,8 @@ class TrustRegionBound(CurvatureBound):
     def concave_part(
         self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
     ) -> ConcavePart:
-        """``U^T diag(kappa) U`` (rows (m, H)) split for :meth:`ConcavePart.verify`: the
-        units by ``kappa_l ||u_l||^2``, largest first, as many as it takes to leave a tail
-        of at most ``share`` (default :data:`TAIL_SHARE`) times ``scale`` (m,) (the ``mu``
-        sought; without it, every unit with ``kappa > 0``)."""
-        h = kappa.shape[1]
-        order, ranked, keep = self.ranking(kappa, scale, share)
-        k = min(TOP_UNITS, int(keep.max()) if kappa.numel() else 0)
-        top = order[:, :k]
-        tail = ranked[:, k:].sum(1).mul_(1 + gamma(h + 3))
-        s = kappa.gather(1, top).sqrt().mul_(1 + 4 * UNIT)
-        t2 = (s * self.norm_up[top]).square().sum(1).mul_(1 + gamma(k + 2))
-        G = torch.take(self.gram_signed, top[:, :, None] * h + top[:, None, :])  # (m, k, k)
-        sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
-        return ConcavePart(sgs, tail, t2, self.U.shape[1])
+        """:meth:`UnitGram.concave_part` of the hidden layer's rows."""
+        return self.units.concave_part(kappa, scale, share)
 
     def signed_part(
         self, kappa: torch.Tensor, convex: torch.Tensor, mu: torch.Tensor
@@ -646,18 +702,8 @@ class TrustRegionBound(CurvatureBound):
     def ranking(
         self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The units of each row (``kappa`` (m, H)) by ``kappa_l ||u_l||^2``, largest first:
-        their order and weights (m, H), and how many to keep (m,) so that the rest's trace
-        is at most ``share`` (default :data:`TAIL_SHARE`) times ``scale`` (m,) (without it:
-        every unit with ``kappa > 0``)."""
-        share = TAIL_SHARE if share is None else share
-        weight = kappa * self.norm_sq_up  # kappa_l ||u_l||^2
-        order = weight.argsort(dim=1, descending=True)
-        ranked = weight.gather(1, order)
-        if scale is None:
-            return order, ranked, (ranked > 0).sum(1)
-        left = ranked.flip(1).cumsum(1).flip(1)  # suffix sums: what is left after i units
-        return order, ranked, (left > share * scale[:, None]).sum(1)
+        """:meth:`UnitGram.ranking` of the hidden layer's rows."""
+        return self.units.ranking(kappa, scale, share)
 
     def verified_mu(self, kappa: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
         """``mu'`` >= ``mu`` (rounded up) with ``mu' I - U^T diag(kappa) U`` positive
