@@ -12,12 +12,13 @@ integrated along the ray), tried hard.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
 from crosslip.certify import curvature, relaxation, secant, trust_region
-from crosslip.certify.curvature import CurvatureBound
+from crosslip.certify.curvature import CurvatureBound, radius_of
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.integrated import SPAN, integrated
 from crosslip.certify.linear_min import box_lower, dual_norm_lower, quad_radius
@@ -477,3 +478,39 @@ def test_l1_curvature_is_the_exact_maximum_and_linf_bounds_every_vertex():
     assert torch.all(lam_inf >= exact_inf)
     assert torch.all(lam_inf <= per_unit * (1 + 1e-12))
     assert lam1[0] == 0 and lam_inf[0] == 0
+
+
+def test_l1_vertex_radius_is_the_concave_models_exact_radius():
+    """The L1 vertex form (``CurvatureBound.vertex_radius``) is the exact radius of its
+    concave model ``m - err r + a^T v - v^T K v / 2``: positive at every sampled point and
+    every vertex of the L1 ball just inside it, zero or below at a vertex just outside."""
+    net = random_net(6, 4, 16, 13, 2.0)
+    x = random_points(5, 6, 14)
+    rng, m, _, _ = pieces(net, x, 1.0, False)
+    bound = CurvatureBound(rng, m)
+    idx = torch.arange(len(x))
+    r = torch.full((len(x),), 0.5, dtype=DT)
+    rows = bound.row_bounds(idx, r, torch.ones_like(m, dtype=torch.bool))
+    rho = bound.vertex_radius(rows)
+    u = net.U.detach().to(DT)
+    gen = torch.Generator().manual_seed(5)
+    d = u.shape[1]
+    vertices = torch.cat([torch.eye(d, dtype=DT), -torch.eye(d, dtype=DT)])
+    for i in range(len(rho)):
+        K = (u.T * rows.kappa[i]) @ u
+        model = partial(concave_model, rows.margin[i], rows.err[i], rows.grad[i], K)
+
+        inside = rho[i] * (1 - 1e-9)
+        v = torch.randn(2000, d, generator=gen, dtype=DT)
+        v = v / v.abs().sum(1, keepdim=True) * inside * torch.rand(2000, 1, generator=gen)
+        assert torch.all(model(v, inside) > 0)
+        assert torch.all(model(vertices * inside, inside) > 0)
+        outside = rho[i] * (1 + 1e-6)
+        assert model(vertices * outside, outside).min() <= 0
+    old = radius_of(rows.margin, rows.lowers, bound.curvature(rows.kappa))
+    assert torch.all(rho >= old * (1 - 1e-12)) and torch.any(rho > old * 1.001)
+
+
+def concave_model(margin, err, a, K, v, s):
+    """The L1 curvature bound's model at the points ``v`` (n, d) of the ball of radius s."""
+    return margin - err * s + v @ a - 0.5 * ((v @ K) * v).sum(-1)

@@ -69,10 +69,10 @@ def test_every_row_is_covered_by_its_pair_and_takes_the_smaller_constant():
     need = torch.ones_like(m, dtype=torch.bool)
     for r in (0.01, 0.1, 1.0, 10.0):
         rr = torch.full((len(x),), r, dtype=DT)
-        point, cls, kappa, _, _ = bound.row_bounds(idx, rr, need)
-        c = rng.pred[point]
-        caps = torch.stack([pair_kappa(net, int(a), int(b)) for a, b in zip(c, cls, strict=True)])
-        assert torch.all(kappa <= caps * (1 + 1e-12))
+        rows = bound.row_bounds(idx, rr, need)
+        pairs = zip(rng.pred[rows.point], rows.cls, strict=True)
+        caps = torch.stack([pair_kappa(net, int(a), int(b)) for a, b in pairs])
+        assert torch.all(rows.kappa <= caps * (1 + 1e-12))
         got, base = bound(idx, rr, need), cheap(idx, rr, need)
         assert torch.all(got >= base)
     assert torch.any(bound(idx, torch.full((10,), 0.3, dtype=DT), need) > base)

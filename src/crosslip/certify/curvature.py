@@ -37,6 +37,15 @@ Class j cannot overtake c within the root ``rho_j`` of ``m - const - lin r - qua
 negative, so a network whose units are saturated or in their linear regime over the ball
 is certified nearly to its first-order distance ``m / ||grad g(x)||_q``.
 
+*L1 at the vertices.* In the L1 ball the linear and the quadratic term are minimised
+together: ``a^T v - v^T K v / 2`` (``a`` the computed gradient) is concave, so its minimum
+over the ball of radius ``s`` is at a vertex ``+-s e_i``, ``-s |a_i| - s^2 K_ii / 2``, and
+with the gradient's error ``g(x + v) >= m - max_i (r (|a_i| + err) + r^2 K_ii / 2)`` for
+``||v||_1 <= r``. Its radius is the smallest over ``i`` of each vertex's root, never below
+the form above, which pairs the largest ``|a_i|`` with the largest ``K_ii`` (on the record's
+full-MNIST networks, 10 points: the L1 curvature certificate 6-11% larger). Not in the box,
+whose set has other vertices.
+
 *Rounding.* ``sup Q`` is bounded with its rounding covered (:mod:`.secant`); ``kappa``
 (and each ``U_li^2``) by ``1 + 4u`` (``|delta|``
 within ``2u`` of the real one). ``|fl(G)|`` is within ``gamma_d ||u_r|| ||u_m||`` of
@@ -51,6 +60,7 @@ real ``sigma'(z_l(x))`` (``sigma'' <= alpha / 4``). The margin is the rigorous l
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -58,6 +68,9 @@ from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
 from .softplus_bounds import PreactivationRange
+
+#: Rows per chunk of the L1 vertex form, whose work is (rows, d).
+VERTEX_ROWS = 1024
 
 
 class CurvatureBound:
@@ -127,17 +140,31 @@ class CurvatureBound:
         return delta, grad, err, kappa, self.m[x_idx, j]
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
-        point, cls, kappa, m_rows, lowers = self.row_bounds(idx, r, need)
+        rows = self.row_bounds(idx, r, need)
         out = torch.full_like(self.m[idx], math.inf)
-        out[point, cls] = radius_of(m_rows, lowers, self.curvature(kappa))
+        rho = radius_of(rows.margin, rows.lowers, self.curvature(rows.kappa))
+        if self.rng.p == 1 and not self.rng.box:
+            rho = torch.maximum(rho, self.vertex_radius(rows))
+        out[rows.point, rows.cls] = rho
         return out
 
-    def row_bounds(
-        self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[QuadLower]]:
-        """The needed rows of the points ``idx`` at R = ``r``: their point (position in
-        ``idx``) and class (nr,), ``kappa`` (nr, H), the margins' lower bounds (nr,) and
-        the lower bounds on the linear term (the ball's, and the box's in a box set)."""
+    def vertex_radius(self, rows: Rows) -> torch.Tensor:
+        """L1 (module docstring, *L1 at the vertices*): the radii (nr,) of the ``rows``'
+        concave lower bound minimised at the vertices of the ball, in chunks of
+        :data:`VERTEX_ROWS` rows."""
+        out = torch.empty_like(rows.margin)
+        d = rows.grad.shape[1]
+        for start in range(0, len(out), VERTEX_ROWS):
+            part = slice(start, start + VERTEX_ROWS)
+            lin = (rows.grad[part].abs() + rows.err[part, None]).mul_(1 + 2 * UNIT)
+            diag = (rows.kappa[part] @ self.u_sq).mul_(self.sum_up)  # K_ii, rounded up
+            low = QuadLower(torch.zeros_like(lin).flatten(), lin.flatten(), diag.flatten() * 0.5)
+            rho = quad_radius(rows.margin[part].repeat_interleave(d), low)
+            out[part] = rho.view(-1, d).min(1).values
+        return out
+
+    def row_bounds(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> Rows:
+        """The needed rows of the points ``idx`` (positions in ``idx``) at R = ``r``."""
         rng = self.rng
         c = rng.pred[idx]
         sel = rng.not_pred[c] & need
@@ -150,7 +177,22 @@ class CurvatureBound:
         lowers = [dual_norm_lower(grad, err, rng.q)]
         if rng.box:
             lowers.append(box_lower(grad, err, rng.x[rows], r[point], rng.p))
-        return point, cls, kappa, m_rows, lowers
+        return Rows(point, cls, kappa, m_rows, lowers, grad, err)
+
+
+class Rows(NamedTuple):
+    """The (point, class) rows of :meth:`CurvatureBound.row_bounds`: their point and class
+    (nr,), ``kappa`` (nr, H), the margins' lower bounds (nr,), the lower bounds on the
+    linear term (the ball's, and the box's in a box set), the computed gradients of ``g``
+    (nr, d) and their errors in the dual norm (nr,)."""
+
+    point: torch.Tensor
+    cls: torch.Tensor
+    kappa: torch.Tensor
+    margin: torch.Tensor
+    lowers: list[QuadLower]
+    grad: torch.Tensor
+    err: torch.Tensor
 
 
 def radius_of(m_rows: torch.Tensor, lowers: list[QuadLower], lam: torch.Tensor) -> torch.Tensor:

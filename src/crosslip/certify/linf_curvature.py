@@ -97,8 +97,9 @@ class LinfCurvatureBound(CurvatureBound):
         self.pairs = pair_constants(rng.terms)
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
-        point, cls, kappa, m_rows, lowers = self.row_bounds(idx, r, need)
-        lam = torch.minimum(self.curvature(kappa), self.pairs[self.rng.pred[idx][point], cls])
+        rows = self.row_bounds(idx, r, need)
+        pair = self.pairs[self.rng.pred[idx][rows.point], rows.cls]
+        lam = torch.minimum(self.curvature(rows.kappa), pair)
         out = torch.full_like(self.m[idx], math.inf)
-        out[point, cls] = radius_of(m_rows, lowers, lam)
+        out[rows.point, rows.cls] = radius_of(rows.margin, rows.lowers, lam)
         return out
