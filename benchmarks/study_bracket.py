@@ -13,7 +13,9 @@ classified points:
   of the means, as the guarantee-gap study measured 3.37 for Cross-Lipschitz);
 * the share of the paper's bracket each certificate closes, on a log scale:
   ``log(guarantee / paper's) / log(upper bound / paper's)`` (0: nothing, 1: all of it);
-* how often each certificate gives the best guarantee (``guarantee_l2_best_method``).
+* how often each certificate gives the best guarantee (``guarantee_l2_best_method``);
+* in every norm (L2, L1, Linf): the mean best certificate, the mean best upper bound, their
+  bracket, and the share of points where the two meet within 1% (``exact_<norm>``).
 
 Run: ``.venv/bin/python benchmarks/study_bracket.py --results results/mnist5k-200-cpu
 --out docs/reproduction/studies/guarantee-gap/mnist5k-200ep-bracket.json``; the last line is
@@ -29,7 +31,9 @@ from pathlib import Path
 import pandas as pd
 
 from _harness import finish, parser
+from crosslip.certified_accuracy import best_guarantee, best_upper_bound, share_exact
 from crosslip.device import describe_machine
+from crosslip.norms import NORMS
 from crosslip.results_schema import L2_GUARANTEE_METHODS
 
 #: The certificates of the study and their columns, the paper's first.
@@ -66,6 +70,14 @@ def network_row(df: pd.DataFrame) -> dict:
     best = ok["guarantee_l2_best_method"].dropna()
     for name in L2_GUARANTEE_METHODS:
         row[f"share_best_{name}"] = float((best == name).mean()) if len(best) else math.nan
+    for norm in NORMS:  # every norm's best certificate against its best upper bound
+        cert, up = best_guarantee(ok, norm), best_upper_bound(ok, norm)
+        row[f"mean_best_{norm}"] = float(cert.mean())
+        row[f"mean_upper_bound_{norm}"] = float(up.mean())
+        row[f"bracket_best_{norm}"] = (
+            float(up.mean() / cert.mean()) if cert.mean() > 0 else math.nan
+        )
+        row[f"share_exact_{norm}"] = share_exact(df, norm)
     return row
 
 
@@ -102,7 +114,8 @@ def main() -> None:
             f"upper {r['mean_upper_bound_best']:.3f}: bracket x{r['bracket_paper']:.2f} -> "
             f"x{r['bracket_best']:.2f} ("
             + ", ".join(f"{n} {r[f'closed_{n}']:.0%}" for n in CERTIFICATES if n != "paper")
-            + " closed)"
+            + " closed); brackets "
+            + ", ".join(f"{n} x{r[f'bracket_best_{n}']:.2f}" for n in NORMS)
         )
     finish(res, args.out)
 
