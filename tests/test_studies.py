@@ -220,10 +220,15 @@ def test_the_bracket_study_measures_what_each_certificate_closes(tmp_path: Path)
     assert math.isclose(cl["closed_linear"], 0.5) and cl["closed_curvature"] == 0
     assert cl["share_best_linear"] == 1.0 and cl["share_best_paper"] == 0.0
     assert math.isclose(none["bracket_best"], math.e) and none["closed_best"] == 0
+    # every norm's bracket: L2's from its best certificate and upper bound, no L1 or Linf
+    assert cl["bracket_best_l2"] == 2.0 and cl["share_exact_l2"] == 0.0
+    assert math.isclose(none["bracket_best_l2"], math.e)
+    assert math.isnan(cl["bracket_best_l1"]) and math.isnan(cl["share_exact_linf"])
     tables = study_tables(res)
-    assert [len(frame) for _, frame in tables] == [2, 2]
+    assert [len(frame) for _, frame in tables] == [2, 2, 2]
     assert "×2.00" in tables[0][1]["best per point"].iloc[0]
     assert tables[1][1]["linear relaxation"].iloc[0] == "50%"
+    assert "×2.00, 0% exact" in tables[2][1]["l2"].iloc[0]
 
 
 def test_the_settings_study_compares_on_the_points_both_networks_get_right(tmp_path: Path) -> None:
