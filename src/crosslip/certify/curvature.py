@@ -142,10 +142,12 @@ class CurvatureBound:
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rows = self.row_bounds(idx, r, need)
         out = torch.full_like(self.m[idx], math.inf)
-        rho = radius_of(rows.margin, rows.lowers, self.curvature(rows.kappa))
-        if self.rng.p == 1 and not self.rng.box:
-            rho = torch.maximum(rho, self.vertex_radius(rows))
-        out[rows.point, rows.cls] = rho
+        if self.rng.p == 1 and not self.rng.box:  # at least the form below, one product less
+            out[rows.point, rows.cls] = self.vertex_radius(rows)
+        else:
+            out[rows.point, rows.cls] = radius_of(
+                rows.margin, rows.lowers, self.curvature(rows.kappa)
+            )
         return out
 
     def vertex_radius(self, rows: Rows) -> torch.Tensor:

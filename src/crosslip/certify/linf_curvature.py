@@ -29,8 +29,8 @@ of the real one, covered by taking ``gamma_{d+3}`` for ``gamma_d``, and their no
 rounded up by ``1 + gamma_{d+4}``; ``sum_i y_i = sum_i 1 / s_i^2`` is rounded up.
 
 On the record's full-MNIST networks (10 points) the L-inf curvature certificate rose by 1%
-(Cross-Lipschitz 1e-2, no regularization: their rows' ``sup Q`` is far below ``alpha / 4``)
-to 74% (the certified margin's network, whose units stay near 0).
+(Cross-Lipschitz 1e-2) and 4% (no regularization; their rows' ``sup Q`` is far below
+``alpha / 4``) to 74% (the certified margin's network, whose units stay near 0).
 """
 
 from __future__ import annotations

@@ -240,12 +240,15 @@ def krylov_dual(
 class ConcavePart:
     """The concave units' curvature ``U^T diag(kappa) U`` of m rows: ``sgs`` (m, k, k) =
     ``S fl(G) S`` on each row's top units, ``tail`` (m,) the rest's trace (rounded up),
-    ``t2`` (m,) ``||t||^2`` (rounded up), ``d`` the input dimension (module docstring)."""
+    ``t2`` (m,) ``||t||^2`` (rounded up), ``d`` the input dimension (module docstring);
+    ``top`` (m, k) the top units and ``s`` (m, k) their ``s_l`` (the diagonal of S)."""
 
     sgs: torch.Tensor
     tail: torch.Tensor
     t2: torch.Tensor
     d: int
+    top: torch.Tensor
+    s: torch.Tensor
 
     def estimate(self, steps: int = 12) -> torch.Tensor:
         """``lambda_max`` of each row's ``S G S`` (m,): the largest Ritz value of ``steps``
@@ -262,7 +265,9 @@ class ConcavePart:
 
     def select(self, rows: torch.Tensor) -> ConcavePart:
         """The part of the ``rows`` (m',) only."""
-        return ConcavePart(self.sgs[rows], self.tail[rows], self.t2[rows], self.d)
+        return ConcavePart(
+            self.sgs[rows], self.tail[rows], self.t2[rows], self.d, self.top[rows], self.s[rows]
+        )
 
     def verify(self, mu: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``mu'`` >= ``mu`` (m',) for the ``rows`` (default all), rounded up, with ``mu' I
@@ -331,7 +336,7 @@ class UnitGram:
         t2 = (s * self.norm_up[top]).square().sum(1).mul_(1 + gamma(k + 2))
         G = torch.take(self.gram, top[:, :, None] * h + top[:, None, :])  # (m, k, k)
         sgs = G.mul_(s[:, :, None]).mul_(s[:, None, :])
-        return ConcavePart(sgs, tail, t2, self.d)
+        return ConcavePart(sgs, tail, t2, self.d, top, s)
 
     def largest(
         self, kappa: torch.Tensor, scale: torch.Tensor | None = None, share: float | None = None
@@ -608,8 +613,11 @@ class TrustRegionBound(CurvatureBound):
         """``mu'`` (m,) at least ``mu`` with ``mu' I - U^T diag(kappa) U`` (``kappa`` (m, H))
         positive semi-definite: ``mu`` itself where it is at least the cheap bound on
         ``lambda_max`` of :meth:`.CurvatureBound.curvature`, otherwise verified by
-        :meth:`ConcavePart.verify` (from ``mu``, then from an estimate of ``lambda_max``,
-        then after at most ``len(RETRY_GROWTH)`` growths); ``inf`` where every try fails.
+        :meth:`ConcavePart.verify` (from ``mu``; with ``convex`` (m, H), the convex units'
+        ``q``, then with them too, :meth:`with_convex`, which proves ``mu' I + U^T
+        diag(convex - kappa) U`` positive semi-definite, all the bound needs; then from an
+        estimate of ``lambda_max``, then after at most ``len(RETRY_GROWTH)`` growths);
+        ``inf`` where every try fails.
         ``cheap`` (m,), optional: that bound where the caller has it already. The rows to
         factorise go in batches of :data:`FACTOR_ROWS` with similar numbers of top units,
         since a batch's matrices take the size of its largest."""
@@ -683,20 +691,17 @@ class TrustRegionBound(CurvatureBound):
         part = self.concave_part(kappa, mu, SIGNED_TAIL_SHARE)
         weight = convex.clamp_min(0.0) * self.norm_sq_up
         order = weight.argsort(dim=1, descending=True)
-        keep = (weight.gather(1, order) >= CONVEX_SHARE * mu[:, None]) & (
-            weight.gather(1, order) > 0
-        )
+        ranked = weight.gather(1, order)
+        keep = (ranked >= CONVEX_SHARE * mu[:, None]) & (ranked > 0)
         p = min(TOP_UNITS, int(keep.sum(1).max()) if convex.numel() else 0)
         top, keep = order[:, :p], keep[:, :p]
         r = convex.gather(1, top).clamp_min(0.0).sqrt().mul_(1 - 4 * UNIT).mul_(keep)
         a = (r * self.norm_up[top]).mul_(1 + 4 * UNIT)
         a2 = a.square().sum(1).mul_(1 + gamma(p + 2))
-        top_n = self.ranking(kappa)[0][:, : part.sgs.shape[1]]
-        s = kappa.gather(1, top_n).sqrt().mul_(1 + 4 * UNIT)
         gp = torch.take(self.gram_signed, top[:, :, None] * h + top[:, None, :])
         rgr = gp.mul_(r[:, :, None]).mul_(r[:, None, :])
-        C = torch.take(self.gram_signed, top[:, :, None] * h + top_n[:, None, :])
-        C = C.mul_(r[:, :, None]).mul_(s[:, None, :])
+        C = torch.take(self.gram_signed, top[:, :, None] * h + part.top[:, None, :])
+        C = C.mul_(r[:, :, None]).mul_(part.s[:, None, :])
         return SignedPart(part, rgr, C, a, a2)
 
     def ranking(
