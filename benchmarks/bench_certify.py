@@ -16,7 +16,7 @@
    against today's every-kind certification (on ``--all-norms-points``). ``--model``
    certifies another network (any model file of the workflow, e.g. a 200-epoch one)
    instead of the cached one. The L2 curvature certificate minimised over the ball
-   (``certify.trust_region_steps``, off by default; :mod:`crosslip.certify.trust_region`)
+   (``certify.trust_region_steps``, on by default; :mod:`crosslip.certify.trust_region`)
    on ``--trust-region-points``: the curvature column with it (it replaces the
    largest-eigenvalue form's search) on top of today's ``guarantee_l2``
    (``method_seconds["trust_region"]``, ``trust_region_vs_paper_l2_seconds``) beside the

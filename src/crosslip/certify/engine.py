@@ -106,7 +106,8 @@ def certify_softplus(
     points of the linear relaxation (0: tangents at the point); ``integration_nodes``: nodes
     of the integrated bound; ``trust_region_steps``: Lanczos steps of the L2 curvature
     certificate minimised over the ball (:mod:`.trust_region`; 0: only the ``lambda_max``
-    form; otherwise its column is the better of the two).
+    form; otherwise its column is the better of the two); ``expansion_steps``: its bounds
+    again with the units expanded about the last minimiser (:mod:`.expansion`).
     Computation in float64 (``dtype`` must be float64: the rounding analysis is
     float64's), on ``x.device``, in batches of ``batch_size`` points; results on the CPU.
 
@@ -135,6 +136,7 @@ def certify_softplus(
         settings.tangent_steps,
         settings.integration_nodes,
         settings.trust_region_steps,
+        settings.expansion_steps,
     )
     net = copy.deepcopy(net).to(dtype=dtype, device=x.device).eval()
     out: dict[str, list[torch.Tensor]] = {}
@@ -158,6 +160,7 @@ class Options:
     tangent_steps: int
     integration_nodes: int
     trust_region_steps: int
+    expansion_steps: int
 
 
 def _certify_batch(
@@ -247,7 +250,7 @@ def _certify_batch(
                 # certificate so far
                 done = [res[f"{col}_{k}"] for k in METHOD_KINDS if f"{col}_{k}" in res]
                 near = torch.stack([res[col], *done])
-                exact = TrustRegionBound(rng(2), m, opt.trust_region_steps)
+                exact = TrustRegionBound(rng(2), m, opt.trust_region_steps, opt.expansion_steps)
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)
             elif "curvature" in kinds:
                 # L-inf: its constant through a diagonal scaling, proved (:mod:`.linf_curvature`)

@@ -24,7 +24,8 @@ class CertifySettings:
     ``n_points``: the eval points; ``rtol``: relative precision of the searches over R;
     ``kinds``: the guarantee families; ``tangent_steps``: steps on the linear relaxation's
     tangent points; ``trust_region_steps``: Lanczos steps of the L2 curvature certificate
-    minimised over the ball (0: its largest-eigenvalue form only); ``integration_nodes``:
+    minimised over the ball (0: its largest-eigenvalue form only); ``expansion_steps``: its
+    bounds again about moved expansion points; ``integration_nodes``:
     nodes of Theorem 2.1 integrated; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
     ``memory_gb``: the Gaussian-kernel bound's budget."""
 
@@ -33,6 +34,7 @@ class CertifySettings:
     kinds: tuple[str, ...] = tuple(default("certify.kinds"))
     tangent_steps: int = default("certify.tangent_steps")
     trust_region_steps: int = default("certify.trust_region_steps")
+    expansion_steps: int = default("certify.expansion_steps")
     integration_nodes: int = default("certify.integration_nodes")
     device: str = default("device")
     memory_gb: float = default("kernel.memory_gb")

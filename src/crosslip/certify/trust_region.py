@@ -118,6 +118,7 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
+from .expansion import expanded_terms
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -438,13 +439,19 @@ class TrustRegionBound(CurvatureBound):
     """Per-class certified radii of the L2 curvature bound minimised over the ball at R
     (module docstring), a radius function for :func:`~.search.radius_search`. ``rng``: the
     L2 pre-activation ranges (ball or box: the ball's bound holds in the box); ``m`` (n, K):
-    lower bounds on the margins (``+inf`` at c); ``steps``: Lanczos steps."""
+    lower bounds on the margins (``+inf`` at c); ``steps``: Lanczos steps; ``expansions``:
+    times each minimised row is bounded again with its units expanded about the last
+    minimiser (:mod:`.expansion`; 0: about the point only). A row reports the best of its
+    bounds."""
 
-    def __init__(self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16) -> None:
+    def __init__(
+        self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
+    ) -> None:
         if rng.p != 2:
             raise ValueError(f"the trust-region certificate is an L2 one, not p = {rng.p}")
         super().__init__(rng, m)
         self.steps = steps
+        self.expansions = expansions
         terms = rng.terms
         self.gram_signed = terms.gram
         self.norm_up = terms.row_norms_up(2)
@@ -466,7 +473,17 @@ class TrustRegionBound(CurvatureBound):
         moved by 6e-6)."""
         m = self.m[idx].masked_fill(~need, math.inf)
         first = torch.zeros_like(need).scatter_(1, m.argmin(1, keepdim=True), True)
-        return self.radii(idx, r, first & need & torch.isfinite(m), verify=False)
+        rows = first & need & torch.isfinite(m)
+        est = self.radii(idx, r, rows, verify=False)
+        if not self.expansions:
+            return est
+        # At R = 0 the ranges hold only the point, so no expansion point can move; moved
+        # ones can certify past that estimate (the radii are no longer non-increasing in
+        # R), which would cap the search: the estimate is also taken at R = that estimate,
+        # with the expansions (where they reach above it, the search's bracket opens there).
+        at = est.min(1).values
+        at = torch.where(torch.isfinite(at), at, r)
+        return torch.maximum(est, self.radii(idx, at, rows, verify=False, expand=True))
 
     def radii(
         self,
@@ -474,9 +491,11 @@ class TrustRegionBound(CurvatureBound):
         r: torch.Tensor,
         need: torch.Tensor,
         verify: bool,
+        expand: bool = False,
     ) -> torch.Tensor:
         """Per-class radii (m, K) from :meth:`lower` (``verify``: its ``mu`` verified) on
-        the rows (point, class) needed, in chunks of :data:`CHUNK_ROWS`.
+        the rows (point, class) needed, in chunks of :data:`CHUNK_ROWS`; the moved
+        expansion points (:mod:`.expansion`) where ``verify`` or ``expand``.
 
         Each row first gets the radius ``rho_c`` of the ``lambda_max`` form
         (:class:`.CurvatureBound`, the same ``kappa``; one (H, H) product per row). It is
@@ -540,7 +559,24 @@ class TrustRegionBound(CurvatureBound):
                 delta, grad, err, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p])
                 convex = self.convex(delta, s2_lo[p])
                 low = self.lower(grad, err, convex, kappa, margin, verify, lam[chunk], enough[p, 0])
-                got[p, j] = torch.maximum(quad_radius(margin, low), rho[chunk])
+                best = torch.maximum(quad_radius(margin, low), rho[chunk])
+                at = (grad, kappa, convex, margin)
+                live = torch.arange(len(chunk), device=best.device)
+                for _ in range(self.expansions if verify or expand else 0):
+                    # only rows short of a radius that suffices
+                    keep = best[live] < enough[p[live], 0]
+                    live, at = live[keep], tuple(a[keep] for a in at)
+                    if not len(live):
+                        break
+                    q = p[live]
+                    ex = expanded_terms(
+                        *(zh[q], pad[q], lo[q], hi[q], delta[live], self.minimiser(*at)),
+                        *(margin[live], self.U, self.norm_up, self.alpha, self.tau),
+                    )
+                    low = self.lower(ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
+                    best[live] = torch.maximum(best[live], quad_radius(ex.margin, low))
+                    at = (ex.grad, ex.kappa, ex.convex, ex.margin)
+                got[p, j] = best
             return got
 
         rows_open = torch.zeros_like(out, dtype=torch.bool)
@@ -551,6 +587,21 @@ class TrustRegionBound(CurvatureBound):
         settled = torch.zeros_like(rows_open)
         settled[point, cls] = ~open_
         return got.masked_fill(settled, math.inf)
+
+    def minimiser(
+        self, grad: torch.Tensor, kappa: torch.Tensor, convex: torch.Tensor, margin: torch.Tensor
+    ) -> torch.Tensor:
+        """The units' ``h* = U v*`` (m, H) at the minimiser ``v* = -w`` of the bound with
+        these terms (each row's dual point of :func:`krylov_dual`, unverified): where
+        :mod:`.expansion` moves the expansion points. Any value is sound there; a NaN
+        row's is 0."""
+        dt = DUAL_DTYPE
+        q = (convex - kappa).to(dt)
+        mu, span = krylov_dual(
+            grad.to(dt), q, self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
+        )
+        h = -(span.solve(mu) @ self.u_dual.T)
+        return h.to(grad.dtype).nan_to_num_(0.0, 0.0, 0.0)
 
     def convex(self, delta: torch.Tensor, s2_lo: torch.Tensor) -> torch.Tensor:
         """The convex units' ``delta_l inf Q_l`` (m, H) of rows with ``delta`` (m, H) and the

@@ -184,6 +184,7 @@ EVALUATION_PARAMS: dict[str, dict[str, str]] = {
         "kinds": "certify.kinds",
         "tangent_steps": "certify.tangent_steps",
         "trust_region_steps": "certify.trust_region_steps",
+        "expansion_steps": "certify.expansion_steps",
         "integration_nodes": "certify.integration_nodes",
         "device": "device",
         "memory_gb": "kernel.memory_gb",

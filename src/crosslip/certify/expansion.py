@@ -1,0 +1,136 @@
+r"""The L2 trust-region certificate with each unit expanded about a moved point.
+
+:mod:`.trust_region` expands every unit about the test point's pre-activation ``z_l``: with
+``h_l = u_l^T v``, ``sigma(z + h) >= sigma(z) + sigma'(z) h + q h^2 / 2`` (per unit times
+``delta_l``), ``q`` the secant bound of :mod:`.secant` over the unit's range. That lower
+bound is exact at ``h = 0``, but the ball's minimum lies at ``||v|| = r``, where the units'
+``h_l`` are far from 0 and the quadratic term charges each the worst curvature of its whole
+range from 0 out. Taylor's theorem holds about any point ``y_l`` (an exact float64 number
+here): with ``t = z + h - y``,
+
+    delta sigma(z + h) >= delta sigma(y) + delta sigma'(y) t + q' t^2 / 2,
+
+``q'`` the secant bound of ``delta Q_y`` over ``z + h`` in the unit's interval ``[lo, hi]``
+(which must hold ``y``: :func:`expanded_terms` clamps it there)
+(from above for ``delta < 0``, from below for ``delta > 0``; :func:`.secant.secant_curvature`
+about ``y``). With ``e' = y - z`` (``t = h - e'``) and ``g(x + v) = g(x) + sum_l delta_l
+(sigma(z_l + h_l) - sigma(z_l))``:
+
+    g(x + v) >= m + sum_l c0_l + (sum_l c1_l u_l)^T v + 1/2 sum_l q'_l h_l^2,
+    c1_l = delta_l sigma'(y_l) - q'_l e'_l,
+    c0_l = -delta_l D_y(z_l - y_l) + q'_l e'_l^2 / 2,
+    D_y(s) = sigma(y + s) - sigma(y) - sigma'(y) s,
+
+the same form as the trust region's (margin, gradient, ``q``), so its dual, its proof of
+positive semi-definiteness and its rounding analysis apply unchanged. Any ``y`` is sound.
+:class:`.trust_region.TrustRegionBound` takes ``y_l = z_l + h*_l``, ``h*`` the units' values
+at the minimiser of the previous bound (``v* = -w``, its dual point), so that each unit's
+lower bound is exact where the ball's minimum was found: the alpha-CROWN idea of optimised
+tangent points, for the curvature certificate.
+
+*Rounding.* ``y = fl(z^ + e)`` is exact as it stands; ``e^ = fl(y - z^)`` is within
+``slack = pad + 2u |e^|`` (plus ``2^-1000``) of the real ``e' = y - z`` (``z^`` within ``pad``
+of the real ``z``). ``q'`` is :func:`.secant.secant_curvature`'s about ``y`` with no pad, times
+``|delta|`` rounded outward by ``4u`` (as in :mod:`.curvature`). ``c1``: ``sigma'(y)`` within
+``4 FN_REL`` relative plus ``2^-1000``, ``|q'| slack`` for ``e'``, and ``4u`` of the two
+products' magnitudes; the gradient ``sum c1_l u_l`` then as :meth:`.CurvatureBound.rows`
+bounds its own (``gamma_{H+4}`` of ``sum |c1_l| ||u_l||``). ``c0``: ``D_y(s)`` at ``s^ =
+-e^`` by :func:`.secant._remainder` (with ``D_y(-s) = D_{-y}(s)`` for ``s^ < 0``, as the
+secant module evaluates only ``s > 0``), plus ``min(1, alpha (|s^| + slack) / 4) slack`` for
+the real ``s`` (``|D_y'(s)| = |sigma'(y + s) - sigma'(y)|``), then ``D`` from above where
+``delta > 0`` and from below (and at least 0) where ``delta < 0``; ``e'^2`` from above where
+``q' < 0`` and from below where ``q' >= 0``; each product rounded outward by ``4u``, the sum
+with the margin less ``gamma_{H+2}`` times the magnitudes. A NaN anywhere makes the margin
+NaN, and :func:`.linear_min.quad_radius` gives such a row 0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
+from .secant import _bases, _remainder_at, secant_curvature
+
+
+class Expanded(NamedTuple):
+    """The rows' terms about the moved points: the gradient of the lower bound (nr, d), its
+    error bound in L2 (nr,), the concave units' ``kappa`` = ``-q'`` and the convex units'
+    ``q'`` (each (nr, H), 0 elsewhere) and the lower bound on the margin plus ``sum c0``
+    (nr,)."""
+
+    grad: torch.Tensor
+    err: torch.Tensor
+    kappa: torch.Tensor
+    convex: torch.Tensor
+    margin: torch.Tensor
+
+
+def expanded_terms(
+    zh: torch.Tensor,
+    pad: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    delta: torch.Tensor,
+    offset: torch.Tensor,
+    margin: torch.Tensor,
+    U: torch.Tensor,
+    unorm2: torch.Tensor,
+    alpha: float,
+    tau: float,
+) -> Expanded:
+    """The module docstring's terms for rows (nr) of units at the computed pre-activations
+    ``zh`` (nr, H) within ``pad`` (nr, H), their intervals ``[lo, hi]`` (nr, H) over the
+    ball, ``delta = w_c - w_j`` (nr, H), expanded about ``y = zh + offset`` (``offset``
+    (nr, H), any finite numbers) clamped into ``[lo, hi]``; ``margin`` (nr,): lower bounds
+    on ``g(x)``; ``U`` (H, d) the hidden layer, ``unorm2`` (H,) its rows' L2 norms rounded
+    up, ``alpha`` the softplus sharpness, ``tau`` the underflow floor of a gradient's
+    error."""
+    h = U.shape[0]
+    y = torch.minimum(torch.maximum(zh + offset, lo), hi)  # the secant bounds need y in range
+    e_hat = y - zh
+    slack = (pad + (2 * UNIT) * e_hat.abs()).add_(UNDERFLOW)
+    up, down = secant_curvature(
+        y,
+        torch.zeros_like(y),
+        lo,
+        hi,
+        alpha,
+        up_units=delta < 0,
+        down_units=delta > 0,
+    )
+    dabs = delta.abs()
+    kappa = torch.where(delta < 0, dabs * up, 0.0).mul_(1 + 4 * UNIT)
+    convex = torch.where(delta > 0, dabs * down, 0.0).mul_(1 - 4 * UNIT)
+    q = convex - kappa
+    # the linear coefficient
+    slope = torch.sigmoid(alpha * y)
+    c1 = delta * slope - q * e_hat
+    c1_err = dabs * (slope * (4 * FN_REL) + UNDERFLOW) + q.abs() * slack
+    c1_err += ((delta * slope).abs() + (q * e_hat).abs()).mul_(4 * UNIT)
+    grad = c1 @ U
+    g_h = gamma(h + 4)
+    err = ((c1_err + c1.abs() * g_h) @ unorm2).mul_(1 + gamma(h + 2)).add_(tau)
+    # the constant: -delta D_y(s) + q e'^2 / 2 at s = z - y = -e'
+    s_hat = -e_hat
+    flip = s_hat < 0
+    about = torch.where(flip, -y, y)
+    d_hat, d_err = _remainder_at(
+        about, s_hat.abs(), alpha, _bases(about, torch.zeros_like(y), alpha)
+    )
+    lip = ((s_hat.abs() + slack) * (alpha / 4)).clamp_max_(1.0)
+    d_err = d_err + lip * slack
+    d_up = (d_hat + d_err).mul_(1 + 4 * UNIT)
+    d_lo = (d_hat - d_err).clamp_min_(0.0).mul_(1 - 4 * UNIT)
+    ea = e_hat.abs()
+    e2_up = (ea + slack).square().mul_(1 + 4 * UNIT)
+    e2_lo = (ea - slack).clamp_min_(0.0).square().mul_(1 - 4 * UNIT)
+    c0 = torch.where(delta > 0, -(dabs * d_up).mul_(1 + 4 * UNIT), (dabs * d_lo).mul_(1 - 4 * UNIT))
+    quad = torch.where(
+        q < 0, (0.5 * q * e2_up).mul_(1 + 4 * UNIT), (0.5 * q * e2_lo).mul_(1 - 4 * UNIT)
+    )
+    c0 = c0 + quad
+    total = margin + c0.sum(1)
+    loss = (margin.abs() + c0.abs().sum(1)).mul_(gamma(h + 2))
+    return Expanded(grad, err, kappa, convex, total - loss)

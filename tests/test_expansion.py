@@ -1,0 +1,164 @@
+"""The trust region's units expanded about moved points (:mod:`crosslip.certify.expansion`):
+the lower bound never exceeds the network anywhere in the ball, whatever the expansion
+points, and is exact where they are; a NaN gives radius 0; through the engine, never below
+the expansion about the point, sound against attacks and against the exact distance on the
+plane."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from crosslip.certify.engine import certify_softplus
+from crosslip.certify.expansion import expanded_terms
+from crosslip.certify.linear_min import QuadLower, quad_radius
+
+from .helpers import random_net, random_points
+from .test_certify import margin_attack
+from .test_certify_beyond import CONFIGS, PLANE, exact_distance, pieces
+
+
+def rows_at(net, x, radius: float, offsets):
+    """Every (point, class) row of ``x`` at R = ``radius``: its network terms and its
+    :func:`expanded_terms` about ``zh + offsets(h*)``, ``h*`` a sample of ``U v`` for one
+    ``v`` in the ball per row (returned)."""
+    rng, m, _, pred = pieces(net, x, 2.0, False)
+    terms = rng.terms
+    n, k = m.shape
+    idx = torch.arange(n)
+    zh, pad, lo, hi = rng.intervals(idx, torch.full((n,), radius, dtype=torch.float64))
+    point, cls = (torch.arange(k)[None, :] != pred[:, None]).nonzero(as_tuple=True)
+    W = terms.W
+    delta = W[pred[point]] - W[cls]
+    g = torch.Generator().manual_seed(7)
+    v0 = torch.randn(len(point), x.shape[1], generator=g, dtype=torch.float64)
+    v0 *= (
+        radius
+        * torch.rand(len(point), 1, generator=g, dtype=torch.float64)
+        / v0.norm(dim=1, keepdim=True)
+    )
+    ex = expanded_terms(
+        zh[point],
+        pad[point],
+        lo[point],
+        hi[point],
+        delta,
+        offsets(v0 @ terms.U.T, g),
+        m[point, cls],
+        terms.U,
+        terms.row_norms_up(2),
+        terms.alpha,
+        terms.underflow_floor,
+    )
+    return ex, point, cls, pred, m, v0, terms.U
+
+
+def lower_at(ex, U, rows: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The expanded lower bound on ``g`` at ``x + v`` (rows (s,), v (s, d))."""
+    h = v @ U.T
+    q = ex.convex[rows] - ex.kappa[rows]
+    return (
+        ex.margin[rows]
+        - ex.err[rows] * v.norm(dim=1)
+        + (ex.grad[rows] * v).sum(1)
+        + 0.5 * (q * h * h).sum(1)
+    )
+
+
+def network_gap(net, x, pred, cls, point, v) -> torch.Tensor:
+    """``g(x + v) = f_c - f_j`` in float64 (rows (s,))."""
+    out = net(x[point] + v)
+    return out.gather(1, pred[point][:, None])[:, 0] - out.gather(1, cls[:, None])[:, 0]
+
+
+OFFSETS = {
+    "at a point of the ball": lambda h, g: h,
+    "scaled out": lambda h, g: 3.0 * h,
+    "random": lambda h, g: torch.randn(h.shape, generator=g, dtype=torch.float64) * 0.5,
+    "zero": lambda h, g: torch.zeros_like(h),
+}
+
+
+@pytest.mark.parametrize("how", list(OFFSETS))
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
+@pytest.mark.parametrize("radius", [0.05, 0.6])
+def test_the_expanded_bound_never_exceeds_the_network_in_the_ball(
+    d, k, h, seed, scale, how, radius
+):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(3, d, seed + 1)
+    ex, point, cls, pred, m, v0, U = rows_at(net, x, radius, OFFSETS[how])
+    g = torch.Generator().manual_seed(seed)
+    s = 400
+    rows = torch.arange(len(point)).repeat_interleave(s)
+    v = torch.randn(len(rows), d, generator=g, dtype=torch.float64)
+    r = radius * torch.rand(len(rows), 1, generator=g, dtype=torch.float64) ** (1 / d)
+    r[::7] = radius  # on the sphere too
+    v = v / v.norm(dim=1, keepdim=True) * r
+    v = torch.cat([v, v0])  # the expansion points' own v
+    rows = torch.cat([rows, torch.arange(len(point))])
+    truth = network_gap(net, x, pred, cls[rows], point[rows], v)
+    low = lower_at(ex, U, rows, v)
+    assert torch.all(low <= truth + 1e-12 * (1 + truth.abs())), (low - truth).max()
+    if how == "at a point of the ball":  # exact at the expansion points, up to rounding
+        at = torch.arange(len(rows) - len(point), len(rows))
+        gap = (truth[at] - low[at]) - ex.err * v0.norm(dim=1)
+        assert torch.all(gap.abs() <= 1e-9 * (1 + truth[at].abs())), gap.abs().max()
+        # the constant term matters: without it the bound passes the network somewhere
+        wrong = low[at] + (m[point, cls] - ex.margin)
+        assert torch.any(wrong > truth[at] + 1e-9) or torch.all(ex.margin == m[point, cls])
+
+
+def test_a_nan_in_the_expansion_points_gives_radius_zero_for_that_row_only():
+    net = random_net(5, 3, 8, 1, 3.0)
+    x = random_points(2, 5, 2)
+
+    def with_nan(h, g):
+        h = h.clone()
+        h[1, 3] = torch.nan
+        return h
+
+    ex, *_ = rows_at(net, x, 0.3, with_nan)
+    zero = torch.zeros_like(ex.margin)
+    rho = quad_radius(ex.margin, QuadLower(zero, ex.err, zero + 1.0))
+    assert rho[1] == 0 and torch.all(rho[torch.arange(len(rho)) != 1] > 0)
+
+
+def with_expansions(net, x, steps: int, **kw) -> dict:
+    kinds = ("l2", "box", "curvature")
+    return certify_softplus(net, x, kinds=kinds, expansion_steps=steps, **kw)
+
+
+def test_moved_expansion_points_never_lower_the_certificate_and_often_raise_it():
+    net = random_net(10, 4, 64, 3, 2.0)
+    x = random_points(20, 10, 4)
+    base = with_expansions(net, x, 0)["guarantee_l2_curvature"]
+    moved = with_expansions(net, x, 2)["guarantee_l2_curvature"]
+    assert torch.all(moved >= base)
+    assert torch.mean(moved / base) > 1.01
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
+def test_no_attack_inside_a_ball_of_moved_expansion_points_changes_the_decision(
+    d, k, h, seed, scale
+):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(12, d, seed + 1)
+    res = with_expansions(net, x, 3, rtol=1e-4)
+    for col in ("guarantee_l2_curvature", "guarantee_l2_curvature_box"):
+        radius = res[col].clamp(max=1e6)
+        adv, pred = margin_attack(
+            net, x, res["pred"], radius * (1 - 1e-7), 2.0, col.endswith("_box"), seed=seed
+        )
+        assert torch.all(adv == pred), col
+
+
+@pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
+def test_no_moved_expansion_certificate_exceeds_the_exact_distance_on_the_plane(
+    d, k, h, seed, scale
+):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(6, d, seed + 100)
+    res = with_expansions(net, x, 3, rtol=1e-5)
+    exact = exact_distance(net, x, res["pred"], 2.0, False)
+    assert torch.all(res["guarantee_l2_curvature"] <= exact)
