@@ -30,11 +30,14 @@ def trust(net, x, steps: int = 8, **kw) -> dict:
     return certify_softplus(net, x, kinds=kinds, trust_region_steps=steps, **kw)
 
 
+@pytest.mark.parametrize("expansions", [0, 3])  # about the point, and moved (.expansion)
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
-def test_no_attack_inside_a_trust_region_ball_changes_the_decision(d, k, h, seed, scale):
+def test_no_attack_inside_a_trust_region_ball_changes_the_decision(
+    d, k, h, seed, scale, expansions
+):
     net = random_net(d, k, h, seed, scale)
     x = random_points(12, d, seed + 1)
-    res = trust(net, x, rtol=1e-4)
+    res = trust(net, x, rtol=1e-4, expansion_steps=expansions)
     for col in COLS:
         radius = res[col].clamp(max=1e6)
         assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius)), col
@@ -43,11 +46,14 @@ def test_no_attack_inside_a_trust_region_ball_changes_the_decision(d, k, h, seed
         assert torch.all(adv == pred), col
 
 
+@pytest.mark.parametrize("expansions", [0, 3])
 @pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
-def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(d, k, h, seed, scale):
+def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(
+    d, k, h, seed, scale, expansions
+):
     net = random_net(d, k, h, seed, scale)
     x = random_points(6, d, seed + 100)
-    res = trust(net, x, rtol=1e-5)
+    res = trust(net, x, rtol=1e-5, expansion_steps=expansions)
     for col in COLS:
         exact = exact_distance(net, x, res["pred"], 2.0, col.endswith("_box"))
         assert torch.all(res[col] <= exact), (col, res[col], exact)
