@@ -6,6 +6,8 @@ without moved points in tests/test_trust_region.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -17,11 +19,11 @@ from .helpers import random_net, random_points
 from .test_certify_beyond import CONFIGS, pieces
 
 
-def rows_at(net, x, radius: float, offsets):
+def rows_at(net, x, radius: float, offsets, p: float = 2.0):
     """Every (point, class) row of ``x`` at R = ``radius``: its network terms and its
     :func:`expanded_terms` about ``zh + offsets(h*)``, ``h*`` a sample of ``U v`` for one
     ``v`` in the ball per row (returned)."""
-    rng, m, _, pred = pieces(net, x, 2.0, False)
+    rng, m, _, pred = pieces(net, x, p, False)
     terms = rng.terms
     n, k = m.shape
     idx = torch.arange(n)
@@ -30,12 +32,7 @@ def rows_at(net, x, radius: float, offsets):
     W = terms.W
     delta = W[pred[point]] - W[cls]
     g = torch.Generator().manual_seed(7)
-    v0 = torch.randn(len(point), x.shape[1], generator=g, dtype=torch.float64)
-    v0 *= (
-        radius
-        * torch.rand(len(point), 1, generator=g, dtype=torch.float64)
-        / v0.norm(dim=1, keepdim=True)
-    )
+    v0 = in_ball(len(point), x.shape[1], radius, p, g)
     ex = expanded_terms(
         zh[point],
         pad[point],
@@ -45,20 +42,31 @@ def rows_at(net, x, radius: float, offsets):
         offsets(v0 @ terms.U.T, g),
         m[point, cls],
         terms.U,
-        terms.row_norms_up(2),
+        terms.row_norms_up(rng.q),
         terms.alpha,
         terms.underflow_floor,
     )
     return ex, point, cls, pred, m, v0, terms.U
 
 
-def lower_at(ex, U, rows: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The expanded lower bound on ``g`` at ``x + v`` (rows (s,), v (s, d))."""
+def in_ball(n: int, d: int, radius: float, p: float, g: torch.Generator) -> torch.Tensor:
+    """``n`` points (n, d) of the p-norm ball of ``radius``, every seventh on its sphere."""
+    v = torch.randn(n, d, generator=g, dtype=torch.float64)
+    if p == 1:  # Laplace directions: spread over the L1 sphere
+        v = v.sign() * -torch.rand(n, d, generator=g, dtype=torch.float64).log()
+    r = radius * torch.rand(n, 1, generator=g, dtype=torch.float64) ** (1 / d)
+    r[::7] = radius
+    return v / torch.linalg.vector_norm(v, ord=p, dim=1, keepdim=True) * r
+
+
+def lower_at(ex, U, rows: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
+    """The expanded lower bound on ``g`` at ``x + v`` (rows (s,), v (s, d)) in the p-norm
+    ball (the gradient's error is in the dual norm)."""
     h = v @ U.T
     q = ex.convex[rows] - ex.kappa[rows]
     return (
         ex.margin[rows]
-        - ex.err[rows] * v.norm(dim=1)
+        - ex.err[rows] * torch.linalg.vector_norm(v, ord=p, dim=1)
         + (ex.grad[rows] * v).sum(1)
         + 0.5 * (q * h * h).sum(1)
     )
@@ -81,27 +89,23 @@ OFFSETS = {
 @pytest.mark.parametrize("how", list(OFFSETS))
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
 @pytest.mark.parametrize("radius", [0.05, 0.6])
+@pytest.mark.parametrize("p", [2.0, 1.0, math.inf])
 def test_the_expanded_bound_never_exceeds_the_network_in_the_ball(
-    d, k, h, seed, scale, how, radius
+    d, k, h, seed, scale, how, radius, p
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(3, d, seed + 1)
-    ex, point, cls, pred, m, v0, U = rows_at(net, x, radius, OFFSETS[how])
+    ex, point, cls, pred, m, v0, U = rows_at(net, x, radius, OFFSETS[how], p)
     g = torch.Generator().manual_seed(seed)
-    s = 400
-    rows = torch.arange(len(point)).repeat_interleave(s)
-    v = torch.randn(len(rows), d, generator=g, dtype=torch.float64)
-    r = radius * torch.rand(len(rows), 1, generator=g, dtype=torch.float64) ** (1 / d)
-    r[::7] = radius  # on the sphere too
-    v = v / v.norm(dim=1, keepdim=True) * r
-    v = torch.cat([v, v0])  # the expansion points' own v
+    rows = torch.arange(len(point)).repeat_interleave(400)
+    v = torch.cat([in_ball(len(rows), d, radius, p, g), v0])  # and the expansion points' v
     rows = torch.cat([rows, torch.arange(len(point))])
     truth = network_gap(net, x, pred, cls[rows], point[rows], v)
-    low = lower_at(ex, U, rows, v)
+    low = lower_at(ex, U, rows, v, p)
     assert torch.all(low <= truth + 1e-12 * (1 + truth.abs())), (low - truth).max()
     if how == "at a point of the ball":  # exact at the expansion points, up to rounding
         at = torch.arange(len(rows) - len(point), len(rows))
-        gap = (truth[at] - low[at]) - ex.err * v0.norm(dim=1)
+        gap = (truth[at] - low[at]) - ex.err * torch.linalg.vector_norm(v0, ord=p, dim=1)
         assert torch.all(gap.abs() <= 1e-9 * (1 + truth[at].abs())), gap.abs().max()
         # the constant term matters: without it the bound passes the network somewhere
         wrong = low[at] + (m[point, cls] - ex.margin)
@@ -123,15 +127,16 @@ def test_a_nan_in_the_expansion_points_gives_radius_zero_for_that_row_only():
     assert rho[1] == 0 and torch.all(rho[torch.arange(len(rho)) != 1] > 0)
 
 
-def with_expansions(net, x, steps: int, **kw) -> dict:
-    kinds = ("l2", "box", "curvature")
-    return certify_softplus(net, x, kinds=kinds, expansion_steps=steps, **kw)
+def with_expansions(net, x, steps: int, norm: str) -> torch.Tensor:
+    kinds = (norm, "curvature")
+    res = certify_softplus(net, x, kinds=kinds, expansion_steps=steps)
+    return res[f"guarantee_{norm}_curvature"]
 
 
-def test_moved_expansion_points_never_lower_the_certificate_and_often_raise_it():
+@pytest.mark.parametrize("norm,gain", [("l2", 1.01), ("l1", 1.0), ("linf", 1.0)])
+def test_moved_expansion_points_never_lower_the_certificate_and_raise_it(norm, gain):
     net = random_net(10, 4, 64, 3, 2.0)
     x = random_points(20, 10, 4)
-    base = with_expansions(net, x, 0)["guarantee_l2_curvature"]
-    moved = with_expansions(net, x, 2)["guarantee_l2_curvature"]
+    base, moved = with_expansions(net, x, 0, norm), with_expansions(net, x, 2, norm)
     assert torch.all(moved >= base)
-    assert torch.mean(moved / base) > 1.01
+    assert torch.mean(moved / base) > gain

@@ -46,6 +46,12 @@ the form above, which pairs the largest ``|a_i|`` with the largest ``K_ii`` (on 
 full-MNIST networks, 10 points: the L1 curvature certificate 6-11% larger). Not in the box,
 whose set has other vertices.
 
+*Moved expansion points* (``expansions``; ball only, L1 and L-inf): each row is bounded
+again with the terms of :mod:`.expansion` (margin, gradient, ``kappa``) about the units'
+values at the vertex ``-s sign(a_i) e_i`` that sets the L1 radius (the largest ``|a_i| +
+s K_ii / 2``) or at the corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most
+R); the convex units' help, which these forms drop, stays dropped. Each row keeps its best.
+
 *Rounding.* ``sup Q`` is bounded with its rounding covered (:mod:`.secant`); ``kappa``
 (and each ``U_li^2``) by ``1 + 4u`` (``|delta|``
 within ``2u`` of the real one). ``|fl(G)|`` is within ``gamma_d ||u_r|| ||u_m||`` of
@@ -64,6 +70,7 @@ from typing import NamedTuple
 
 import torch
 
+from .expansion import expanded_terms
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -78,8 +85,9 @@ class CurvatureBound:
     function for :func:`~.search.radius_search`. ``rng``: the pre-activation ranges of the
     set (its ``p`` and ``box``); ``m`` (n, K): lower bounds on the margins (``+inf`` at c)."""
 
-    def __init__(self, rng: PreactivationRange, m: torch.Tensor) -> None:
+    def __init__(self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0) -> None:
         self.rng, self.m = rng, m
+        self.expansions = expansions
         terms = rng.terms
         self.U, self.W, self.alpha = terms.U, terms.W, terms.alpha
         h, d = terms.dims
@@ -142,13 +150,50 @@ class CurvatureBound:
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         rows = self.row_bounds(idx, r, need)
         out = torch.full_like(self.m[idx], math.inf)
-        if self.rng.p == 1 and not self.rng.box:  # at least the form below, one product less
-            out[rows.point, rows.cls] = self.vertex_radius(rows)
-        else:
-            out[rows.point, rows.cls] = radius_of(
-                rows.margin, rows.lowers, self.curvature(rows.kappa)
-            )
+        rho = self.row_radii(idx, rows)
+        if self.expansions and not self.rng.box and self.rng.p != 2:
+            rho = self.moved(idx, r, rows, rho)
+        out[rows.point, rows.cls] = rho
         return out
+
+    def row_radii(self, idx: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """The ``rows``' radii (nr,) of the points ``idx``."""
+        if self.rng.p == 1 and not self.rng.box:  # at least the form below, one product less
+            return self.vertex_radius(rows)
+        return radius_of(rows.margin, rows.lowers, self.constant(idx, rows))
+
+    def constant(self, idx: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """``Lambda_p`` (nr,) of the ``rows`` of the points ``idx``."""
+        return self.curvature(rows.kappa)
+
+    def moved(self, idx: torch.Tensor, r: torch.Tensor, rows: Rows, rho: torch.Tensor):
+        """The radii ``rho`` (nr,) of the ball's ``rows`` raised by :data:`expansions` bounds
+        with the units expanded about their values at the last bound's minimiser
+        (:mod:`.expansion`): the vertex ``-s sign(a_i) e_i`` that sets the L1 radius, the
+        corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most R)."""
+        zh, pad, lo, hi = self.rng.intervals(idx, r)
+        p, c = rows.point, self.rng.pred[idx][rows.point]
+        delta = self.W[c] - self.W[rows.cls]
+        norm_up = self.rng.terms.row_norms_up(self.rng.q)
+        best = rho
+        for _ in range(self.expansions):
+            s = torch.minimum(rho, r[p]).nan_to_num(0.0, 0.0, 0.0)[:, None]
+            sign = torch.sign(rows.grad)
+            if self.rng.p == 1:
+                score = rows.grad.abs() + 0.5 * s * (rows.kappa @ self.u_sq)
+                i = score.argmax(1)
+                h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
+            else:
+                h = -s * (sign @ self.U.T)
+            ex = expanded_terms(
+                *(zh[p], pad[p], lo[p], hi[p], delta, h, rows.margin),
+                *(self.U, norm_up, self.alpha, self.tau),
+            )
+            lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
+            rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
+            rho = self.row_radii(idx, rows)
+            best = torch.maximum(best, rho)
+        return best
 
     def vertex_radius(self, rows: Rows) -> torch.Tensor:
         """L1 (module docstring, *L1 at the vertices*): the radii (nr,) of the ``rows``'

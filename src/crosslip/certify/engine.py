@@ -254,7 +254,8 @@ def _certify_batch(
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)
             elif "curvature" in kinds:
                 # L-inf: its constant through a diagonal scaling, proved (:mod:`.linf_curvature`)
-                curv = (LinfCurvatureBound if math.isinf(p) else CurvatureBound)(rng(p, box), m)
+                kind = LinfCurvatureBound if math.isinf(p) else CurvatureBound
+                curv = kind(rng(p, box), m, opt.expansion_steps if p != 2 else 0)
                 res[f"{col}_curvature{suffix}"] = radius(curv, box, res[col + suffix])
                 if p == 2 and opt.trust_region_steps:  # the ball's radius holds in the box
                     near = res[f"{col}_curvature{suffix}"]

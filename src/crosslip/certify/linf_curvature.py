@@ -40,7 +40,7 @@ import weakref
 
 import torch
 
-from .curvature import CurvatureBound, radius_of
+from .curvature import CurvatureBound, Rows
 from .rounding import UNIT, gamma
 from .softplus_bounds import NetTerms, PreactivationRange
 from .trust_region import FACTOR_ROWS, TAIL_SHARE, UnitGram
@@ -90,16 +90,12 @@ class LinfCurvatureBound(CurvatureBound):
     radius function for :func:`~.search.radius_search`. ``rng``: L-inf pre-activation
     ranges (ball or box); ``m`` (n, K): lower bounds on the margins (``+inf`` at c)."""
 
-    def __init__(self, rng: PreactivationRange, m: torch.Tensor) -> None:
+    def __init__(self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0) -> None:
         if not math.isinf(rng.p):
             raise ValueError(f"the scaled curvature constant is an L-inf one, not p = {rng.p}")
-        super().__init__(rng, m)
+        super().__init__(rng, m, expansions)
         self.pairs = pair_constants(rng.terms)
 
-    def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
-        rows = self.row_bounds(idx, r, need)
+    def constant(self, idx: torch.Tensor, rows: Rows) -> torch.Tensor:
         pair = self.pairs[self.rng.pred[idx][rows.point], rows.cls]
-        lam = torch.minimum(self.curvature(rows.kappa), pair)
-        out = torch.full_like(self.m[idx], math.inf)
-        out[rows.point, rows.cls] = radius_of(rows.margin, rows.lowers, lam)
-        return out
+        return torch.minimum(self.curvature(rows.kappa), pair)
