@@ -21,8 +21,10 @@
    largest-eigenvalue form's search) on top of today's ``guarantee_l2``
    (``method_seconds["trust_region"]``, ``trust_region_vs_paper_l2_seconds``) beside the
    column without it, every certificate beyond the paper with and without it on the same
-   points, and the curvature column's mean with and without it. Each
-   timing of this section is the median of :data:`ROUNDS` rounds in turns: a method's
+   points, and the curvature column's mean with and without it; the same with its units
+   expanded about the point only (``certify.expansion_steps`` 0,
+   :mod:`crosslip.certify.expansion`). Each timing of this section is the median of
+   :data:`ROUNDS` rounds in turns: a method's
    seconds are a difference of two timings, and single timings moved them by half between
    runs here.
 5. The Gaussian-kernel bound (Proposition 2.2) for 2,000 expansion points on 500 points.
@@ -120,10 +122,14 @@ def beyond(net, x: torch.Tensor, y, dev: torch.device, n_norms: int, trust: tupl
         every_kind = (*PAPER_L2, *METHOD_KINDS)
         plain = certify_softplus(net, xt, kinds=curv, trust_region_steps=0)
         exact = certify_softplus(net, xt, kinds=curv, trust_region_steps=steps)
+        fixed = certify_softplus(net, xt, kinds=curv, trust_region_steps=steps, expansion_steps=0)
         kinds = {
             "paper": lambda: certify_softplus(net, xt, kinds=PAPER_L2),
             "plain": lambda: certify_softplus(net, xt, kinds=curv, trust_region_steps=0),
             "exact": lambda: certify_softplus(net, xt, kinds=curv, trust_region_steps=steps),
+            "fixed": lambda: certify_softplus(
+                net, xt, kinds=curv, trust_region_steps=steps, expansion_steps=0
+            ),
             "every": lambda: certify_softplus(net, xt, kinds=every_kind, trust_region_steps=0),
             "every_exact": lambda: certify_softplus(
                 net, xt, kinds=every_kind, trust_region_steps=steps
@@ -145,6 +151,10 @@ def beyond(net, x: torch.Tensor, y, dev: torch.device, n_norms: int, trust: tupl
             / paper_t,
             "trust_region_curvature_mean": float(exact[col].cpu()[ok_t].double().mean()),
             "trust_region_curvature_mean_without": float(plain[col].cpu()[ok_t].double().mean()),
+            "trust_region_fixed_points_vs_paper_l2_seconds": (med["fixed"] - paper_t) / paper_t,
+            "trust_region_curvature_mean_fixed_points": float(
+                fixed[col].cpu()[ok_t].double().mean()
+            ),
         }
     every, all_s = timed(lambda: certify_softplus(net, x, kinds=(*PAPER_L2, *METHOD_KINDS)), dev)
     xs = x[:n_norms]
@@ -273,7 +283,10 @@ def main() -> None:
                 f"{res['trust_region_curvature_mean_without']:.4f} -> "
                 f"{res['trust_region_curvature_mean']:.4f}; every certificate "
                 f"x{res['methods_vs_paper_l2_seconds_same_points']:.2f} -> "
-                f"x{res['methods_with_trust_region_vs_paper_l2_seconds']:.2f}"
+                f"x{res['methods_with_trust_region_vs_paper_l2_seconds']:.2f}; with the "
+                f"units expanded about the point only (certify.expansion_steps 0): "
+                f"x{res['trust_region_fixed_points_vs_paper_l2_seconds']:.2f}, its mean "
+                f"{res['trust_region_curvature_mean_fixed_points']:.4f}"
             )
         for k, v in res["method_means_correct"].items():
             print(f"  mean {k:<26} {v:.4f}")

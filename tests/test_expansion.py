@@ -82,7 +82,6 @@ OFFSETS = {
     "at a point of the ball": lambda h, g: h,
     "scaled out": lambda h, g: 3.0 * h,
     "random": lambda h, g: torch.randn(h.shape, generator=g, dtype=torch.float64) * 0.5,
-    "zero": lambda h, g: torch.zeros_like(h),
 }
 
 
