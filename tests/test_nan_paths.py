@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from crosslip.certify import curvature as curvature_module
+from crosslip.certify import expansion as expansion_module
 from crosslip.certify import trust_region as trust_region_module
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.integrated import SPAN, integrated
@@ -149,6 +150,7 @@ def test_a_nan_secant_piece_gives_zero_curvature_radii(monkeypatch, where):
 
     monkeypatch.setattr(curvature_module, "secant_curvature", poisoned)
     monkeypatch.setattr(trust_region_module, "secant_curvature", poisoned)
+    monkeypatch.setattr(expansion_module, "secant_curvature", poisoned)  # the moved points'
     for steps in (0, 6):
         col = certify_softplus(net, x, kinds=kinds, trust_region_steps=steps)
         col = col["guarantee_l2_curvature"]

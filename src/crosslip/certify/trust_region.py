@@ -573,7 +573,8 @@ class TrustRegionBound(CurvatureBound):
                         *(zh[q], pad[q], lo[q], hi[q], delta[live], self.minimiser(*at)),
                         *(margin[live], self.U, self.norm_up, self.alpha, self.tau),
                     )
-                    low = self.lower(ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
+                    args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
+                    low = self.lower(*args, enough=enough[q, 0])
                     best[live] = torch.maximum(best[live], quad_radius(ex.margin, low))
                     at = (ex.grad, ex.kappa, ex.convex, ex.margin)
                 got[p, j] = best
