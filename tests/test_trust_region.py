@@ -129,9 +129,9 @@ def test_few_rows_are_minimised_and_the_radii_are_those_of_every_row(d, k, h, se
     rows = [0]
     real = bound.lower
 
-    def counted(grad, *args):
+    def counted(grad, *args, **kwargs):
         rows[0] += len(grad)
-        return real(grad, *args)
+        return real(grad, *args, **kwargs)
 
     bound.lower = counted
     near = radius_search(CurvatureBound(rng, m), m, 1e-4, unbounded=unbounded).guarantee

@@ -167,7 +167,7 @@ class CurvatureBound:
         return self.curvature(rows.kappa)
 
     def moved(self, idx: torch.Tensor, r: torch.Tensor, rows: Rows, rho: torch.Tensor):
-        """The radii ``rho`` (nr,) of the ball's ``rows`` raised by :data:`expansions` bounds
+        """The radii ``rho`` (nr,) of the ball's ``rows`` raised by ``expansions`` bounds
         with the units expanded about their values at the last bound's minimiser
         (:mod:`.expansion`): the vertex ``-s sign(a_i) e_i`` that sets the L1 radius, the
         corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most R)."""

@@ -558,25 +558,26 @@ class TrustRegionBound(CurvatureBound):
                 p, j = point[chunk], cls[chunk]
                 delta, grad, err, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p])
                 convex = self.convex(delta, s2_lo[p])
-                low = self.lower(grad, err, convex, kappa, margin, verify, lam[chunk], enough[p, 0])
+                moves = self.expansions if verify or expand else 0
+                dual = self.dual(grad, convex - kappa, margin) if moves else None
+                args = (grad, err, convex, kappa, margin, verify, lam[chunk], enough[p, 0])
+                low = self.lower(*args, dual=dual)
                 best = torch.maximum(quad_radius(margin, low), rho[chunk])
-                at = (grad, kappa, convex, margin)
                 live = torch.arange(len(chunk), device=best.device)
-                for _ in range(self.expansions if verify or expand else 0):
-                    # only rows short of a radius that suffices
+                for _ in range(moves):  # only rows short of a radius that suffices
                     keep = best[live] < enough[p[live], 0]
-                    live, at = live[keep], tuple(a[keep] for a in at)
+                    live, offset = live[keep], self.minimiser(dual)[keep]
                     if not len(live):
                         break
                     q = p[live]
                     ex = expanded_terms(
-                        *(zh[q], pad[q], lo[q], hi[q], delta[live], self.minimiser(*at)),
-                        *(margin[live], self.U, self.norm_up, self.alpha, self.tau),
+                        *(zh[q], pad[q], lo[q], hi[q], delta[live], offset, margin[live]),
+                        *(self.U, self.norm_up, self.alpha, self.tau),
                     )
+                    dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin)
                     args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
-                    low = self.lower(*args, enough=enough[q, 0])
+                    low = self.lower(*args, enough=enough[q, 0], dual=dual)
                     best[live] = torch.maximum(best[live], quad_radius(ex.margin, low))
-                    at = (ex.grad, ex.kappa, ex.convex, ex.margin)
                 got[p, j] = best
             return got
 
@@ -589,20 +590,24 @@ class TrustRegionBound(CurvatureBound):
         settled[point, cls] = ~open_
         return got.masked_fill(settled, math.inf)
 
-    def minimiser(
-        self, grad: torch.Tensor, kappa: torch.Tensor, convex: torch.Tensor, margin: torch.Tensor
-    ) -> torch.Tensor:
-        """The units' ``h* = U v*`` (m, H) at the minimiser ``v* = -w`` of the bound with
-        these terms (each row's dual point of :func:`krylov_dual`, unverified): where
-        :mod:`.expansion` moves the expansion points. Any value is sound there; a NaN
-        row's is 0."""
+    def dual(
+        self, grad: torch.Tensor, q: torch.Tensor, margin: torch.Tensor
+    ) -> tuple[torch.Tensor, KrylovSpan]:
+        """The rows' dual point ``(mu, span)`` of :func:`krylov_dual` for the bound with
+        gradient ``grad`` (m, d), curvature ``q`` (m, H) and margin (m,), in
+        :data:`DUAL_DTYPE`; ``mu`` unverified."""
         dt = DUAL_DTYPE
-        q = (convex - kappa).to(dt)
-        mu, span = krylov_dual(
-            grad.to(dt), q, self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
+        return krylov_dual(
+            grad.to(dt), q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
         )
+
+    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan]) -> torch.Tensor:
+        """The units' ``h* = U v*`` (m, H) at the minimiser ``v* = -w`` of the bound whose
+        :meth:`dual` point is ``dual`` (unverified): where :mod:`.expansion` moves the
+        expansion points. Any value is sound there; a NaN row's is 0."""
+        mu, span = dual
         h = -(span.solve(mu) @ self.u_dual.T)
-        return h.to(grad.dtype).nan_to_num_(0.0, 0.0, 0.0)
+        return h.to(self.U.dtype).nan_to_num_(0.0, 0.0, 0.0)
 
     def convex(self, delta: torch.Tensor, s2_lo: torch.Tensor) -> torch.Tensor:
         """The convex units' ``delta_l inf Q_l`` (m, H) of rows with ``delta`` (m, H) and the
@@ -619,9 +624,11 @@ class TrustRegionBound(CurvatureBound):
         verify: bool = True,
         cheap: torch.Tensor | None = None,
         enough: torch.Tensor | None = None,
+        dual: tuple[torch.Tensor, KrylovSpan] | None = None,
     ) -> QuadLower:
         """``QuadLower`` of ``a^T v + 1/2 sum q_l (u_l^T v)^2`` over ``||v|| <= r``
-        (module docstring): a dual point from :func:`krylov_dual`, its ``mu`` verified
+        (module docstring): a dual point from :func:`krylov_dual` (``dual``, where the
+        caller has computed it already with :meth:`dual`), its ``mu`` verified
         (``verify=False``: taken as it is, positive definite in the Krylov span only; an
         estimate, not a bound). ``cheap`` (m,), optional: the rows' cheap bounds on
         ``lambda_max`` (:meth:`.CurvatureBound.curvature` of ``kappa``) where known.
@@ -631,10 +638,8 @@ class TrustRegionBound(CurvatureBound):
         the row keeps that one."""
         q = convex - kappa
         dt = DUAL_DTYPE
-        low = krylov_dual(
-            grad.to(dt), q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
-        )
-        mu, span = low[0].to(grad.dtype), low[1]
+        mu, span = self.dual(grad, q, margin) if dual is None else dual
+        mu = mu.to(grad.dtype)
 
         def solve(mu: torch.Tensor) -> torch.Tensor:
             return span.solve(mu.to(dt)).to(grad.dtype)
