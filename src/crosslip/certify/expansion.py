@@ -28,19 +28,18 @@ at the minimiser of the previous bound (``v* = -w``, its dual point), so that ea
 lower bound is exact where the ball's minimum was found: the alpha-CROWN idea of optimised
 tangent points, for the curvature certificate.
 
-*Rounding.* ``y = fl(z^ + e)`` is exact as it stands; ``e^ = fl(y - z^)`` is within
-``slack = pad + 2u |e^|`` (plus ``2^-1000``) of the real ``e' = y - z`` (``z^`` within ``pad``
-of the real ``z``). ``q'`` is :func:`.secant.secant_curvature`'s about ``y`` with no pad, times
+*Rounding.* ``y = fl(z^ + e)`` is exact as it stands; ``e^ = fl(y - z^)`` is within ``slack =
+pad + 2u |e^|`` (plus ``2^-1000``) of the real ``e' = y - z`` (``z^`` within ``pad`` of the
+real ``z``). ``q'`` is :func:`.secant.secant_curvature`'s about ``y`` with no pad, times
 ``|delta|`` rounded outward by ``4u`` (as in :mod:`.curvature`). ``c1``: ``sigma'(y)`` within
 ``4 FN_REL`` relative plus ``2^-1000``, ``|q'| slack`` for ``e'``, and ``4u`` of the two
-products' magnitudes; the gradient ``sum c1_l u_l`` then as :meth:`.CurvatureBound.rows`
-bounds its own (``gamma_{H+4}`` of ``sum |c1_l| ||u_l||``). ``c0``: ``D_y(s)`` at ``s^ =
--e^`` by :func:`.secant._remainder` (with ``D_y(-s) = D_{-y}(s)`` for ``s^ < 0``, as the
-secant module evaluates only ``s > 0``), plus ``min(1, alpha (|s^| + slack) / 4) slack`` for
-the real ``s`` (``|D_y'(s)| = |sigma'(y + s) - sigma'(y)|``), then ``D`` from above where
-``delta > 0`` and from below (and at least 0) where ``delta < 0``; ``e'^2`` from above where
-``q' < 0`` and from below where ``q' >= 0``; each product rounded outward by ``4u``, the sum
-with the margin less ``gamma_{H+2}`` times the magnitudes. A NaN anywhere makes the margin
+products' magnitudes; the gradient ``sum c1_l u_l`` then as :meth:`.CurvatureBound.rows` bounds
+its own (``gamma_{H+4}`` of ``sum |c1_l| ||u_l||``). ``c0``: ``D_y(s)`` at ``s^ = -e^`` by
+:func:`.secant.remainder` (either sign of ``s^``), plus ``min(1, alpha (|s^| + slack) / 4)
+slack`` for the real ``s`` (``|D_y'(s)| = |sigma'(y + s) - sigma'(y)|``), then ``D`` from above
+where ``delta > 0`` and from below (and at least 0) where ``delta < 0``; ``e'^2`` from above
+where ``q' < 0`` and from below where ``q' >= 0``; each product rounded outward by ``4u``, the
+sum with the margin less ``gamma_{H+2}`` times the magnitudes. A NaN anywhere makes the margin
 NaN, and :func:`.linear_min.quad_radius` gives such a row 0.
 """
 
@@ -51,7 +50,7 @@ from typing import NamedTuple
 import torch
 
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
-from .secant import _bases, _remainder_at, secant_curvature
+from .secant import remainder, secant_curvature
 
 
 class Expanded(NamedTuple):
@@ -114,11 +113,7 @@ def expanded_terms(
     err = ((c1_err + c1.abs() * g_h) @ unorm2).mul_(1 + gamma(h + 2)).add_(tau)
     # the constant: -delta D_y(s) + q e'^2 / 2 at s = z - y = -e'
     s_hat = -e_hat
-    flip = s_hat < 0
-    about = torch.where(flip, -y, y)
-    d_hat, d_err = _remainder_at(
-        about, s_hat.abs(), alpha, _bases(about, torch.zeros_like(y), alpha)
-    )
+    d_hat, d_err = remainder(y, s_hat, alpha)
     lip = ((s_hat.abs() + slack) * (alpha / 4)).clamp_max_(1.0)
     d_err = d_err + lip * slack
     d_up = (d_hat + d_err).mul_(1 + 4 * UNIT)

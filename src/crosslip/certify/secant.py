@@ -140,6 +140,16 @@ def _remainder_at(
     return _remainder(_softplus(w, alpha), sp_z, sl_z, e, w, az, base_d, d_pad, alpha)
 
 
+def remainder(y: torch.Tensor, s: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``D_y(s) = sigma(y + s) - sigma(y) - sigma'(y) s`` for units expanded about the exact
+    numbers ``y`` at steps ``s`` of either sign (same shape), and a bound on the computed
+    value's distance to the real one (module docstring, *Rounding*, with no pad): the side
+    ``s < 0`` as ``D_{-y}(-s)`` (``sigma(-y) = sigma(y) - y``)."""
+    flip = s < 0
+    about = torch.where(flip, -y, y)
+    return _remainder_at(about, s.abs(), alpha, _bases(about, torch.zeros_like(y), alpha))
+
+
 def _at_end(z: torch.Tensor, pad: torch.Tensor, end: torch.Tensor, alpha: float) -> torch.Tensor:
     """A lower bound on ``Q(end) = 2 D(end) / end^2`` (same shape as ``z``) for the units at
     ``z`` (computed, within ``pad``): with ``sigma''(z)``, the smallest ``Q`` over ``h`` in
