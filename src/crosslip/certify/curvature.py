@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 import torch
 
-from .expansion import expanded_terms
+from .expansion import Expanded, expanded_terms
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -166,15 +166,33 @@ class CurvatureBound:
         """``Lambda_p`` (nr,) of the ``rows`` of the points ``idx``."""
         return self.curvature(rows.kappa)
 
+    def expanded(
+        self,
+        intervals: tuple[torch.Tensor, ...],
+        point: torch.Tensor,
+        delta: torch.Tensor,
+        offset: torch.Tensor,
+        margin: torch.Tensor,
+    ) -> Expanded:
+        """The terms of :func:`.expansion.expanded_terms` for rows (nr) of the points at
+        positions ``point`` (nr,) of ``intervals`` (``zh, pad, lo, hi`` of
+        :meth:`.PreactivationRange.intervals`, each (m, H)), ``delta`` (nr, H), the units
+        expanded about ``zh + offset`` (nr, H); ``margin`` (nr,) the rows' margins; the
+        gradient's error in the ball's dual norm."""
+        zh, pad, lo, hi = (t[point] for t in intervals)
+        norm_up = self.rng.terms.row_norms_up(self.rng.q)
+        return expanded_terms(
+            *(zh, pad, lo, hi, delta, offset, margin), self.U, norm_up, self.alpha, self.tau
+        )
+
     def moved(self, idx: torch.Tensor, r: torch.Tensor, rows: Rows, rho: torch.Tensor):
         """The radii ``rho`` (nr,) of the ball's ``rows`` raised by ``expansions`` bounds
         with the units expanded about their values at the last bound's minimiser
         (:mod:`.expansion`): the vertex ``-s sign(a_i) e_i`` that sets the L1 radius, the
         corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most R)."""
-        zh, pad, lo, hi = self.rng.intervals(idx, r)
+        intervals = self.rng.intervals(idx, r)
         p, c = rows.point, self.rng.pred[idx][rows.point]
         delta = self.W[c] - self.W[rows.cls]
-        norm_up = self.rng.terms.row_norms_up(self.rng.q)
         best = rho
         for _ in range(self.expansions):
             s = torch.minimum(rho, r[p]).nan_to_num(0.0, 0.0, 0.0)[:, None]
@@ -185,10 +203,7 @@ class CurvatureBound:
                 h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
             else:
                 h = -s * (sign @ self.U.T)
-            ex = expanded_terms(
-                *(zh[p], pad[p], lo[p], hi[p], delta, h, rows.margin),
-                *(self.U, norm_up, self.alpha, self.tau),
-            )
+            ex = self.expanded(intervals, p, delta, h, rows.margin)
             lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
             rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
             rho = self.row_radii(idx, rows)

@@ -118,7 +118,6 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
-from .expansion import expanded_terms
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -519,7 +518,8 @@ class TrustRegionBound(CurvatureBound):
         out = torch.full_like(self.m[idx], math.inf)
         if not len(point):
             return out
-        zh, pad, lo, hi = rng.intervals(idx, r)
+        intervals = rng.intervals(idx, r)
+        zh, pad, lo, hi = intervals
         concave = signed_units(self.W, c[point], cls, point, len(idx), negative=True)
         s2_hi = secant_curvature(zh, pad, lo, hi, self.alpha, lower=False, up_units=concave)[0]
         rho = torch.empty(len(point), dtype=out.dtype, device=out.device)
@@ -570,10 +570,7 @@ class TrustRegionBound(CurvatureBound):
                     if not len(live):
                         break
                     q = p[live]
-                    ex = expanded_terms(
-                        *(zh[q], pad[q], lo[q], hi[q], delta[live], offset, margin[live]),
-                        *(self.U, self.norm_up, self.alpha, self.tau),
-                    )
+                    ex = self.expanded(intervals, q, delta[live], offset, margin[live])
                     dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin)
                     args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
                     low = self.lower(*args, enough=enough[q, 0], dual=dual)
