@@ -300,6 +300,8 @@ def margin_attack(net, x, pred, radius, p, box, restarts=10, steps=80, seed=0):
         return net(xr + delta).argmax(1), pr
 
 
+#: The paper's guarantee families (the certificates beyond it: tests/test_certify_beyond.py).
+PAPER_KINDS = ("local", "global", "l2", "l1", "linf", "box")
 COLUMNS = [
     ("guarantee_local", 2.0, False),
     ("guarantee_global", 2.0, False),
@@ -316,7 +318,7 @@ COLUMNS = [
 def test_no_attack_inside_any_certified_ball_changes_the_decision(d, k, h, seed, scale):
     net = random_net(d, k, h, seed, scale)
     x = random_points(20, d, seed + 1)
-    res = certify_softplus(net, x, rtol=1e-4)
+    res = certify_softplus(net, x, rtol=1e-4, kinds=PAPER_KINDS)
     for col, p, box in COLUMNS:
         radius = res[col].clamp(max=1e6)
         assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius)), col
@@ -340,7 +342,7 @@ def test_the_attack_check_catches_guarantees_from_a_halved_bound(p):
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
 def test_combined_guarantees_dominate_their_parts(d, k, h, seed, scale):
     net = random_net(d, k, h, seed, scale)
-    res = certify_softplus(net, random_points(30, d, seed + 2))
+    res = certify_softplus(net, random_points(30, d, seed + 2), kinds=PAPER_KINDS)
     for part in ("guarantee_local", "guarantee_global"):
         assert torch.all(res["guarantee_l2"] >= res[part])
     for name in ("l2", "l1", "linf"):
@@ -358,8 +360,8 @@ def test_batched_guarantees_equal_the_per_point_reference():
 def test_float32_model_and_points_give_the_float64_guarantees():
     net = random_net(10, 4, 16, 2, 1.0)
     x = random_points(20, 10, 4)
-    a = certify_softplus(net, x)
-    b = certify_softplus(net.float(), x.float())
+    a = certify_softplus(net, x, kinds=PAPER_KINDS)
+    b = certify_softplus(net.float(), x.float(), kinds=PAPER_KINDS)
     for k in ("guarantee_local", "guarantee_l2", "guarantee_linf"):
         assert torch.allclose(a[k], b[k], rtol=1e-5)
 
