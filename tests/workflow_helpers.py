@@ -254,7 +254,11 @@ ONE_MODEL = {
     "train": {"epochs": 2, "grid": {"cross_lipschitz": {"lr": [0.2], "lambda": [1.0e-3]}}},
     "kernel": {"grid": {}},
     "certify": {"n_points": 10},
-    "attack": {"n_points": 10, "refine_steps": 0},
+    # a short minimal-norm attack, as TINY_RUN's: these runs test the pipeline
+    "attack": {
+        **{"n_points": 10, "refine_steps": 0, "min_norm_steps": 20},
+        **{"min_norm_targets": 1, "min_norm_restarts": 1},
+    },
 }
 ONE_MODEL_ID = "cross_lipschitz-lr0.2-lam0.001-seed0"
 #: The rules of a ONE_MODEL run that are `localrules` with the default
