@@ -139,3 +139,26 @@ def test_moved_expansion_points_never_lower_the_certificate_and_raise_it(norm, g
     base, moved = with_expansions(net, x, 0, norm), with_expansions(net, x, 2, norm)
     assert torch.all(moved >= base)
     assert torch.mean(moved / base) > gain
+
+
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+def test_every_move_adds_its_constant_to_the_margin_at_the_point(monkeypatch, norm):
+    """Each move of the L1 and L-inf balls' expansion points is a bound on ``g`` about new
+    points: its constant is added to the rows' lower bound on ``g(x)``, never to the last
+    expansion's constant (which would count an earlier expansion's terms again)."""
+    from crosslip.certify.curvature import CurvatureBound
+
+    margins: list[torch.Tensor] = []
+    expanded = CurvatureBound.expanded
+
+    def seen(self, intervals, point, delta, offset, margin):
+        margins.append(margin.clone())
+        return expanded(self, intervals, point, delta, offset, margin)
+
+    monkeypatch.setattr(CurvatureBound, "expanded", seen)
+    net = random_net(10, 4, 64, 3, 2.0)
+    with_expansions(net, random_points(20, 10, 4), 3, norm)
+    assert len(margins) >= 3
+    for first, *later in zip(margins[::3], margins[1::3], margins[2::3], strict=False):
+        for m in later:
+            assert torch.equal(m, first)

@@ -193,6 +193,7 @@ class CurvatureBound:
         intervals = self.rng.intervals(idx, r)
         p, c = rows.point, self.rng.pred[idx][rows.point]
         delta = self.W[c] - self.W[rows.cls]
+        margin = rows.margin  # g(x)'s bound: each expansion adds its own constant to it
         best = rho
         for _ in range(self.expansions):
             s = torch.minimum(rho, r[p]).nan_to_num(0.0, 0.0, 0.0)[:, None]
@@ -203,7 +204,7 @@ class CurvatureBound:
                 h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
             else:
                 h = -s * (sign @ self.U.T)
-            ex = self.expanded(intervals, p, delta, h, rows.margin)
+            ex = self.expanded(intervals, p, delta, h, margin)
             lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
             rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
             rho = self.row_radii(idx, rows)
