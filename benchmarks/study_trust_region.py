@@ -7,7 +7,8 @@ classified test points, in one process:
 
 * certifies the L2 curvature certificate in its largest-eigenvalue form
   (``certify.trust_region_steps: 0``) and minimised over the ball (``--steps`` Lanczos
-  steps, :mod:`crosslip.certify.trust_region`), and Theorem 2.1's tightest bound
+  steps, :mod:`crosslip.certify.trust_region`; ``--expansion-steps`` moves of the units'
+  expansion points, ``certify.expansion_steps``), and Theorem 2.1's tightest bound
   (``guarantee_l2``) for the time it takes, side by side;
 * compares with the run's own per-point results: the paper's guarantee (Proposition 2.3),
   the best certificate of the run (``guarantee_l2_best``), and the best verified upper bound
@@ -44,6 +45,9 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--results", type=Path, required=True, help="a finished run's results")
     ap.add_argument("--points", type=int, default=200, help="correct test points per network")
     ap.add_argument("--steps", type=int, default=8, help="Lanczos steps (trust_region_steps)")
+    ap.add_argument(
+        "--expansion-steps", type=int, default=1, help="moves of the expansion points (certify)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     return ap
 
@@ -53,7 +57,7 @@ def closed(mean: float, paper: float, upper: float) -> float:
     return math.log(mean / paper) / math.log(upper / paper) if upper > paper > 0 else math.nan
 
 
-def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, dev) -> dict:
+def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, moves: int, dev) -> dict:
     """The study's figures of one network (module docstring)."""
     model_id, dataset = df["model_id"].iloc[0], df["dataset"].iloc[0]
     ok = df[df["correct"].astype(bool)].head(points)
@@ -65,7 +69,10 @@ def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, dev) -
     kinds = ("l2", "curvature")
     plain, t_plain = timed(lambda: certify_softplus(net, x, kinds=kinds, trust_region_steps=0), dev)
     exact, t_exact = timed(
-        lambda: certify_softplus(net, x, kinds=kinds, trust_region_steps=steps), dev
+        lambda: certify_softplus(
+            net, x, kinds=kinds, trust_region_steps=steps, expansion_steps=moves
+        ),
+        dev,
     )
     if not (plain["pred"].cpu().numpy() == ok["pred"].to_numpy()).all():
         raise SystemExit(f"{model_id}: the predictions differ from the run's")
@@ -79,6 +86,7 @@ def network_row(results: Path, df: pd.DataFrame, points: int, steps: int, dev) -
         "network": model_id,
         "regularizer": df["regularizer"].iloc[0],
         "points": n,
+        "expansion_steps": moves,
         "mean_paper": paper,
         "mean_guarantee_l2": float(l2["guarantee_l2"].mean()),
         "mean_curvature_lambda_max": float(plain["guarantee_l2_curvature"].mean()),
@@ -104,7 +112,9 @@ def main() -> None:
     args, dev = bench.args, bench.device
     rows = []
     for df in mlp_frames(args.results, setting="plain"):
-        rows.append(network_row(args.results, df, args.points, args.steps, dev))
+        rows.append(
+            network_row(args.results, df, args.points, args.steps, args.expansion_steps, dev)
+        )
         r = rows[-1]
         print(
             f"{r['network']:<36} best {r['mean_best_run']:.3f} -> {r['mean_best']:.3f} "
@@ -121,6 +131,7 @@ def main() -> None:
         **bench.header(),
         "results": str(args.results),
         "steps": args.steps,
+        "expansion_steps": args.expansion_steps,
         "rows": rows,
         "max_bracket_best": max(r["bracket_best"] for r in rows),
         "max_bracket_run": max(r["bracket_run"] for r in rows),

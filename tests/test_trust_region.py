@@ -349,3 +349,42 @@ def test_a_row_whose_cheaply_verified_bound_suffices_is_not_factorised():
     assert 0 < some < every
     # the factorised rows as before (a batch's top units follow its largest row: 1e-2)
     torch.testing.assert_close(mixed[half > 0], full[half > 0], rtol=1e-2, atol=0)
+
+
+def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
+    """The first move expands about the last bound's minimiser; each later one goes
+    ``EXPANSION_DAMPING`` of the way from the last points to the new minimiser (a full move
+    overshoots); and more damped moves never lower the mean certificate."""
+    calls: list[tuple[str, torch.Tensor]] = []
+    bound = trust_region.TrustRegionBound
+    minimiser, expanded = bound.minimiser, bound.expanded
+
+    def seen_minimiser(self, dual):
+        out = minimiser(self, dual)
+        calls.append(("minimiser", out.clone()))
+        return out
+
+    def seen_expanded(self, intervals, point, delta, offset, margin):
+        calls.append(("offset", offset.clone()))
+        return expanded(self, intervals, point, delta, offset, margin)
+
+    monkeypatch.setattr(bound, "minimiser", seen_minimiser)
+    monkeypatch.setattr(bound, "expanded", seen_expanded)
+    net = random_net(10, 4, 32, 3, 2.0)
+    x = random_points(12, 10, 4)
+    many = trust(net, x, expansion_steps=3)["guarantee_l2_curvature"]
+    firsts = damped = 0
+    for i in range(2, len(calls)):
+        (k0, o0), (k1, m1), (k2, o1) = calls[i - 2 : i + 1]
+        if (k0, k1, k2) != ("offset", "minimiser", "offset"):
+            continue
+        if torch.equal(o1, m1):  # a first move (of these rows): all the way
+            firsts += 1
+        elif o0.shape == o1.shape:  # a later move of the same rows (none left between)
+            step = trust_region.EXPANSION_DAMPING
+            assert torch.allclose(o1, o0 + step * (m1 - o0), rtol=1e-12, atol=1e-12)
+            damped += 1
+    assert firsts > 0 and damped > 0
+    monkeypatch.undo()
+    one = trust(net, x, expansion_steps=1)["guarantee_l2_curvature"]
+    assert one.mean() <= many.mean() * (1 + 1e-9)
