@@ -137,7 +137,9 @@ def test_moved_expansion_points_never_lower_the_certificate_and_raise_it(norm, g
     net = random_net(10, 4, 64, 3, 2.0)
     x = random_points(20, 10, 4)
     base, moved = with_expansions(net, x, 0, norm), with_expansions(net, x, 2, norm)
-    assert torch.all(moved >= base)
+    # each row keeps its best bound at every radius evaluated; the search stops within its
+    # rtol (1e-3) of each function's optimum, so a point may land that much lower
+    assert torch.all(moved >= base * (1 - 1e-3))
     assert torch.mean(moved / base) > gain
 
 
@@ -162,3 +164,39 @@ def test_every_move_adds_its_constant_to_the_margin_at_the_point(monkeypatch, no
     for first, *later in zip(margins[::3], margins[1::3], margins[2::3], strict=False):
         for m in later:
             assert torch.equal(m, first)
+
+
+def test_later_l1_moves_are_damped_towards_the_new_vertex(monkeypatch):
+    """In the L1 ball the first move expands about the vertex ``-s sign(a_i) e_i`` that sets
+    the radius (units at ``s U[:, i]`` up to sign); each later one goes ``EXPANSION_DAMPING``
+    of the way from the last points to the new vertex: what is left of a later move's points
+    after the last ones' share is a column of ``U``."""
+    from crosslip.certify import expansion
+    from crosslip.certify.curvature import CurvatureBound
+
+    calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+    expanded = CurvatureBound.expanded
+
+    def seen(self, intervals, point, delta, offset, margin):
+        calls.append((offset.clone(), self.U))
+        return expanded(self, intervals, point, delta, offset, margin)
+
+    monkeypatch.setattr(CurvatureBound, "expanded", seen)
+    net = random_net(10, 4, 64, 3, 2.0)
+    with_expansions(net, random_points(20, 10, 4), 3, "l1")
+    beta = expansion.EXPANSION_DAMPING
+
+    def cosine_to_a_column(h: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+        cos = (h @ U) / (h.norm(dim=1, keepdim=True) * U.norm(dim=0)).clamp_min(1e-300)
+        return cos.abs().max(1).values
+
+    assert len(calls) >= 3 and len(calls) % 3 == 0
+    for k in range(0, len(calls), 3):
+        (h0, U), (h1, _), (h2, _) = calls[k : k + 3]
+        moved = h0.norm(dim=1) > 0
+        assert torch.allclose(cosine_to_a_column(h0[moved], U), torch.ones(1, dtype=U.dtype))
+        for last, now in ((h0, h1), (h1, h2)):
+            rest = (now - (1 - beta) * last) / beta
+            live = rest.norm(dim=1) > 1e-12
+            cos = cosine_to_a_column(rest[live], U)
+            assert torch.allclose(cos, torch.ones_like(cos), atol=1e-9)

@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 import torch
 
-from .expansion import Expanded, expanded_terms
+from .expansion import EXPANSION_DAMPING, Expanded, expanded_terms
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -194,7 +194,7 @@ class CurvatureBound:
         p, c = rows.point, self.rng.pred[idx][rows.point]
         delta = self.W[c] - self.W[rows.cls]
         margin = rows.margin  # g(x)'s bound: each expansion adds its own constant to it
-        best = rho
+        best, last = rho, None
         for _ in range(self.expansions):
             s = torch.minimum(rho, r[p]).nan_to_num(0.0, 0.0, 0.0)[:, None]
             sign = torch.sign(rows.grad)
@@ -204,6 +204,9 @@ class CurvatureBound:
                 h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
             else:
                 h = -s * (sign @ self.U.T)
+            if last is not None:  # damped, as the trust region's (expansion.py)
+                h = last.add_(h - last, alpha=EXPANSION_DAMPING)
+            last = h
             ex = self.expanded(intervals, p, delta, h, margin)
             lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
             rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)

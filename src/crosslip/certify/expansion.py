@@ -34,8 +34,8 @@ a point of the ball, so it is the network's minimum there. Moving all the way to
 minimiser overshoots: the minimiser of a bound with the worst curvature of each range jumps
 between sides of the ball, and on a Cross-Lipschitz network a second full move raised the
 mean by 0.1% or less. So only the first move is a full one; each later move (``expansion_steps
-> 1``) goes :data:`.trust_region.EXPANSION_DAMPING` of the way from the last points to the new
-minimiser, and each row keeps its best bound.
+> 1``) goes :data:`EXPANSION_DAMPING` of the way from the last points to the new minimiser
+(in the L1 and L-inf balls: to the new vertex or corner), and each row keeps its best bound.
 
 *Rounding.* ``y = fl(z^ + e)`` is exact as it stands; ``e^ = fl(y - z^)`` is within ``slack =
 pad + 2u |e^|`` (plus ``2^-1000``) of the real ``e' = y - z`` (``z^`` within ``pad`` of the
@@ -60,6 +60,13 @@ import torch
 
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import remainder, secant_curvature
+
+#: After the first move of the expansion points (to the last bound's minimiser), each later
+#: move goes this share of the way from the last expansion points to the new minimiser
+#: (module docstring, *Damped moves*): on the record's 200-epoch CL 1e-2 network 4 moves of
+#: 0.3 raised the mean L2 curvature certificate by 10.7% over one move (40 points), 4 full
+#: moves by 0.5%; in L1 by 6.5% (30 points), 4 full moves by 0.7%.
+EXPANSION_DAMPING = 0.3
 
 
 class Expanded(NamedTuple):

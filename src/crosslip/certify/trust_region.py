@@ -118,6 +118,7 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
+from .expansion import EXPANSION_DAMPING
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -149,11 +150,6 @@ RETRY_GROWTH = (1 + 1e-4, 1 + 1e-3, 1.01, 1.1, 1.5)
 DUAL_DTYPE = torch.float32
 #: Rows (point, class) per chunk of the dual (Lanczos on ``(rows, H)`` products).
 CHUNK_ROWS = 256
-#: After the first move of the expansion points to the last bound's minimiser, each later
-#: move goes this share of the way from the last expansion points to the new minimiser
-#: (:mod:`.expansion`, *Damped moves*): on the record's 200-epoch CL 1e-2 network (40
-#: points) 4 moves of 0.3 raised the mean by 10.7% over one move, 4 full moves by 0.5%.
-EXPANSION_DAMPING = 0.3
 #: Rows per factorisation batch: each holds a (k, k) matrix of its concave units (k <= H),
 #: so a small batch stays in cache (on a 2-core CPU 8 rows ran 2x faster than 64).
 FACTOR_ROWS = 8
