@@ -11,7 +11,7 @@ from functools import partial
 import pytest
 import torch
 
-from crosslip.certify import trust_region
+from crosslip.certify import expansion, trust_region
 from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.linear_min import quad_radius
@@ -381,7 +381,7 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
         if torch.equal(o1, m1):  # a first move (of these rows): all the way
             firsts += 1
         elif o0.shape == o1.shape:  # a later move of the same rows (none left between)
-            step = trust_region.EXPANSION_DAMPING
+            step = expansion.EXPANSION_DAMPING
             assert torch.allclose(o1, o0 + step * (m1 - o0), rtol=1e-12, atol=1e-12)
             damped += 1
     assert firsts > 0 and damped > 0

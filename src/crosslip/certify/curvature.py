@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 import torch
 
-from .expansion import EXPANSION_DAMPING, Expanded, expanded_terms
+from .expansion import Expanded, damped_move, expanded_terms
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -182,7 +182,7 @@ class CurvatureBound:
         zh, pad, lo, hi = (t[point] for t in intervals)
         norm_up = self.rng.terms.row_norms_up(self.rng.q)
         return expanded_terms(
-            *(zh, pad, lo, hi, delta, offset, margin), self.U, norm_up, self.alpha, self.tau
+            zh, pad, lo, hi, delta, offset, margin, self.U, norm_up, self.alpha, self.tau
         )
 
     def moved(self, idx: torch.Tensor, r: torch.Tensor, rows: Rows, rho: torch.Tensor):
@@ -204,10 +204,8 @@ class CurvatureBound:
                 h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
             else:
                 h = -s * (sign @ self.U.T)
-            if last is not None:  # damped, as the trust region's (expansion.py)
-                h = last.add_(h - last, alpha=EXPANSION_DAMPING)
-            last = h
-            ex = self.expanded(intervals, p, delta, h, margin)
+            last = damped_move(last, h)
+            ex = self.expanded(intervals, p, delta, last, margin)
             lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
             rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
             rho = self.row_radii(idx, rows)

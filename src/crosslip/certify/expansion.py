@@ -69,6 +69,14 @@ from .secant import remainder, secant_curvature
 EXPANSION_DAMPING = 0.3
 
 
+def damped_move(last: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
+    """The next expansion points (offsets from ``zh``, (nr, H)) of rows whose last ones are
+    ``last`` (None: this is the first move) and whose new minimiser, vertex or corner is
+    ``target``: all the way on the first move, :data:`EXPANSION_DAMPING` of the way after
+    (module docstring, *Damped moves*). ``last`` is reused for the result."""
+    return target if last is None else last.add_(target - last, alpha=EXPANSION_DAMPING)
+
+
 class Expanded(NamedTuple):
     """The rows' terms about the moved points: the gradient of the lower bound (nr, d), its
     error bound in L2 (nr,), the concave units' ``kappa`` = ``-q'`` and the convex units'

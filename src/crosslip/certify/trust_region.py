@@ -118,7 +118,7 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
-from .expansion import EXPANSION_DAMPING
+from .expansion import damped_move
 from .linear_min import QuadLower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -568,15 +568,14 @@ class TrustRegionBound(CurvatureBound):
                 last = None  # the live rows' last expansion points (offsets from zh)
                 for _ in range(moves):  # only rows short of a radius that suffices
                     keep = best[live] < enough[p[live], 0]
-                    live, offset = live[keep], self.minimiser(dual)[keep]
-                    if last is not None:  # damped: full moves overshoot (expansion.py)
-                        last = last[keep]
-                        offset = last.add_(offset - last, alpha=EXPANSION_DAMPING)
-                    last = offset
+                    live = live[keep]
+                    last = damped_move(
+                        None if last is None else last[keep], self.minimiser(dual)[keep]
+                    )
                     if not len(live):
                         break
                     q = p[live]
-                    ex = self.expanded(intervals, q, delta[live], offset, margin[live])
+                    ex = self.expanded(intervals, q, delta[live], last, margin[live])
                     dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin)
                     args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
                     low = self.lower(*args, enough=enough[q, 0], dual=dual)
