@@ -128,16 +128,18 @@ def test_a_nan_in_the_convex_units_proves_nothing(block):
     assert math.isinf(got[1]) and torch.isfinite(got[[0, 2]]).all()
 
 
+@pytest.mark.parametrize("norm", ["l2", "linf"])
 @pytest.mark.parametrize("where", ["sup", "inf"])
-def test_a_nan_secant_piece_gives_zero_curvature_radii(monkeypatch, where):
+def test_a_nan_secant_piece_gives_zero_curvature_radii(monkeypatch, where, norm):
     """NaN secant bounds (each unit's curvature over its range: ``sup`` for the concave
-    units of both forms, ``inf`` for the convex units of the trust region) give 0 in the
-    form they enter and change nothing in the form they do not."""
+    units of both forms, ``inf`` for the convex units of the trust region, L2's and
+    L-inf's) give 0 in the form they enter and change nothing in the form they do not."""
     net = random_net(5, 4, 24, 7, 1.0)  # every point has concave and convex units
     x = random_points(6, 5, 8)
-    kinds = ("l2", "curvature")
+    kinds = (norm, "curvature")
+    name = f"guarantee_{norm}_curvature"
     clean = {s: certify_softplus(net, x, kinds=kinds, trust_region_steps=s) for s in (0, 6)}
-    assert all(torch.all(c["guarantee_l2_curvature"] > 0) for c in clean.values())
+    assert all(torch.all(c[name] > 0) for c in clean.values())
     real = curvature_module.secant_curvature
 
     def poisoned(*args, **kwargs):
@@ -152,16 +154,18 @@ def test_a_nan_secant_piece_gives_zero_curvature_radii(monkeypatch, where):
     monkeypatch.setattr(trust_region_module, "secant_curvature", poisoned)
     monkeypatch.setattr(expansion_module, "secant_curvature", poisoned)  # the moved points'
     for steps in (0, 6):
-        col = certify_softplus(net, x, kinds=kinds, trust_region_steps=steps)
-        col = col["guarantee_l2_curvature"]
+        col = certify_softplus(net, x, kinds=kinds, trust_region_steps=steps)[name]
         if where == "sup":
             assert torch.all(col == 0), steps
-        elif steps == 0:  # the largest-eigenvalue form reads no lower bound
-            assert torch.equal(col, clean[0]["guarantee_l2_curvature"])
-        else:  # the dual gives 0, each row keeps the largest-eigenvalue form's radius
-            lam_max_form = clean[0]["guarantee_l2_curvature"]
-            torch.testing.assert_close(col, lam_max_form, rtol=2e-3, atol=0)
-            assert torch.all(col <= clean[6]["guarantee_l2_curvature"])
+        elif steps == 0 and norm == "l2":  # the largest-eigenvalue form reads no lower bound
+            assert torch.equal(col, clean[0][name])
+        elif steps == 0:  # L-inf's corner moves read it (in their constant): they add nothing
+            assert torch.all(col > 0) and torch.all(col <= clean[0][name])
+        elif norm == "l2":  # the dual gives 0, each row keeps the lambda_max form's radius
+            torch.testing.assert_close(col, clean[0][name], rtol=2e-3, atol=0)
+            assert torch.all(col <= clean[6][name])
+        else:  # the same, L-inf's first form (whose moves differ from the curvature form's)
+            assert torch.all(col > 0) and torch.all(col <= clean[6][name] * (1 + 1e-3))
 
 
 @pytest.mark.parametrize("where", ["U", "W", "b", "c"])

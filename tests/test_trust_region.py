@@ -1,7 +1,9 @@
-"""The L2 curvature certificate minimised over the ball (:mod:`crosslip.certify.trust_region`):
-sound against attacks inside every certified ball and against the exact distance on the
-plane, caught when its curvature is mis-signed, never below the ``lambda_max`` form, and a
-verified ``mu`` that is never below the real ``lambda_max``."""
+"""The curvature certificates minimised over the ball, L2 (:mod:`crosslip.certify.trust_region`)
+and L-inf through the diagonal dual (:mod:`crosslip.certify.linf_trust_region`): sound
+against attacks inside every certified ball and against the exact distance on the plane,
+caught when their curvature is mis-signed, never below the curvature forms (with the units
+expanded about the point), the L-inf dual below a brute-force minimum of its quadratic over
+the cube, and a verified ``mu`` that is never below the real ``lambda_max``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from crosslip.certify import expansion, trust_region
 from crosslip.certify.curvature import CurvatureBound
 from crosslip.certify.engine import certify_softplus
 from crosslip.certify.linear_min import quad_radius
+from crosslip.certify.linf_trust_region import LinfTrustRegionBound
 from crosslip.certify.search import radius_search
 from crosslip.certify.secant import secant_curvature
 
@@ -22,44 +25,55 @@ from .helpers import random_net, random_points
 from .test_certify import margin_attack
 from .test_certify_beyond import CONFIGS, PLANE, exact_distance, pieces
 
-COLS = ("guarantee_l2_curvature", "guarantee_l2_curvature_box")
+#: The norms with a curvature certificate minimised over the ball: L2 and L-inf (the
+#: diagonal dual of crosslip.certify.linf_trust_region).
+NORMS = {"l2": 2.0, "linf": math.inf}
 
 
-def trust(net, x, steps: int = 8, **kw) -> dict:
-    kinds = ("l2", "box", "curvature")
+def trust(net, x, norm: str = "l2", steps: int = 8, **kw) -> dict:
+    kinds = (norm, "box", "curvature")
     return certify_softplus(net, x, kinds=kinds, trust_region_steps=steps, **kw)
 
 
+def columns(norm: str) -> tuple[str, str]:
+    return f"guarantee_{norm}_curvature", f"guarantee_{norm}_curvature_box"
+
+
+@pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("expansions", [0, 3])  # about the point, and moved (.expansion)
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
 def test_no_attack_inside_a_trust_region_ball_changes_the_decision(
-    d, k, h, seed, scale, expansions
+    d, k, h, seed, scale, expansions, norm
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(12, d, seed + 1)
-    res = trust(net, x, rtol=1e-4, expansion_steps=expansions)
-    for col in COLS:
+    res = trust(net, x, norm, rtol=1e-4, expansion_steps=expansions)
+    for col in columns(norm):
         radius = res[col].clamp(max=1e6)
         assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius)), col
         box = col.endswith("_box")
-        adv, pred = margin_attack(net, x, res["pred"], radius * (1 - 1e-7), 2.0, box, seed=seed)
+        adv, pred = margin_attack(
+            net, x, res["pred"], radius * (1 - 1e-7), NORMS[norm], box, seed=seed
+        )
         assert torch.all(adv == pred), col
 
 
+@pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("expansions", [0, 3])
 @pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
 def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(
-    d, k, h, seed, scale, expansions
+    d, k, h, seed, scale, expansions, norm
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(6, d, seed + 100)
-    res = trust(net, x, rtol=1e-5, expansion_steps=expansions)
-    for col in COLS:
-        exact = exact_distance(net, x, res["pred"], 2.0, col.endswith("_box"))
+    res = trust(net, x, norm, rtol=1e-5, expansion_steps=expansions)
+    for col in columns(norm):
+        exact = exact_distance(net, x, res["pred"], NORMS[norm], col.endswith("_box"))
         assert torch.all(res[col] <= exact), (col, res[col], exact)
 
 
-def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch):
+@pytest.mark.parametrize("norm", NORMS)
+def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch, norm):
     """Charging the concave units no curvature (``kappa = 0``) certifies past the exact
     distance somewhere on the plane: the check above is not vacuous."""
     real = trust_region.secant_curvature
@@ -72,9 +86,9 @@ def test_ignoring_the_concave_units_curvature_is_caught(monkeypatch):
     for d, k, h, seed, scale in [*PLANE, (2, 2, 6, 5, 1.0), (2, 3, 6, 6, 3.0)]:
         net = random_net(d, k, h, seed, scale)
         x = random_points(6, d, seed + 100)
-        res = trust(net, x, rtol=1e-5)
-        exact = exact_distance(net, x, res["pred"], 2.0, False)
-        caught |= bool(torch.any(res["guarantee_l2_curvature"] > exact))
+        res = trust(net, x, norm, rtol=1e-5)
+        exact = exact_distance(net, x, res["pred"], NORMS[norm], False)
+        caught |= bool(torch.any(res[columns(norm)[0]] > exact))
     assert caught
 
 
@@ -87,17 +101,20 @@ def test_the_exact_minimum_is_never_below_the_lambda_max_form_and_often_above():
     assert torch.mean(exact["guarantee_l2_curvature"] / plain["guarantee_l2_curvature"]) > 1.05
 
 
-def test_the_radius_function_alone_is_sound_at_every_radius_it_reports():
+@pytest.mark.parametrize(
+    "p,kind", [(2.0, trust_region.TrustRegionBound), (math.inf, LinfTrustRegionBound)]
+)
+def test_the_radius_function_alone_is_sound_at_every_radius_it_reports(p, kind):
     """Straight through :func:`radius_search` (no maximum with the column): attacked."""
     net = random_net(8, 5, 24, 12, 4.0)
     x = random_points(16, 8, 13)
-    rng, m, unbounded, pred = pieces(net, x, 2.0, False)
-    bound = trust_region.TrustRegionBound(rng, m, 6)
+    rng, m, unbounded, pred = pieces(net, x, p, False)
+    bound = kind(rng, m, 6, expansions=2)
     for origin in (None, bound.origin):  # the unverified estimate at R = 0 only opens it
         cert = radius_search(bound, m, 1e-4, unbounded=unbounded, origin=origin)
         radius = cert.guarantee.clamp(max=1e6)
         assert torch.all(radius > 0)
-        adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), 2.0, False, seed=5)
+        adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), p, False, seed=5)
         assert torch.all(adv == same)
 
 
@@ -262,29 +279,35 @@ def test_a_mu_is_verified_cheaply_where_it_can_be_and_never_below_the_real_eigen
     assert torch.all(got[3:6] < cheap[3:6])  # factorised: tighter than the cheap bound
 
 
-def test_only_l2_ranges_are_accepted():
+def test_each_norms_ranges_only_are_accepted():
     net = random_net(4, 3, 8, 0, 1.0)
     x = random_points(2, 4, 1)
     rng, m, _, _ = pieces(net, x, math.inf, False)
     with pytest.raises(ValueError, match="L2"):
         trust_region.TrustRegionBound(rng, m)
+    rng, m, _, _ = pieces(net, x, 2.0, False)
+    with pytest.raises(ValueError, match="Linf"):
+        LinfTrustRegionBound(rng, m)
 
 
 def test_the_setting_reaches_the_certificate_through_the_dispatch():
     """``crosslip.certify.certify`` (what the certify stage calls) passes
-    ``trust_region_steps`` on: the curvature column rises where the exact minimum is
-    larger, and only the L2 columns change."""
+    ``trust_region_steps`` on: the L2 and L-inf curvature columns rise where the minimum over
+    the ball is larger (:mod:`crosslip.certify.linf_trust_region`), and the L1 ones do not
+    change."""
     from crosslip.certify import certify
 
     net = random_net(10, 4, 32, 3, 2.0)
     x = random_points(8, 10, 4)
-    kinds = ("l2", "linf", "box", "curvature")
+    kinds = ("l2", "l1", "linf", "box", "curvature")
     off = certify(net, x, kinds=kinds, trust_region_steps=0).columns
     on = certify(net, x, kinds=kinds, trust_region_steps=6).columns
     assert torch.all(on["guarantee_l2_curvature"] >= off["guarantee_l2_curvature"])
-    assert torch.any(on["guarantee_l2_curvature"] > off["guarantee_l2_curvature"])
-    assert torch.all(on["guarantee_l2_curvature_box"] >= on["guarantee_l2_curvature"])
-    assert torch.equal(on["guarantee_linf_curvature"], off["guarantee_linf_curvature"])
+    for norm in ("l2", "linf"):
+        col = f"guarantee_{norm}_curvature"
+        assert torch.any(on[col] > off[col]), norm
+        assert torch.all(on[col + "_box"] >= on[col]), norm
+    assert torch.equal(on["guarantee_l1_curvature"], off["guarantee_l1_curvature"])
 
 
 @pytest.mark.parametrize("d,k,h,seed,scale", [(10, 6, 32, 3, 2.0), (8, 10, 48, 5, 4.0)])
@@ -359,8 +382,8 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
     bound = trust_region.TrustRegionBound
     minimiser, expanded = bound.minimiser, bound.expanded
 
-    def seen_minimiser(self, dual):
-        out = minimiser(self, dual)
+    def seen_minimiser(self, dual, r):
+        out = minimiser(self, dual, r)
         calls.append(("minimiser", out.clone()))
         return out
 
@@ -388,3 +411,50 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
     monkeypatch.undo()
     one = trust(net, x, expansion_steps=1)["guarantee_l2_curvature"]
     assert one.mean() <= many.mean() * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
+    """:meth:`LinfTrustRegionBound.lower` on made-up rows of a net in 3 dimensions: its
+    ``-(C + B r + quad r^2)`` is below ``a^T v + 1/2 sum_l q_l (u_l^T v)^2`` at every
+    vertex and on a fine grid of the cube of radius r, for the dual point it finds (and for
+    a perturbed one), while the L2 trust region on the ball of radius ``r sqrt(3)`` that holds
+    the cube is never above it by more than the linear terms' difference allows."""
+    gen = torch.Generator().manual_seed(seed)
+    net = random_net(3, 3, 12, seed, 2.0)
+    x = random_points(2, 3, seed + 7)
+    rng, m, _, _ = pieces(net, x, math.inf, False)
+    bound = LinfTrustRegionBound(rng, m, 3)
+    rows, h = 5, bound.U.shape[0]
+    grad = torch.randn(rows, 3, generator=gen, dtype=torch.float64)
+    kappa = torch.rand(rows, h, generator=gen, dtype=torch.float64) * (
+        torch.rand(rows, h, generator=gen) < 0.5
+    )
+    convex = torch.rand(rows, h, generator=gen, dtype=torch.float64) * (kappa == 0)
+    margin = torch.full((rows,), 2.0, dtype=torch.float64)
+    err = torch.zeros(rows, dtype=torch.float64)
+    low = bound.lower(grad, err, convex, kappa, margin)
+    axis = torch.linspace(-1, 1, 41, dtype=torch.float64)
+    cube = torch.cartesian_prod(axis, axis, axis)  # includes every vertex
+    U, q = bound.U, convex - kappa
+    for r in (0.05, 0.3, 1.0):
+        v = cube * r
+        value = grad @ v.T + 0.5 * (q[:, None, :] * (v @ U.T)[None].square()).sum(-1)
+        floor = -(low.const + low.lin * r + low.quad * r * r)
+        assert torch.all(torch.isfinite(floor))
+        assert torch.all(floor[:, None] <= value + 1e-12), (r, floor, value.min(1).values)
+
+
+def test_the_diagonal_dual_is_never_below_the_curvature_form_and_above_it_on_the_mean():
+    """Against the L-inf curvature form alone (``trust_region_steps: 0``): with the units
+    expanded about the point, every row reports at least that form's radius at the same R,
+    so the column is never below it by more than the search's precision; with moved
+    expansion points (each form moves them its own way) it is above it on the mean."""
+    net = random_net(12, 4, 48, 3, 2.0)
+    x = random_points(20, 12, 4)
+    for moves, least in ((0, 1 - 1e-4), (3, 0.9)):
+        kw = {"kinds": ("linf", "curvature"), "expansion_steps": moves, "rtol": 1e-5}
+        plain = certify_softplus(net, x, trust_region_steps=0, **kw)
+        exact = certify_softplus(net, x, trust_region_steps=10, **kw)
+        ratio = exact["guarantee_linf_curvature"] / plain["guarantee_linf_curvature"]
+        assert torch.all(ratio >= least) and torch.mean(ratio) > 1.03, (moves, ratio)

@@ -103,7 +103,6 @@ class CurvatureBound:
         if rng.p != 1:  # the largest eigenvalue: L2's constant, and L-inf's second bound
             self.gram = terms.abs_gram
             self.unorm2 = terms.row_norms(2)
-            self.unorm_max = float(self.unorm2.max()) if h else 0.0
             self.spec2 = float(terms.spectral_norm) ** 2 * (1 + 4 * UNIT)
         if rng.p == 1:  # U_li^2, rounded up
             self.u_sq = self.U.square().mul_(1 + 4 * UNIT)
@@ -123,12 +122,7 @@ class CurvatureBound:
     def largest_eigenvalue(self, kappa: torch.Tensor) -> torch.Tensor:
         """An upper bound on ``lambda_max(U^T diag(kappa) U)`` (nr,), rounded up: the smaller
         of the spectral-norm and the Schur bounds (module docstring)."""
-        spectral = kappa.max(-1).values * self.spec2
-        schur = (kappa @ self.gram).masked_fill_(kappa == 0, 0.0).max(-1).values
-        # |fl(G)| vs |G|: + gamma_d ||u_r|| sum_m ||u_m|| kappa_m, at most max_r ||u_r|| times it
-        slack = (kappa @ self.unorm2).mul_(self.g_d * self.unorm_max)
-        schur = (schur + slack).mul_(self.sum_up)
-        return torch.minimum(spectral, schur).mul_(1 + 2 * UNIT)
+        return largest_eigenvalue(kappa, self.gram, self.unorm2, self.spec2, self.g_d)
 
     def rows(
         self, x_idx: torch.Tensor, c: torch.Tensor, j: torch.Tensor, s2_hi: torch.Tensor
@@ -264,6 +258,23 @@ def radius_of(m_rows: torch.Tensor, lowers: list[QuadLower], lam: torch.Tensor) 
     the lower bounds on the linear term of :meth:`CurvatureBound.row_bounds`."""
     quad = lam * 0.5
     return torch.stack([quad_radius(m_rows, low, quad) for low in lowers]).max(0).values
+
+
+def largest_eigenvalue(
+    kappa: torch.Tensor, abs_gram: torch.Tensor, norms: torch.Tensor, spec2: float, g_d: float
+) -> torch.Tensor:
+    """An upper bound on ``lambda_max(V^T diag(kappa) V)`` (nr,) from ``kappa`` (nr, H),
+    rounded up: the smaller of ``max_l kappa_l spec2`` (``spec2 >= ||V||_2^2``) and the Schur
+    test ``max_{l: kappa_l > 0} (|G| kappa)_l`` on ``abs_gram`` (H, H), ``|fl(G)|`` of the rows
+    of ``V``, within ``g_d ||v_r|| ||v_m||`` of ``|G|`` (``norms`` (H,): the rows' norms, at
+    least)."""
+    spectral = kappa.max(-1).values * spec2
+    schur = (kappa @ abs_gram).masked_fill_(kappa == 0, 0.0).max(-1).values
+    # |fl(G)| vs |G|: + g_d ||v_r|| sum_m ||v_m|| kappa_m, at most max_r ||v_r|| times it
+    norm_max = float(norms.max()) if norms.numel() else 0.0
+    slack = (kappa @ norms).mul_(g_d * norm_max)
+    schur = (schur + slack).mul_(1 + gamma(len(norms) + 2))
+    return torch.minimum(spectral, schur).mul_(1 + 2 * UNIT)
 
 
 def signed_units(

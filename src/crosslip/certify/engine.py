@@ -54,6 +54,7 @@ from ..progress import Progress
 from .curvature import CurvatureBound
 from .integrated import integrated
 from .linf_curvature import LinfCurvatureBound
+from .linf_trust_region import LinfTrustRegionBound
 from .relaxation import LinearRelaxation
 from .rounding import gamma, require_float64
 from .search import (
@@ -76,6 +77,9 @@ from .softplus_bounds import (
     global_bound,
 )
 from .trust_region import TrustRegionBound
+
+#: The curvature certificates minimised over the ball, by norm (``trust_region_steps``).
+TRUST_REGIONS = {2.0: TrustRegionBound, math.inf: LinfTrustRegionBound}
 
 #: Norm families: the guarantees of Theorem 2.1 with the paper's bounds.
 NORM_KINDS = ("local", "global", "l2", "l1", "linf", "box")
@@ -104,9 +108,10 @@ def certify_softplus(
     of :data:`METHOD_KINDS` adds its column for every requested p-norm, box included);
     ``rtol``: the searches' relative precision; ``tangent_steps``: steps on the tangent
     points of the linear relaxation (0: tangents at the point); ``integration_nodes``: nodes
-    of the integrated bound; ``trust_region_steps``: Lanczos steps of the L2 curvature
-    certificate minimised over the ball (:mod:`.trust_region`; 0: only the ``lambda_max``
-    form; otherwise its column is the better of the two); ``expansion_steps``: its bounds
+    of the integrated bound; ``trust_region_steps``: Lanczos steps of the L2 and L-inf curvature
+    certificates minimised over the ball (:mod:`.trust_region`, :mod:`.linf_trust_region`;
+    0: only the curvature forms; otherwise each row of those columns is the better of the
+    two); ``expansion_steps``: its bounds
     again with the units expanded about the last minimiser (:mod:`.expansion`).
     Computation in float64 (``dtype`` must be float64: the rounding analysis is
     float64's), on ``x.device``, in batches of ``batch_size`` points; results on the CPU.
@@ -244,20 +249,21 @@ def _certify_batch(
             if "linear" in kinds:
                 relax = LinearRelaxation(rng(p, box), m, opt.tangent_steps)
                 res[f"{col}_linear{suffix}"] = radius(relax, box, res[col + suffix])
-            if "curvature" in kinds and p == 2 and opt.trust_region_steps and not box:
+            minimised = TRUST_REGIONS.get(p) if opt.trust_region_steps else None
+            if "curvature" in kinds and minimised and not box:
                 # each row of the trust region is at least the lambda_max form's at the same
                 # R, so it needs no search of that form first; it starts above the best
                 # certificate so far
                 done = [res[f"{col}_{k}"] for k in METHOD_KINDS if f"{col}_{k}" in res]
                 near = torch.stack([res[col], *done])
-                exact = TrustRegionBound(rng(2), m, opt.trust_region_steps, opt.expansion_steps)
+                exact = minimised(rng(p), m, opt.trust_region_steps, opt.expansion_steps)
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)
             elif "curvature" in kinds:
                 # L-inf: its constant through a diagonal scaling, proved (:mod:`.linf_curvature`)
                 kind = LinfCurvatureBound if math.isinf(p) else CurvatureBound
                 curv = kind(rng(p, box), m, opt.expansion_steps if p != 2 else 0)
                 res[f"{col}_curvature{suffix}"] = radius(curv, box, res[col + suffix])
-                if p == 2 and opt.trust_region_steps:  # the ball's radius holds in the box
+                if minimised:  # the ball's radius holds in the box
                     near = res[f"{col}_curvature{suffix}"]
                     res[f"{col}_curvature{suffix}"] = torch.maximum(near, res[f"{col}_curvature"])
             methods += [res[f"{col}_{k}{suffix}"] for k in METHOD_KINDS if k in kinds]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 
 import torch
 
@@ -52,14 +53,23 @@ FLOOR = 0.3
 _PAIRS: weakref.WeakKeyDictionary[NetTerms, torch.Tensor] = weakref.WeakKeyDictionary()
 
 
-def pair_constants(terms: NetTerms) -> torch.Tensor:
-    """``Lambda_inf`` (K, K) of every pair (c, j) of the net's classes (module docstring),
-    rounded up; ``inf`` on the diagonal and where the proof fails. Computed once per
-    :class:`~.softplus_bounds.NetTerms`."""
-    if terms in _PAIRS:
-        return _PAIRS[terms]
-    U, W = terms.U, terms.W
-    k, d = W.shape[0], U.shape[1]
+@dataclass(frozen=True)
+class Scaling:
+    """The diagonal scaling of the input coordinates (module docstring, *The scaling*):
+    ``s`` (d,) with ``y_i = 1 / s_i^2`` taken as exact numbers, ``y_sum`` >= ``sum_i y_i``,
+    the scaled rows ``fl(U_li s_i)`` (H, d) and their Gram matrix with its error bound
+    (:class:`.trust_region.UnitGram`, ``gamma_{d+3}`` for ``gamma_d``)."""
+
+    s: torch.Tensor
+    y_sum: float
+    rows: torch.Tensor
+    units: UnitGram
+
+
+def scaling(U: torch.Tensor) -> Scaling:
+    """The :class:`Scaling` of the hidden layer's rows ``U`` (H, d): ``y_i = ||U_{:,i}||^2 +
+    FLOOR mean_i ||U_{:,i}||^2``."""
+    d = U.shape[1]
     col2 = U.square().sum(0)
     y = col2 + FLOOR * col2.mean().clamp_min(torch.finfo(U.dtype).tiny)
     s = y.rsqrt()
@@ -67,6 +77,19 @@ def pair_constants(terms: NetTerms) -> torch.Tensor:
     scaled = U * s
     norm_up = scaled.norm(dim=1).mul_(1 + gamma(d + 4))
     units = UnitGram(scaled @ scaled.T, norm_up, norm_up.square().mul_(1 + 2 * UNIT), d + 3)
+    return Scaling(s, y_sum, scaled, units)
+
+
+def pair_constants(terms: NetTerms) -> torch.Tensor:
+    """``Lambda_inf`` (K, K) of every pair (c, j) of the net's classes (module docstring),
+    rounded up; ``inf`` on the diagonal and where the proof fails. Computed once per
+    :class:`~.softplus_bounds.NetTerms`."""
+    if terms in _PAIRS:
+        return _PAIRS[terms]
+    U, W = terms.U, terms.W
+    k = W.shape[0]
+    scaled = scaling(U)
+    units, y_sum = scaled.units, scaled.y_sum
     c, j = (~torch.eye(k, dtype=torch.bool, device=W.device)).nonzero(as_tuple=True)
     cap = terms.alpha / 4 * (1 + 4 * UNIT)  # max_second_derivative's cap
     delta = W[c] - W[j]

@@ -23,8 +23,8 @@ class CertifySettings:
 
     ``n_points``: the eval points; ``rtol``: relative precision of the searches over R;
     ``kinds``: the guarantee families; ``tangent_steps``: steps on the linear relaxation's
-    tangent points; ``trust_region_steps``: Lanczos steps of the L2 curvature certificate
-    minimised over the ball (0: its largest-eigenvalue form only); ``expansion_steps``: its
+    tangent points; ``trust_region_steps``: Lanczos steps of the L2 and L-inf curvature
+    certificates minimised over the ball (0: their curvature forms only); ``expansion_steps``: its
     bounds again about moved expansion points; ``integration_nodes``:
     nodes of Theorem 2.1 integrated; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
     ``memory_gb``: the Gaussian-kernel bound's budget."""

@@ -105,8 +105,11 @@ Everything else follows :mod:`.curvature`: the same ``kappa``, and the convex un
 ``inf Q`` bounded from below with its rounding covered (:mod:`.secant`), times ``|delta|``
 rounded down by ``1 - 4u``.
 
-L2 only (the dual of the p-norm ball has no such closed form); the ball's radius holds in
-the box too.
+The ball's radius holds in the box too. The L-inf ball has its own form, a multiplier per
+coordinate (:mod:`.linf_trust_region`, a subclass that changes the coordinates the proof and
+the dual work in, the first form and the linear term's norm); the L1 ball none (its
+constraint is not quadratic: the L2 ball of the same radius holds it, and the vertex form of
+:mod:`.curvature` is exact for the concave model there).
 """
 
 from __future__ import annotations
@@ -444,21 +447,29 @@ class TrustRegionBound(CurvatureBound):
     minimiser (:mod:`.expansion`; 0: about the point only). A row reports the best of its
     bounds."""
 
+    #: The norm of the ball (a subclass's, :class:`.linf_trust_region.LinfTrustRegionBound`).
+    p: float = 2.0
+
     def __init__(
         self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
     ) -> None:
-        if rng.p != 2:
-            raise ValueError(f"the trust-region certificate is an L2 one, not p = {rng.p}")
+        if rng.p != self.p:
+            raise ValueError(
+                f"this trust-region certificate is an L{self.p:g} one, not p = {rng.p}"
+            )
         super().__init__(rng, m)
         self.steps = steps
         self.expansions = expansions
         terms = rng.terms
+        self.abs_u = terms.abs_u
+        self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
+        # the rows whose Gram matrix the positive semi-definiteness is proved on, and their
+        # copy in the dual's precision
+        self.u_psd = self.U
         self.gram_signed = terms.gram
         self.norm_up = terms.row_norms_up(2)
         self.norm_sq_up = self.norm_up.square().mul_(1 + 2 * UNIT)
         self.units = UnitGram(self.gram_signed, self.norm_up, self.norm_sq_up, self.U.shape[1])
-        self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
-        self.abs_u = terms.abs_u
         self.u_dual = self.U.to(DUAL_DTYPE)
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
@@ -530,7 +541,7 @@ class TrustRegionBound(CurvatureBound):
             p = point[part]
             _, grad, err, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p])
             lam[part] = self.curvature(kappa)
-            rho[part] = quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * lam[part])
+            rho[part] = self.first_radius(idx[p], cls[part], grad, err, kappa, margin, lam[part])
         out[point, cls] = rho
         open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
         # inf Q from below, only for the convex units of the open rows (0 elsewhere: Q > 0)
@@ -568,10 +579,11 @@ class TrustRegionBound(CurvatureBound):
                 last = None  # the live rows' last expansion points (offsets from zh)
                 for _ in range(moves):  # only rows short of a radius that suffices
                     keep = best[live] < enough[p[live], 0]
+                    # the dual's rows are the live ones; over the ball of the radius reached
+                    reached = torch.minimum(best[live], r[p[live]]).nan_to_num(0.0, 0.0, 0.0)
+                    h_star = self.minimiser(dual, reached)
                     live = live[keep]
-                    last = damped_move(
-                        None if last is None else last[keep], self.minimiser(dual)[keep]
-                    )
+                    last = damped_move(None if last is None else last[keep], h_star[keep])
                     if not len(live):
                         break
                     q = p[live]
@@ -592,6 +604,21 @@ class TrustRegionBound(CurvatureBound):
         settled[point, cls] = ~open_
         return got.masked_fill(settled, math.inf)
 
+    def first_radius(
+        self,
+        idx: torch.Tensor,
+        cls: torch.Tensor,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        kappa: torch.Tensor,
+        margin: torch.Tensor,
+        cheap: torch.Tensor,
+    ) -> torch.Tensor:
+        """The radii (nr,) of the rows (points ``idx``, classes ``cls``) by the
+        ``lambda_max`` form: ``m - (||a|| + err) r - cheap r^2 / 2``, ``cheap`` (nr,) the
+        cheap bound on ``lambda_max(U^T diag(kappa) U)``."""
+        return quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * cheap)
+
     def dual(
         self, grad: torch.Tensor, q: torch.Tensor, margin: torch.Tensor
     ) -> tuple[torch.Tensor, KrylovSpan]:
@@ -603,9 +630,14 @@ class TrustRegionBound(CurvatureBound):
             grad.to(dt), q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
         )
 
-    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan]) -> torch.Tensor:
+    def dual_vector(self, span: KrylovSpan, mu: torch.Tensor) -> torch.Tensor:
+        """The dual's ``w`` (m, d) at ``mu`` (m,), in the input's coordinates and dtype."""
+        return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype)
+
+    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan], r: torch.Tensor) -> torch.Tensor:
         """The units' ``h* = U v*`` (m, H) at the minimiser ``v* = -w`` of the bound whose
-        :meth:`dual` point is ``dual`` (unverified): where :mod:`.expansion` moves the
+        :meth:`dual` point is ``dual`` (unverified) over the ball of radius ``r`` (m,; at
+        the dual's ``mu``, ``-w`` is on its sphere): where :mod:`.expansion` moves the
         expansion points. Any value is sound there; a NaN row's is 0."""
         mu, span = dual
         h = -(span.solve(mu) @ self.u_dual.T)
@@ -639,12 +671,11 @@ class TrustRegionBound(CurvatureBound):
         cheap bound (verified as it is, a looser dual point) already reaches ``enough``,
         the row keeps that one."""
         q = convex - kappa
-        dt = DUAL_DTYPE
         mu, span = self.dual(grad, q, margin) if dual is None else dual
         mu = mu.to(grad.dtype)
 
         def solve(mu: torch.Tensor) -> torch.Tensor:
-            return span.solve(mu.to(dt)).to(grad.dtype)
+            return self.dual_vector(span, mu)
 
         if not verify:
             return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu)
@@ -727,8 +758,9 @@ class TrustRegionBound(CurvatureBound):
         Ritz value of ``steps`` Lanczos steps from a fixed pseudo-random start): where to
         start looking for a verified ``mu``, not a bound; at least 0."""
         gen = torch.Generator(device="cpu").manual_seed(0)
-        start = torch.rand(self.U.shape[1], generator=gen, dtype=q.dtype).add_(0.5).to(q.device)
-        _, T = lanczos(lambda v: ((v @ self.U.T) * q) @ self.U, start.expand(len(q), -1), steps)
+        start = torch.rand(self.u_psd.shape[1], generator=gen, dtype=q.dtype).add_(0.5).to(q.device)
+        U = self.u_psd
+        _, T = lanczos(lambda v: ((v @ U.T) * q) @ U, start.expand(len(q), -1), steps)
         # a NaN row estimates 0 (its proof then fails on the NaN itself)
         return (-torch.linalg.eigvalsh(T.nan_to_num(0.0, 0.0, 0.0))[:, 0]).clamp_min(0.0)
 
@@ -790,23 +822,46 @@ class TrustRegionBound(CurvatureBound):
         h, d = self.U.shape
         t = w @ self.U.T  # (m, H)
         e = (w.abs() @ self.abs_u.T).mul_(gamma(d) * (1 + 2 * gamma(d))).add_(UNDERFLOW)
-        ww = (w * w).sum(1).mul_(1 + gamma(d + 1))
-        x_part = (mu * ww).mul_(1 + 2 * UNIT)
+        x_part = self.metric(w, mu)
         g_h = 1 + gamma(h + 3)
         p_part = (convex * (t.abs() + e).square()).sum(1).mul_(g_h)
         n_part = (kappa * (t.abs() - e).clamp_min(0.0).square()).sum(1).mul_(1 - 2 * gamma(h + 3))
         total = x_part + p_part + n_part
         const = 0.5 * ((x_part + p_part - n_part) + 4 * UNIT * total)
         qt = q * t
-        z = qt @ self.U
-        res = grad - mu[:, None] * w - z
-        e1 = self.spec * (q.abs() * e).norm(dim=1) * (1 + gamma(h + 2))
-        e2 = (qt.abs() @ self.norm_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
-        norms = grad.norm(dim=1) + mu * w.norm(dim=1) + z.norm(dim=1)
-        e3 = 3 * UNIT * norms * (1 + gamma(d + 2))
-        lin = (res.norm(dim=1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
+        lin = self.residual(grad, err, w, mu, q.abs() * e, qt, qt @ self.U)
         bad = ~torch.isfinite(mu)
         lin = torch.where(bad, torch.inf, lin)
         const = torch.where(bad, torch.inf, const)
-        quad = torch.where(bad, torch.inf, (0.5 * mu).mul_(1 + UNIT))
+        quad = torch.where(bad, torch.inf, self.quadratic(mu))
         return QuadLower(const=const, lin=lin, quad=quad)
+
+    def metric(self, w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+        """``mu ||w||^2`` (m,), rounded up: the part ``mu I`` of ``w^T M w``."""
+        ww = (w * w).sum(1).mul_(1 + gamma(w.shape[1] + 1))
+        return (mu * ww).mul_(1 + 2 * UNIT)
+
+    def residual(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        w: torch.Tensor,
+        mu: torch.Tensor,
+        qe: torch.Tensor,
+        qt: torch.Tensor,
+        z: torch.Tensor,
+    ) -> torch.Tensor:
+        """``B >= ||a - M w||_2`` (m,), rounded up (module docstring, *Rounding of C and
+        B*): ``qe`` (m, H) the bound ``|q| e`` on the error of ``q t``, ``qt`` the computed
+        ``q t`` and ``z`` the computed ``U^T (q t)`` (m, d)."""
+        h, d = self.U.shape
+        res = grad - mu[:, None] * w - z
+        e1 = self.spec * qe.norm(dim=1) * (1 + gamma(h + 2))
+        e2 = (qt.abs() @ self.norm_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
+        norms = grad.norm(dim=1) + mu * w.norm(dim=1) + z.norm(dim=1)
+        e3 = 3 * UNIT * norms * (1 + gamma(d + 2))
+        return (res.norm(dim=1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
+
+    def quadratic(self, mu: torch.Tensor) -> torch.Tensor:
+        """The coefficient ``mu / 2`` (m,) of ``r^2``, rounded up."""
+        return (0.5 * mu).mul_(1 + UNIT)

@@ -1,0 +1,169 @@
+r"""The curvature certificate in L-inf minimised over the ball through a diagonal dual.
+
+:mod:`.trust_region` minimises the second-order lower bound
+
+    g(x + v) >= m + a^T v + 1/2 sum_l q_l h_l^2,    h_l = u_l^T v,
+
+over the L2 ball by its Lagrangian dual, with one multiplier ``mu`` for ``||v||^2 <= r^2``.
+Over the L-inf ball every coordinate has a constraint ``v_i^2 <= r^2`` of its own, and a
+multiplier each, ``mu y_i``, gives the diagonal (Shor) dual: for any ``mu >= 0``, any ``y >
+0`` (d,) and any ``w``, if ``M = mu diag(y) + U^T diag(q) U`` is positive semi-definite,
+
+    1/2 sum_l q_l h_l^2 = 1/2 v^T M v - mu/2 sum_i y_i v_i^2 >= 1/2 v^T M v - mu r^2/2 sum_i y_i,
+    a^T v + 1/2 v^T M v >= -1/2 w^T M w + (a - M w)^T v >= -1/2 w^T M w - ||a - M w||_1 r,
+
+so ``g(x + v) >= m - C - B r - mu (sum_i y_i) r^2 / 2`` with ``C = w^T M w / 2`` and ``B =
+||a - M w||_1``: :mod:`.trust_region`'s bound with the L1 norm for the linear term and
+``mu sum_i y_i`` for ``mu``. ``y = 1`` is the L2 trust region on the ball of radius ``r
+sqrt(d)`` that holds the cube, but with the cube's own linear term; the ``y`` here is
+:func:`.linf_curvature.scaling`'s, which charges the coordinates that the hidden layer
+barely reads (an image's border) little of the curvature.
+
+*Everything in the scaled coordinates.* With ``D = diag(s)``, ``y_i = 1 / s_i^2`` (taken as
+exact numbers), ``D M D = mu I + Ũ^T diag(q) Ũ`` with ``Ũ = U D``: the positive
+semi-definiteness is :mod:`.trust_region`'s, proved on the scaled rows' Gram matrix
+(:class:`.trust_region.UnitGram` with the scaling's error, :mod:`.linf_curvature`), the cheap
+bound on ``lambda_max`` is the Schur or spectral test of the scaled rows (``||U D||_2 <=
+||U||_2 max_i s_i``), and the dual point is searched there: Lanczos on ``Ũ^T diag(q) Ũ``
+from ``D a``, ``w = D w~`` (any ``w`` is sound; ``mu`` is the same in both coordinates).
+The units' values at its minimiser ``-w``, where the expansion points move
+(:mod:`.expansion`), are ``-U w = -Ũ w~``.
+
+*The first form.* Each row first gets the curvature form of :mod:`.curvature` in L-inf,
+``m - (||a||_1 + err) r - Lambda r^2 / 2``, with ``Lambda`` the smallest of
+:class:`.LinfCurvatureBound`'s (``sum_l kappa_l ||u_l||_1^2``, ``d`` times the cheap bound on
+``lambda_max(K)``, the pair's constant) and ``t sum_i y_i``, ``t`` the cheap bound on
+``lambda_max(D K D)`` (``K <= t diag(y)``); as in L2, a row that this form certifies to R is
+done, and every row reports the larger of its two radii, so that with the units expanded
+about the point only the column is never below the curvature form's at the same R. The
+moves differ: the curvature form moves to the cube's corner ``-s sign(a)``, the dual to its
+minimiser clipped to the cube.
+
+*Rounding* as in :mod:`.trust_region`, with L1 norms for the linear term: ``||U^T z||_1 <=
+sum_l |z_l| ||u_l||_1`` bounds the effect of the error of ``t = U w`` and of the product
+``U^T (q t)``; the residual's elementwise rounding (``y``, ``y w``, ``mu y w`` and two
+subtractions) is within ``8u (|a| + mu y |w| + |U^T (q t)|)``; ``sum_i y_i w_i^2`` is rounded
+up by ``1 + gamma_{d+8}`` and ``sum_i y_i`` as the scaling rounds it. The gradient's error
+``err`` is in the L1 norm (the L-inf set's dual norm, :meth:`.CurvatureBound.rows`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .curvature import CurvatureBound, largest_eigenvalue
+from .linear_min import dual_norm_lower, quad_radius
+from .linf_curvature import pair_constants, scaling
+from .rounding import UNIT, gamma
+from .softplus_bounds import PreactivationRange
+from .trust_region import DUAL_DTYPE, KrylovSpan, TrustRegionBound, krylov_dual
+
+
+class LinfTrustRegionBound(TrustRegionBound):
+    """Per-class certified radii of the L-inf curvature bound minimised over the ball at R
+    through the diagonal dual (module docstring), a radius function for
+    :func:`~.search.radius_search`. ``rng``: the L-inf pre-activation ranges (the ball's
+    bound holds in the box); ``m`` (n, K): lower bounds on the margins (``+inf`` at c);
+    ``steps``: Lanczos steps; ``expansions``: moves of the expansion points
+    (:mod:`.expansion`)."""
+
+    p = math.inf
+
+    def __init__(
+        self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
+    ) -> None:
+        super().__init__(rng, m, steps, expansions)
+        scaled = scaling(self.U)
+        self.s, self.y_sum = scaled.s, scaled.y_sum
+        self.y = scaled.s.square().reciprocal()  # within 3u of the exact 1 / s_i^2
+        units = scaled.units
+        self.u_psd, self.units = scaled.rows, units
+        self.gram_signed, self.norm_up, self.norm_sq_up = (
+            units.gram,
+            units.norm_up,
+            units.norm_sq_up,
+        )
+        self.u_dual = scaled.rows.to(DUAL_DTYPE)
+        # the cheap bound on lambda_max of the scaled rows: ||U D||_2 <= ||U||_2 max_i s_i
+        self.scaled_gram = units.gram.abs()
+        self.scaled_spec2 = self.spec2 * float(scaled.s.max()) ** 2 * (1 + 4 * UNIT)
+        self.unorm1_up = rng.terms.row_norms_up(1)
+        self.pairs = pair_constants(rng.terms)
+
+    def curvature(self, kappa: torch.Tensor) -> torch.Tensor:
+        """An upper bound on ``lambda_max(D U^T diag(kappa) U D)`` (nr,), rounded up."""
+        units = self.units
+        return largest_eigenvalue(
+            kappa, self.scaled_gram, units.norm_up, self.scaled_spec2, gamma(units.d)
+        )
+
+    def first_radius(
+        self,
+        idx: torch.Tensor,
+        cls: torch.Tensor,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        kappa: torch.Tensor,
+        margin: torch.Tensor,
+        cheap: torch.Tensor,
+    ) -> torch.Tensor:
+        """The radii (nr,) of the L-inf curvature form (module docstring, *The first
+        form*)."""
+        lam = CurvatureBound.curvature(self, kappa)  # the unscaled constant of the ball
+        lam = torch.minimum(lam, (cheap * self.y_sum).mul_(1 + 2 * UNIT))
+        lam = torch.minimum(lam, self.pairs[self.rng.pred[idx], cls])
+        return quad_radius(margin, dual_norm_lower(grad, err, 1), 0.5 * lam)
+
+    def dual(
+        self, grad: torch.Tensor, q: torch.Tensor, margin: torch.Tensor
+    ) -> tuple[torch.Tensor, KrylovSpan]:
+        """:func:`.trust_region.krylov_dual` in the scaled coordinates, from ``D a``."""
+        dt = DUAL_DTYPE
+        a = (grad * self.s).to(dt)
+        return krylov_dual(a, q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps)
+
+    def dual_vector(self, span: KrylovSpan, mu: torch.Tensor) -> torch.Tensor:
+        """``w = D w~`` (m, d) at ``mu`` (m,), in the input's coordinates."""
+        return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype) * self.s
+
+    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan], r: torch.Tensor) -> torch.Tensor:
+        """The units' values ``U v*`` (m, H) at the dual's minimiser ``-w`` clipped to the
+        cube of radius ``r`` (m,) (the diagonal dual's ``-w`` may lie outside it): where
+        :mod:`.expansion` moves the expansion points. Any value is sound; a NaN row's is 0."""
+        mu, span = dual
+        v = -self.dual_vector(span, mu.to(self.U.dtype))
+        v = torch.minimum(torch.maximum(v, -r[:, None]), r[:, None])
+        return (v @ self.U.T).nan_to_num_(0.0, 0.0, 0.0)
+
+    def metric(self, w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+        """``mu sum_i y_i w_i^2`` (m,), rounded up: the part ``mu diag(y)`` of ``w^T M w``."""
+        ww = (self.y * w * w).sum(1).mul_(1 + gamma(w.shape[1] + 8))
+        return (mu * ww).mul_(1 + 2 * UNIT)
+
+    def residual(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        w: torch.Tensor,
+        mu: torch.Tensor,
+        qe: torch.Tensor,
+        qt: torch.Tensor,
+        z: torch.Tensor,
+    ) -> torch.Tensor:
+        """``B >= ||a - M w||_1`` (m,), rounded up (module docstring, *Rounding*): ``qe``
+        (m, H) the bound on the error of ``q t``, ``qt`` the computed ``q t`` and ``z`` the
+        computed ``U^T (q t)`` (m, d)."""
+        h, d = self.U.shape
+        myw = mu[:, None] * (self.y * w)
+        res = grad - myw - z
+        e1 = (qe @ self.unorm1_up).mul_(1 + gamma(h + 2))
+        e2 = (qt.abs() @ self.unorm1_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
+        norms = grad.abs().sum(1) + myw.abs().sum(1) + z.abs().sum(1)
+        e3 = 8 * UNIT * norms * (1 + gamma(d + 2))
+        return (res.abs().sum(1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
+
+    def quadratic(self, mu: torch.Tensor) -> torch.Tensor:
+        """The coefficient ``mu (sum_i y_i) / 2`` (m,) of ``r^2``, rounded up."""
+        return (0.5 * mu * self.y_sum).mul_(1 + 2 * UNIT)
