@@ -66,12 +66,17 @@ class Scaling:
     units: UnitGram
 
 
-def scaling(U: torch.Tensor) -> Scaling:
-    """The :class:`Scaling` of the hidden layer's rows ``U`` (H, d): ``y_i = ||U_{:,i}||^2 +
-    FLOOR mean_i ||U_{:,i}||^2``."""
+def column_weights(U: torch.Tensor, exponent: float, floor: float) -> torch.Tensor:
+    """``y_i = ||U_{:,i}||_2^exponent + floor mean_i ||U_{:,i}||_2^exponent`` (d,), positive:
+    the weight of each input coordinate by how much the hidden layer ``U`` (H, d) reads it."""
+    col = U.norm(dim=0).pow(exponent)
+    return col + floor * col.mean().clamp_min(torch.finfo(U.dtype).tiny)
+
+
+def scaling(U: torch.Tensor, y: torch.Tensor) -> Scaling:
+    """The :class:`Scaling` of the hidden layer's rows ``U`` (H, d) by the weights ``y``
+    (d,; any positive numbers: ``s = y^{-1/2}`` computed, then taken as exact)."""
     d = U.shape[1]
-    col2 = U.square().sum(0)
-    y = col2 + FLOOR * col2.mean().clamp_min(torch.finfo(U.dtype).tiny)
     s = y.rsqrt()
     y_sum = float(s.square().reciprocal().sum()) * (1 + gamma(d + 4))
     scaled = U * s
@@ -88,7 +93,7 @@ def pair_constants(terms: NetTerms) -> torch.Tensor:
         return _PAIRS[terms]
     U, W = terms.U, terms.W
     k = W.shape[0]
-    scaled = scaling(U)
+    scaled = scaling(U, column_weights(U, 2.0, FLOOR))
     units, y_sum = scaled.units, scaled.y_sum
     c, j = (~torch.eye(k, dtype=torch.bool, device=W.device)).nonzero(as_tuple=True)
     cap = terms.alpha / 4 * (1 + 4 * UNIT)  # max_second_derivative's cap
