@@ -69,7 +69,8 @@ class Scaling:
 def column_weights(U: torch.Tensor, exponent: float, floor: float) -> torch.Tensor:
     """``y_i = ||U_{:,i}||_2^exponent + floor mean_i ||U_{:,i}||_2^exponent`` (d,), positive:
     the weight of each input coordinate by how much the hidden layer ``U`` (H, d) reads it."""
-    col = U.norm(dim=0).pow(exponent)
+    col2 = U.square().sum(0)
+    col = col2 if exponent == 2 else col2.pow(exponent / 2)
     return col + floor * col.mean().clamp_min(torch.finfo(U.dtype).tiny)
 
 

@@ -94,7 +94,9 @@ class LinfTrustRegionBound(TrustRegionBound):
         self.u_dual = scaled.rows.to(DUAL_DTYPE)
         # the cheap bound on lambda_max of the scaled rows: ||U D||_2 <= ||U||_2 max_i s_i
         self.scaled_gram = units.gram.abs()
-        self.scaled_spec2 = self.spec2 * float(scaled.s.max()) ** 2 * (1 + 4 * UNIT)
+        s_max2 = float(scaled.s.max().square()) if len(scaled.s) else 0.0  # inf past float's range
+        # (U = 0: U D = 0, whatever D; never 0 * inf)
+        self.scaled_spec2 = self.spec2 * s_max2 * (1 + 4 * UNIT) if self.spec2 else 0.0
         self.unorm1_up = rng.terms.row_norms_up(1)
         self.pairs = pair_constants(rng.terms)
 
