@@ -417,9 +417,8 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
 def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
     """:meth:`LinfTrustRegionBound.lower` on made-up rows of a net in 3 dimensions: its
     ``-(C + B r + quad r^2)`` is below ``a^T v + 1/2 sum_l q_l (u_l^T v)^2`` at every
-    vertex and on a fine grid of the cube of radius r, for the dual point it finds (and for
-    a perturbed one), while the L2 trust region on the ball of radius ``r sqrt(3)`` that holds
-    the cube is never above it by more than the linear terms' difference allows."""
+    vertex and on a fine grid of the cube of radius r, for the dual point it finds and, at
+    its verified ``mu``, for a perturbed ``w`` (any ``w`` is sound)."""
     gen = torch.Generator().manual_seed(seed)
     net = random_net(3, 3, 12, seed, 2.0)
     x = random_points(2, 3, seed + 7)
@@ -433,16 +432,22 @@ def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
     convex = torch.rand(rows, h, generator=gen, dtype=torch.float64) * (kappa == 0)
     margin = torch.full((rows,), 2.0, dtype=torch.float64)
     err = torch.zeros(rows, dtype=torch.float64)
-    low = bound.lower(grad, err, convex, kappa, margin)
+    U, q = bound.U, convex - kappa
+    mu, span = bound.dual(grad, q, margin)
+    mu_ok = bound.verified(kappa, mu.to(grad.dtype), convex=convex)
+    w = bound.dual_vector(span, mu_ok)
+    w = w + 0.3 * w.abs().amax(1, keepdim=True) * torch.randn(w.shape, generator=gen, dtype=w.dtype)
+    lows = [bound.lower(grad, err, convex, kappa, margin)]
+    lows.append(bound.evaluate(grad, err, q, convex, kappa, w, mu_ok))
     axis = torch.linspace(-1, 1, 41, dtype=torch.float64)
     cube = torch.cartesian_prod(axis, axis, axis)  # includes every vertex
-    U, q = bound.U, convex - kappa
-    for r in (0.05, 0.3, 1.0):
-        v = cube * r
-        value = grad @ v.T + 0.5 * (q[:, None, :] * (v @ U.T)[None].square()).sum(-1)
-        floor = -(low.const + low.lin * r + low.quad * r * r)
-        assert torch.all(torch.isfinite(floor))
-        assert torch.all(floor[:, None] <= value + 1e-12), (r, floor, value.min(1).values)
+    for low in lows:
+        for r in (0.05, 0.3, 1.0):
+            v = cube * r
+            value = grad @ v.T + 0.5 * (q[:, None, :] * (v @ U.T)[None].square()).sum(-1)
+            floor = -(low.const + low.lin * r + low.quad * r * r)
+            assert torch.all(torch.isfinite(floor))
+            assert torch.all(floor[:, None] <= value + 1e-12), (r, floor, value.min(1).values)
 
 
 def test_the_diagonal_dual_is_never_below_the_curvature_form_and_above_it_on_the_mean():

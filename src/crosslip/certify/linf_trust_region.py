@@ -59,7 +59,7 @@ from .linear_min import dual_norm_lower, quad_radius
 from .linf_curvature import column_weights, pair_constants, scaling
 from .rounding import UNIT, gamma
 from .softplus_bounds import PreactivationRange
-from .trust_region import DUAL_DTYPE, KrylovSpan, TrustRegionBound, krylov_dual
+from .trust_region import DUAL_DTYPE, KrylovSpan, TrustRegionBound, UnitGram, krylov_dual
 
 #: The dual's scaling: ``y_i = ||U_{:,i}||_2 + DUAL_FLOOR mean_i ||U_{:,i}||_2``. On 20-30 points
 #: of each of the record's 200-epoch networks (one move) it certified 2.0-4.4% more on the
@@ -80,18 +80,12 @@ class LinfTrustRegionBound(TrustRegionBound):
     def __init__(
         self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
     ) -> None:
+        U = rng.terms.U
+        self.scaled = scaling(U, column_weights(U, 1.0, DUAL_FLOOR))
         super().__init__(rng, m, steps, expansions)
-        scaled = scaling(self.U, column_weights(self.U, 1.0, DUAL_FLOOR))
-        self.s, self.y_sum = scaled.s, scaled.y_sum
+        scaled = self.scaled
         self.y = scaled.s.square().reciprocal()  # within 3u of the exact 1 / s_i^2
         units = scaled.units
-        self.u_psd, self.units = scaled.rows, units
-        self.gram_signed, self.norm_up, self.norm_sq_up = (
-            units.gram,
-            units.norm_up,
-            units.norm_sq_up,
-        )
-        self.u_dual = scaled.rows.to(DUAL_DTYPE)
         # the cheap bound on lambda_max of the scaled rows: ||U D||_2 <= ||U||_2 max_i s_i
         self.scaled_gram = units.gram.abs()
         s_max2 = float(scaled.s.max().square()) if len(scaled.s) else 0.0  # inf past float's range
@@ -99,6 +93,11 @@ class LinfTrustRegionBound(TrustRegionBound):
         self.scaled_spec2 = self.spec2 * s_max2 * (1 + 4 * UNIT) if self.spec2 else 0.0
         self.unorm1_up = rng.terms.row_norms_up(1)
         self.pairs = pair_constants(rng.terms)
+
+    def psd_rows(self) -> tuple[torch.Tensor, UnitGram]:
+        """The scaled rows ``U D`` and their :class:`.trust_region.UnitGram` (module
+        docstring, *Everything in the scaled coordinates*)."""
+        return self.scaled.rows, self.scaled.units
 
     def curvature(self, kappa: torch.Tensor) -> torch.Tensor:
         """An upper bound on ``lambda_max(D U^T diag(kappa) U D)`` (nr,), rounded up."""
@@ -120,7 +119,7 @@ class LinfTrustRegionBound(TrustRegionBound):
         """The radii (nr,) of the L-inf curvature form (module docstring, *The first
         form*)."""
         lam = CurvatureBound.curvature(self, kappa)  # the unscaled constant of the ball
-        lam = torch.minimum(lam, (cheap * self.y_sum).mul_(1 + 2 * UNIT))
+        lam = torch.minimum(lam, (cheap * self.scaled.y_sum).mul_(1 + 2 * UNIT))
         lam = torch.minimum(lam, self.pairs[self.rng.pred[idx], cls])
         return quad_radius(margin, dual_norm_lower(grad, err, 1), 0.5 * lam)
 
@@ -129,12 +128,12 @@ class LinfTrustRegionBound(TrustRegionBound):
     ) -> tuple[torch.Tensor, KrylovSpan]:
         """:func:`.trust_region.krylov_dual` in the scaled coordinates, from ``D a``."""
         dt = DUAL_DTYPE
-        a = (grad * self.s).to(dt)
+        a = (grad * self.scaled.s).to(dt)
         return krylov_dual(a, q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps)
 
     def dual_vector(self, span: KrylovSpan, mu: torch.Tensor) -> torch.Tensor:
         """``w = D w~`` (m, d) at ``mu`` (m,), in the input's coordinates."""
-        return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype) * self.s
+        return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype) * self.scaled.s
 
     def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan], r: torch.Tensor) -> torch.Tensor:
         """The units' values ``U v*`` (m, H) at the dual's minimiser ``-w`` clipped to the
@@ -174,4 +173,4 @@ class LinfTrustRegionBound(TrustRegionBound):
 
     def quadratic(self, mu: torch.Tensor) -> torch.Tensor:
         """The coefficient ``mu (sum_i y_i) / 2`` (m,) of ``r^2``, rounded up."""
-        return (0.5 * mu * self.y_sum).mul_(1 + 2 * UNIT)
+        return (0.5 * mu * self.scaled.y_sum).mul_(1 + 2 * UNIT)

@@ -463,14 +463,17 @@ class TrustRegionBound(CurvatureBound):
         terms = rng.terms
         self.abs_u = terms.abs_u
         self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
+        self.norm2_up = terms.row_norms_up(2)  # ||u_l||_2, rounded up
         # the rows whose Gram matrix the positive semi-definiteness is proved on, and their
         # copy in the dual's precision
-        self.u_psd = self.U
-        self.gram_signed = terms.gram
-        self.norm_up = terms.row_norms_up(2)
-        self.norm_sq_up = self.norm_up.square().mul_(1 + 2 * UNIT)
-        self.units = UnitGram(self.gram_signed, self.norm_up, self.norm_sq_up, self.U.shape[1])
-        self.u_dual = self.U.to(DUAL_DTYPE)
+        self.u_psd, self.units = self.psd_rows()
+        self.u_dual = self.u_psd.to(DUAL_DTYPE)
+
+    def psd_rows(self) -> tuple[torch.Tensor, UnitGram]:
+        """The rows ``U`` (H, d) on which ``M`` is proved positive semi-definite and the
+        dual point is searched, and their :class:`UnitGram`."""
+        norm_sq_up = self.norm2_up.square().mul_(1 + 2 * UNIT)
+        return self.U, UnitGram(self.rng.terms.gram, self.norm2_up, norm_sq_up, self.U.shape[1])
 
     def __call__(self, idx: torch.Tensor, r: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
         return self.radii(idx, r, need, verify=True)
@@ -758,8 +761,8 @@ class TrustRegionBound(CurvatureBound):
         Ritz value of ``steps`` Lanczos steps from a fixed pseudo-random start): where to
         start looking for a verified ``mu``, not a bound; at least 0."""
         gen = torch.Generator(device="cpu").manual_seed(0)
-        start = torch.rand(self.u_psd.shape[1], generator=gen, dtype=q.dtype).add_(0.5).to(q.device)
         U = self.u_psd
+        start = torch.rand(U.shape[1], generator=gen, dtype=q.dtype).add_(0.5).to(q.device)
         _, T = lanczos(lambda v: ((v @ U.T) * q) @ U, start.expand(len(q), -1), steps)
         # a NaN row estimates 0 (its proof then fails on the NaN itself)
         return (-torch.linalg.eigvalsh(T.nan_to_num(0.0, 0.0, 0.0))[:, 0]).clamp_min(0.0)
@@ -780,18 +783,19 @@ class TrustRegionBound(CurvatureBound):
         others are left out: they only add a positive semi-definite part)."""
         h = kappa.shape[1]
         part = self.concave_part(kappa, mu, SIGNED_TAIL_SHARE)
-        weight = convex.clamp_min(0.0) * self.norm_sq_up
+        units = self.units
+        weight = convex.clamp_min(0.0) * units.norm_sq_up
         order = weight.argsort(dim=1, descending=True)
         ranked = weight.gather(1, order)
         keep = (ranked >= CONVEX_SHARE * mu[:, None]) & (ranked > 0)
         p = min(TOP_UNITS, int(keep.sum(1).max()) if convex.numel() else 0)
         top, keep = order[:, :p], keep[:, :p]
         r = convex.gather(1, top).clamp_min(0.0).sqrt().mul_(1 - 4 * UNIT).mul_(keep)
-        a = (r * self.norm_up[top]).mul_(1 + 4 * UNIT)
+        a = (r * units.norm_up[top]).mul_(1 + 4 * UNIT)
         a2 = a.square().sum(1).mul_(1 + gamma(p + 2))
-        gp = torch.take(self.gram_signed, top[:, :, None] * h + top[:, None, :])
+        gp = torch.take(units.gram, top[:, :, None] * h + top[:, None, :])
         rgr = gp.mul_(r[:, :, None]).mul_(r[:, None, :])
-        C = torch.take(self.gram_signed, top[:, :, None] * h + part.top[:, None, :])
+        C = torch.take(units.gram, top[:, :, None] * h + part.top[:, None, :])
         C = C.mul_(r[:, :, None]).mul_(part.s[:, None, :])
         return SignedPart(part, rgr, C, a, a2)
 
@@ -857,7 +861,7 @@ class TrustRegionBound(CurvatureBound):
         h, d = self.U.shape
         res = grad - mu[:, None] * w - z
         e1 = self.spec * qe.norm(dim=1) * (1 + gamma(h + 2))
-        e2 = (qt.abs() @ self.norm_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
+        e2 = (qt.abs() @ self.norm2_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
         norms = grad.norm(dim=1) + mu * w.norm(dim=1) + z.norm(dim=1)
         e3 = 3 * UNIT * norms * (1 + gamma(d + 2))
         return (res.norm(dim=1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
