@@ -382,8 +382,8 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
     bound = trust_region.TrustRegionBound
     minimiser, expanded = bound.minimiser, bound.expanded
 
-    def seen_minimiser(self, dual, r):
-        out = minimiser(self, dual, r)
+    def seen_minimiser(self, dual, r, points=None):
+        out = minimiser(self, dual, r, points)
         calls.append(("minimiser", out.clone()))
         return out
 
@@ -413,6 +413,19 @@ def test_later_moves_of_the_expansion_points_are_damped(monkeypatch):
     assert one.mean() <= many.mean() * (1 + 1e-9)
 
 
+def made_up_rows(bound, rows: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """``rows`` made-up rows of ``bound``'s net: a gradient, no error, convex and concave
+    units at random (about half each), margin 2."""
+    h, d = bound.U.shape
+    f64 = torch.float64
+    grad = torch.randn(rows, d, generator=gen, dtype=f64)
+    concave = torch.rand(rows, h, generator=gen) < 0.5
+    kappa = torch.rand(rows, h, generator=gen, dtype=f64) * concave
+    convex = torch.rand(rows, h, generator=gen, dtype=f64) * (kappa == 0)
+    margin = torch.full((rows,), 2.0, dtype=f64)
+    return grad, torch.zeros(rows, dtype=f64), convex, kappa, margin
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
     """:meth:`LinfTrustRegionBound.lower` on made-up rows of a net in 3 dimensions: its
@@ -424,14 +437,7 @@ def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
     x = random_points(2, 3, seed + 7)
     rng, m, _, _ = pieces(net, x, math.inf, False)
     bound = LinfTrustRegionBound(rng, m, 3)
-    rows, h = 5, bound.U.shape[0]
-    grad = torch.randn(rows, 3, generator=gen, dtype=torch.float64)
-    kappa = torch.rand(rows, h, generator=gen, dtype=torch.float64) * (
-        torch.rand(rows, h, generator=gen) < 0.5
-    )
-    convex = torch.rand(rows, h, generator=gen, dtype=torch.float64) * (kappa == 0)
-    margin = torch.full((rows,), 2.0, dtype=torch.float64)
-    err = torch.zeros(rows, dtype=torch.float64)
+    grad, err, convex, kappa, margin = made_up_rows(bound, 5, gen)
     U, q = bound.U, convex - kappa
     mu, span = bound.dual(grad, q, margin)
     mu_ok = bound.verified(kappa, mu.to(grad.dtype), convex=convex)
@@ -448,6 +454,74 @@ def test_the_diagonal_dual_is_below_the_quadratics_minimum_over_the_cube(seed):
             floor = -(low.const + low.lin * r + low.quad * r * r)
             assert torch.all(torch.isfinite(floor))
             assert torch.all(floor[:, None] <= value + 1e-12), (r, floor, value.min(1).values)
+
+
+def on_the_faces(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with a third of its coordinates at 0 and a third at 1, as an image's pixels."""
+    x = x.clone()
+    x[:, 0::3] = 0.0
+    x[:, 1::3] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_diagonal_dual_in_the_box_is_below_the_quadratics_minimum_there(seed):
+    """The box's form of :meth:`LinfTrustRegionBound.lower` (rows of points with
+    coordinates on the box's faces, ``at``: the points and R): its ``-(C + B r + quad
+    r^2)`` is below ``a^T v + 1/2 sum_l q_l (u_l^T v)^2`` on a fine grid of the cube of
+    radius r in the box, for every r up to R, for the dual point about the centre it finds
+    and, at its verified ``mu``, for a perturbed ``w``; and at R it is above the cube's own
+    form (the box only removes room)."""
+    gen = torch.Generator().manual_seed(seed)
+    net = random_net(3, 3, 12, seed, 2.0)
+    x = random_points(2, 3, seed + 7)
+    x[0, 0], x[1, 1], x[1, 2] = 0.0, 1.0, 0.0
+    rng, m, _, _ = pieces(net, x, math.inf, True)
+    bound = LinfTrustRegionBound(rng, m, 3)
+    grad, err, convex, kappa, margin = made_up_rows(bound, 6, gen)
+    points, big_r = torch.arange(6) % 2, torch.full((6,), 0.6, dtype=torch.float64)
+    U, q, at = bound.U, convex - kappa, (points, big_r)
+    mu, span = bound.dual(grad, q, margin, at)
+    mu_ok = bound.verified(kappa, mu.to(grad.dtype), convex=convex)
+    w = bound.dual_vector(span, mu_ok)
+    w = w + 0.3 * w.abs().amax(1, keepdim=True) * torch.randn(w.shape, generator=gen, dtype=w.dtype)
+    lows = [bound.lower(grad, err, convex, kappa, margin, at=at)]
+    lows.append(bound.evaluate(grad, err, q, convex, kappa, w, mu_ok, at))
+    cube_form = bound.evaluate(grad, err, q, convex, kappa, w, mu_ok)
+    axis = torch.linspace(-1, 1, 41, dtype=torch.float64)
+    cube = torch.cartesian_prod(axis, axis, axis)
+    xs = rng.x[points]
+    for low in lows:
+        for r in (0.05, 0.3, 0.6):
+            v = torch.minimum(torch.maximum(cube[None] * r, -xs[:, None]), 1 - xs[:, None])
+            hv = v @ U.T
+            value = (grad[:, None] * v).sum(-1) + 0.5 * (q[:, None, :] * hv.square()).sum(-1)
+            floor = -(low.const + low.lin * r + low.quad * r * r)
+            assert torch.all(torch.isfinite(floor))
+            assert torch.all(floor[:, None] <= value + 1e-12), (r, floor, value.min(1).values)
+    r = 0.6
+    in_box = -(lows[1].const + lows[1].lin * r + lows[1].quad * r * r)
+    assert torch.all(in_box >= -(cube_form.const + cube_form.lin * r + cube_form.quad * r * r))
+
+
+def test_the_box_dual_certifies_more_where_coordinates_sit_on_the_faces():
+    """The L-inf box column with its own dual (about the centre of the cube in the box) is
+    never below the ball's column and, on points with two thirds of their coordinates on
+    the box's faces, far above it on the mean; its radius function alone, attacked in the
+    box, holds."""
+    net = random_net(12, 4, 48, 3, 2.0)
+    x = on_the_faces(random_points(20, 12, 4))
+    res = trust(net, x, "linf", rtol=1e-5, expansion_steps=2)
+    ball, box = columns("linf")
+    assert torch.all(res[box] >= res[ball])
+    assert torch.mean(res[box] / res[ball]) > 1.1, res[box] / res[ball]
+    rng, m, unbounded, pred = pieces(net, x, math.inf, True)
+    bound = LinfTrustRegionBound(rng, m, 8, expansions=2)
+    cert = radius_search(bound, m, 1e-4, unbounded=unbounded)
+    radius = cert.guarantee.clamp(max=1e6)
+    assert torch.all(radius > 0)
+    adv, same = margin_attack(net, x, pred, radius * (1 - 1e-7), math.inf, True, seed=5)
+    assert torch.all(adv == same)
 
 
 def test_the_diagonal_dual_is_never_below_the_curvature_form_and_above_it_on_the_mean():

@@ -258,6 +258,13 @@ def _certify_batch(
                 near = torch.stack([res[col], *done])
                 exact = minimised(rng(p), m, opt.trust_region_steps, opt.expansion_steps)
                 res[f"{col}_curvature"] = radius(exact, False, near.max(0).values)
+            elif "curvature" in kinds and minimised and minimised.boxed:
+                # the cube in the box: its own dual, over ranges of the box, each row at least
+                # the ball's first form; and the ball's radius holds in the box
+                near = torch.maximum(res[col + suffix], res[f"{col}_curvature"])
+                exact = minimised(rng(p, box), m, opt.trust_region_steps, opt.expansion_steps)
+                got = radius(exact, box, near)
+                res[f"{col}_curvature{suffix}"] = torch.maximum(got, res[f"{col}_curvature"])
             elif "curvature" in kinds:
                 # L-inf: its constant through a diagonal scaling, proved (:mod:`.linf_curvature`)
                 kind = LinfCurvatureBound if math.isinf(p) else CurvatureBound

@@ -40,22 +40,41 @@ about the point only the column is never below the curvature form's at the same 
 moves differ: the curvature form moves to the cube's corner ``-s sign(a)``, the dual to its
 minimiser clipped to the cube.
 
+*The box.* With a box-constrained range (``x + v`` in ``[0, 1]^d`` as well), the same bound
+is minimised over the cube in the box: before the last step, ``g(x + v) >= m - w^T M w / 2
++ b^T v - mu/2 sum_i y_i v_i^2`` (``b = a - M w``) is separable, and each coordinate's
+``b_i t - mu y_i t^2 / 2`` is concave, so its minimum over ``[-min(r, x_i), min(r, 1 -
+x_i)]`` is at an end. For every ``r <= R`` each coordinate costs the smaller of the cube's
+``|b_i| r + mu y_i r^2 / 2`` and its loss at R (the interval only grows with r), chosen per
+coordinate at R, so the bound is exact at R and keeps the form ``-(C + B r + quad r^2)``. The
+dual point is searched about the centre ``c`` of the cube in the box at R (``x_i = 0`` gives
+``v_i`` in ``[0, R]``, centre ``R/2`` and half-width ``R/2``, a quarter of the cube's
+``mu y_i R^2 / 2``): ``q(c + s)`` has the linear term ``a + U^T diag(q) U c``, Lanczos runs
+from it, and ``w`` is that problem's minus ``c`` (``-w`` is then its minimiser plus ``c``; the
+same ``M``, so the same proof). The first form takes the box's linear term too
+(:func:`.linear_min.box_lower`, as :class:`.LinfCurvatureBound` does), and the moved
+expansion points are clipped to the box.
+
 *Rounding* as in :mod:`.trust_region`, with L1 norms for the linear term: ``||U^T z||_1 <=
 sum_l |z_l| ||u_l||_1`` bounds the effect of the error of ``t = U w`` and of the product
 ``U^T (q t)``; the residual's elementwise rounding (``y``, ``y w``, ``mu y w`` and two
 subtractions) is within ``8u (|a| + mu y |w| + |U^T (q t)|)``; ``sum_i y_i w_i^2`` is rounded
-up by ``1 + gamma_{d+8}`` and ``sum_i y_i`` as the scaling rounds it. The gradient's error
+up by ``1 + gamma_{d+8}`` and ``sum_i y_i`` as the scaling rounds it. In the box each end's
+value ``-b_i t + mu y_i t^2 / 2`` is padded by ``4u`` times its terms' size, ``mu y_i / 2``
+rounded up by ``1 + 6u``, ``1 - x_i`` by ``1 + 4u``, and the error of ``b`` enters as its L1
+bound times r (``|v_i| <= r``). The gradient's error
 ``err`` is in the L1 norm (the L-inf set's dual norm, :meth:`.CurvatureBound.rows`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from .curvature import CurvatureBound, largest_eigenvalue
-from .linear_min import dual_norm_lower, quad_radius
+from .linear_min import box_lower, dual_norm_lower, quad_radius
 from .linf_curvature import column_weights, pair_constants, scaling
 from .rounding import UNIT, gamma
 from .softplus_bounds import PreactivationRange
@@ -67,6 +86,18 @@ from .trust_region import DUAL_DTYPE, KrylovSpan, TrustRegionBound, UnitGram, kr
 DUAL_FLOOR = 0.03
 
 
+@dataclass
+class ShiftedSpan(KrylovSpan):
+    """A :class:`.trust_region.KrylovSpan` of the problem about a centre: ``offset`` (m, d),
+    the centre in the scaled coordinates, is taken off each solution, so that the bound's
+    minimiser ``-w`` is the centred problem's plus the centre."""
+
+    offset: torch.Tensor
+
+    def solve(self, mu: torch.Tensor) -> torch.Tensor:
+        return super().solve(mu) - self.offset
+
+
 class LinfTrustRegionBound(TrustRegionBound):
     """Per-class certified radii of the L-inf curvature bound minimised over the ball at R
     through the diagonal dual (module docstring), a radius function for
@@ -76,6 +107,7 @@ class LinfTrustRegionBound(TrustRegionBound):
     (:mod:`.expansion`)."""
 
     p = math.inf
+    boxed = True
 
     def __init__(
         self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
@@ -115,33 +147,69 @@ class LinfTrustRegionBound(TrustRegionBound):
         kappa: torch.Tensor,
         margin: torch.Tensor,
         cheap: torch.Tensor,
+        big_r: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The radii (nr,) of the L-inf curvature form (module docstring, *The first
-        form*)."""
+        form*); with a box-constrained range and ``big_r`` (nr,), the rows' R, the larger
+        of it and the same form with the box's linear term."""
         lam = CurvatureBound.curvature(self, kappa)  # the unscaled constant of the ball
         lam = torch.minimum(lam, (cheap * self.scaled.y_sum).mul_(1 + 2 * UNIT))
         lam = torch.minimum(lam, self.pairs[self.rng.pred[idx], cls])
-        return quad_radius(margin, dual_norm_lower(grad, err, 1), 0.5 * lam)
+        rho = quad_radius(margin, dual_norm_lower(grad, err, 1), 0.5 * lam)
+        if not self.rng.box or big_r is None:
+            return rho
+        # in the box, also with the box's linear term (as :class:`.LinfCurvatureBound`)
+        box = box_lower(grad, err, self.rng.x[idx], big_r, math.inf)
+        return torch.maximum(rho, quad_radius(margin, box, 0.5 * lam))
 
     def dual(
-        self, grad: torch.Tensor, q: torch.Tensor, margin: torch.Tensor
+        self,
+        grad: torch.Tensor,
+        q: torch.Tensor,
+        margin: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, KrylovSpan]:
-        """:func:`.trust_region.krylov_dual` in the scaled coordinates, from ``D a``."""
-        dt = DUAL_DTYPE
-        a = (grad * self.scaled.s).to(dt)
-        return krylov_dual(a, q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps)
+        """:func:`.trust_region.krylov_dual` in the scaled coordinates, from ``D a``; with a
+        box-constrained range (``at``: the rows' points and R) about the centre ``c`` of the
+        cube in the box (module docstring, *The box*)."""
+        dt, s = DUAL_DTYPE, self.scaled.s
+        if at is None or not self.rng.box:
+            a = (grad * s).to(dt)
+            return krylov_dual(a, q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps)
+        c = self.centre(*at)
+        uc = c @ self.U.T
+        a = ((grad + (q * uc) @ self.U) * s).to(dt)
+        shifted = margin + (grad * c).sum(1) + 0.5 * (q * uc * uc).sum(1)
+        mu, span = krylov_dual(a, q.to(dt), self.u_dual, shifted.clamp_min(0.0).to(dt), self.steps)
+        return mu, ShiftedSpan(span.basis, span.theta, span.Z, span.b, (c / s).to(dt))
+
+    def centre(self, points: torch.Tensor, big_r: torch.Tensor) -> torch.Tensor:
+        """The centre (m, d) of the cube of radius R (m,) about the rows' ``points`` (m,)
+        inside the box, as an offset from the point."""
+        x, big_r = self.rng.x[points], big_r[:, None]
+        return 0.5 * (torch.minimum(1 - x, big_r) - torch.minimum(x, big_r))
 
     def dual_vector(self, span: KrylovSpan, mu: torch.Tensor) -> torch.Tensor:
         """``w = D w~`` (m, d) at ``mu`` (m,), in the input's coordinates."""
         return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype) * self.scaled.s
 
-    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan], r: torch.Tensor) -> torch.Tensor:
+    def minimiser(
+        self,
+        dual: tuple[torch.Tensor, KrylovSpan],
+        r: torch.Tensor,
+        points: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The units' values ``U v*`` (m, H) at the dual's minimiser ``-w`` clipped to the
-        cube of radius ``r`` (m,) (the diagonal dual's ``-w`` may lie outside it): where
+        cube of radius ``r`` (m,) (the diagonal dual's ``-w`` may lie outside it), and with
+        a box-constrained range to the box of the rows' ``points`` (m,): where
         :mod:`.expansion` moves the expansion points. Any value is sound; a NaN row's is 0."""
         mu, span = dual
         v = -self.dual_vector(span, mu.to(self.U.dtype))
-        v = torch.minimum(torch.maximum(v, -r[:, None]), r[:, None])
+        lo, hi = -r[:, None], r[:, None]
+        if self.rng.box and points is not None:
+            x = self.rng.x[points]
+            lo, hi = torch.maximum(lo, -x), torch.minimum(hi, 1 - x)
+        v = torch.minimum(torch.maximum(v, lo), hi)
         return (v @ self.U.T).nan_to_num_(0.0, 0.0, 0.0)
 
     def metric(self, w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
@@ -149,7 +217,7 @@ class LinfTrustRegionBound(TrustRegionBound):
         ww = (self.y * w * w).sum(1).mul_(1 + gamma(w.shape[1] + 8))
         return (mu * ww).mul_(1 + 2 * UNIT)
 
-    def residual(
+    def residual_parts(
         self,
         grad: torch.Tensor,
         err: torch.Tensor,
@@ -158,10 +226,10 @@ class LinfTrustRegionBound(TrustRegionBound):
         qe: torch.Tensor,
         qt: torch.Tensor,
         z: torch.Tensor,
-    ) -> torch.Tensor:
-        """``B >= ||a - M w||_1`` (m,), rounded up (module docstring, *Rounding*): ``qe``
-        (m, H) the bound on the error of ``q t``, ``qt`` the computed ``q t`` and ``z`` the
-        computed ``U^T (q t)`` (m, d)."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The computed ``a - M w`` (m, d) and a bound (m,) on the L1 norm of its error
+        (module docstring, *Rounding*): ``qe`` (m, H) the bound on the error of ``q t``,
+        ``qt`` the computed ``q t`` and ``z`` the computed ``U^T (q t)`` (m, d)."""
         h, d = self.U.shape
         myw = mu[:, None] * (self.y * w)
         res = grad - myw - z
@@ -169,7 +237,51 @@ class LinfTrustRegionBound(TrustRegionBound):
         e2 = (qt.abs() @ self.unorm1_up).mul_(gamma(h + 1) * (1 + gamma(h + 2)))
         norms = grad.abs().sum(1) + myw.abs().sum(1) + z.abs().sum(1)
         e3 = 8 * UNIT * norms * (1 + gamma(d + 2))
-        return (res.abs().sum(1) * (1 + gamma(d + 2)) + err + e1 + e2 + e3).mul_(1 + 4 * UNIT)
+        return res, (err + e1 + e2 + e3).mul_(1 + 2 * UNIT)
+
+    def norm_up(self, mag: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
+        """``sum_i mag_i + spare`` (m,) for ``mag`` (m, d) >= 0, rounded up."""
+        d = mag.shape[1]
+        return (mag.sum(1) * (1 + gamma(d + 2)) + spare).mul_(1 + 4 * UNIT)
+
+    def set_terms(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        w: torch.Tensor,
+        mu: torch.Tensor,
+        qe: torch.Tensor,
+        qt: torch.Tensor,
+        z: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``-min (b^T v - mu/2 sum_i y_i v_i^2) <= const + lin r + quad r^2`` (each (m,),
+        rounded up) for ``r <= R``, ``b = a - M w``: over the cube ``(0, B, mu (sum y) /
+        2)``; with a box-constrained range (``at``: the rows' points and R) over the cube
+        in the box (module docstring, *The box*)."""
+        res, spare = self.residual_parts(grad, err, w, mu, qe, qt, z)
+        if at is None or not self.rng.box:
+            return torch.zeros_like(spare), self.norm_up(res.abs(), spare), self.quadratic(mu)
+        d = res.shape[1]
+        points, big_r = at
+        x, big_r = self.rng.x[points], big_r[:, None]
+        down = torch.minimum(x, big_r)  # v_i >= -down_i
+        up = torch.minimum((1 - x).mul_(1 + 4 * UNIT), big_r)  # v_i <= up_i, rounded up
+        half = (0.5 * mu[:, None] * self.y).mul_(1 + 6 * UNIT)  # >= mu y_i / 2 (y within 3u)
+        mag = res.abs()
+        # coordinate i's loss on [-down_i, up_i]: the convex -b_i t + half_i t^2 is largest
+        # at an end, and 0 at t = 0; each end's value within 4u of its two terms' size
+        far = torch.maximum(down, up)
+        size = mag * far + half * far * far
+        ends = torch.maximum(res * down + half * down * down, half * up * up - res * up)
+        loss = ends.clamp_min(0.0) + 4 * UNIT * size
+        # where it is below the cube's |b_i| R + half_i R^2 at R, the coordinate costs that
+        # constant for every r <= R; elsewhere |b_i| r + half_i r^2
+        boxed = loss < mag * big_r + half * big_r * big_r
+        const = loss.masked_fill(~boxed, 0.0).sum(1).mul_(1 + gamma(d + 3))
+        lin = self.norm_up(mag.masked_fill(boxed, 0.0), spare)
+        quad = half.masked_fill(boxed, 0.0).sum(1).mul_(1 + gamma(d + 3))
+        return const, lin, quad
 
     def quadratic(self, mu: torch.Tensor) -> torch.Tensor:
         """The coefficient ``mu (sum_i y_i) / 2`` (m,) of ``r^2``, rounded up."""

@@ -449,6 +449,9 @@ class TrustRegionBound(CurvatureBound):
 
     #: The norm of the ball (a subclass's, :class:`.linf_trust_region.LinfTrustRegionBound`).
     p: float = 2.0
+    #: Whether it minimises over the ball in the box with a box-constrained range (else the
+    #: box column takes the curvature form's own search).
+    boxed: bool = False
 
     def __init__(
         self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
@@ -544,7 +547,8 @@ class TrustRegionBound(CurvatureBound):
             p = point[part]
             _, grad, err, kappa, margin = self.rows(idx[p], c[p], cls[part], s2_hi[p])
             lam[part] = self.curvature(kappa)
-            rho[part] = self.first_radius(idx[p], cls[part], grad, err, kappa, margin, lam[part])
+            args = (grad, err, kappa, margin, lam[part])
+            rho[part] = self.first_radius(idx[p], cls[part], *args, big_r=r[p])
         out[point, cls] = rho
         open_ = rho < r[point] if verify else torch.ones_like(rho, dtype=torch.bool)
         # inf Q from below, only for the convex units of the open rows (0 elsewhere: Q > 0)
@@ -574,9 +578,10 @@ class TrustRegionBound(CurvatureBound):
                 delta, grad, err, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p])
                 convex = self.convex(delta, s2_lo[p])
                 moves = self.expansions if verify or expand else 0
-                dual = self.dual(grad, convex - kappa, margin) if moves else None
+                at = (idx[p], r[p])
+                dual = self.dual(grad, convex - kappa, margin, at) if moves else None
                 args = (grad, err, convex, kappa, margin, verify, lam[chunk], enough[p, 0])
-                low = self.lower(*args, dual=dual)
+                low = self.lower(*args, dual=dual, at=at)
                 best = torch.maximum(quad_radius(margin, low), rho[chunk])
                 live = torch.arange(len(chunk), device=best.device)
                 last = None  # the live rows' last expansion points (offsets from zh)
@@ -584,16 +589,17 @@ class TrustRegionBound(CurvatureBound):
                     keep = best[live] < enough[p[live], 0]
                     # the dual's rows are the live ones; over the ball of the radius reached
                     reached = torch.minimum(best[live], r[p[live]]).nan_to_num(0.0, 0.0, 0.0)
-                    h_star = self.minimiser(dual, reached)
+                    h_star = self.minimiser(dual, reached, idx[p[live]])
                     live = live[keep]
                     last = damped_move(None if last is None else last[keep], h_star[keep])
                     if not len(live):
                         break
                     q = p[live]
                     ex = self.expanded(intervals, q, delta[live], last, margin[live])
-                    dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin)
+                    at = (idx[q], r[q])
+                    dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin, at)
                     args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
-                    low = self.lower(*args, enough=enough[q, 0], dual=dual)
+                    low = self.lower(*args, enough=enough[q, 0], dual=dual, at=at)
                     best[live] = torch.maximum(best[live], quad_radius(ex.margin, low))
                 got[p, j] = best
             return got
@@ -616,18 +622,25 @@ class TrustRegionBound(CurvatureBound):
         kappa: torch.Tensor,
         margin: torch.Tensor,
         cheap: torch.Tensor,
+        big_r: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The radii (nr,) of the rows (points ``idx``, classes ``cls``) by the
         ``lambda_max`` form: ``m - (||a|| + err) r - cheap r^2 / 2``, ``cheap`` (nr,) the
-        cheap bound on ``lambda_max(U^T diag(kappa) U)``."""
+        cheap bound on ``lambda_max(U^T diag(kappa) U)``; ``big_r`` (nr,): the radius R of
+        the ranges (the ball's form ignores it)."""
         return quad_radius(margin, dual_norm_lower(grad, err, 2), 0.5 * cheap)
 
     def dual(
-        self, grad: torch.Tensor, q: torch.Tensor, margin: torch.Tensor
+        self,
+        grad: torch.Tensor,
+        q: torch.Tensor,
+        margin: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, KrylovSpan]:
         """The rows' dual point ``(mu, span)`` of :func:`krylov_dual` for the bound with
         gradient ``grad`` (m, d), curvature ``q`` (m, H) and margin (m,), in
-        :data:`DUAL_DTYPE`; ``mu`` unverified."""
+        :data:`DUAL_DTYPE`; ``mu`` unverified. ``at``: the rows' points and R (the ball's
+        dual ignores them)."""
         dt = DUAL_DTYPE
         return krylov_dual(
             grad.to(dt), q.to(dt), self.u_dual, margin.clamp_min(0.0).to(dt), self.steps
@@ -637,11 +650,17 @@ class TrustRegionBound(CurvatureBound):
         """The dual's ``w`` (m, d) at ``mu`` (m,), in the input's coordinates and dtype."""
         return span.solve(mu.to(DUAL_DTYPE)).to(self.U.dtype)
 
-    def minimiser(self, dual: tuple[torch.Tensor, KrylovSpan], r: torch.Tensor) -> torch.Tensor:
+    def minimiser(
+        self,
+        dual: tuple[torch.Tensor, KrylovSpan],
+        r: torch.Tensor,
+        points: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The units' ``h* = U v*`` (m, H) at the minimiser ``v* = -w`` of the bound whose
         :meth:`dual` point is ``dual`` (unverified) over the ball of radius ``r`` (m,; at
         the dual's ``mu``, ``-w`` is on its sphere): where :mod:`.expansion` moves the
-        expansion points. Any value is sound there; a NaN row's is 0."""
+        expansion points. Any value is sound there; a NaN row's is 0. ``points`` (m,): the
+        rows' points (a box-constrained subclass clips to the box)."""
         mu, span = dual
         h = -(span.solve(mu) @ self.u_dual.T)
         return h.to(self.U.dtype).nan_to_num_(0.0, 0.0, 0.0)
@@ -662,6 +681,7 @@ class TrustRegionBound(CurvatureBound):
         cheap: torch.Tensor | None = None,
         enough: torch.Tensor | None = None,
         dual: tuple[torch.Tensor, KrylovSpan] | None = None,
+        at: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> QuadLower:
         """``QuadLower`` of ``a^T v + 1/2 sum q_l (u_l^T v)^2`` over ``||v|| <= r``
         (module docstring): a dual point from :func:`krylov_dual` (``dual``, where the
@@ -672,27 +692,29 @@ class TrustRegionBound(CurvatureBound):
         ``enough`` (m,), optional: radii that suffice. A row whose dual ``mu`` is below the
         cheap bound would need a factorisation; where the bound with ``mu`` raised to the
         cheap bound (verified as it is, a looser dual point) already reaches ``enough``,
-        the row keeps that one."""
+        the row keeps that one. ``at`` (optional): the rows' points and the radius R up to
+        which the bound must hold, for :meth:`evaluate`."""
         q = convex - kappa
-        mu, span = self.dual(grad, q, margin) if dual is None else dual
+        mu, span = self.dual(grad, q, margin, at) if dual is None else dual
         mu = mu.to(grad.dtype)
 
         def solve(mu: torch.Tensor) -> torch.Tensor:
             return self.dual_vector(span, mu)
 
         if not verify:
-            return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu)
+            return self.evaluate(grad, err, q, convex, kappa, solve(mu), mu, at)
         cheap = self.curvature(kappa) if cheap is None else cheap
         # rows that would need a factorisation and may not: first at the cheap bound
         easy = torch.zeros_like(mu, dtype=torch.bool) if enough is None else torch.isfinite(enough)
         easy &= mu < cheap
         mu_ok = self.verified(kappa, torch.where(easy, cheap, mu), cheap, convex)
-        low = self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
+        low = self.evaluate(grad, err, q, convex, kappa, solve(mu_ok), mu_ok, at)
         short = (easy & (quad_radius(margin, low) < enough)).nonzero()[:, 0] if easy.any() else []
         if len(short):  # that fell short: factorised after all
             mu_ok[short] = self.verified(kappa[short], mu[short], cheap[short], convex[short])
             args = (grad, err, q, convex, kappa, solve(mu_ok), mu_ok)
-            redo = self.evaluate(*(a[short] for a in args))
+            part = None if at is None else (at[0][short], at[1][short])
+            redo = self.evaluate(*(a[short] for a in args), at=part)
             low.const[short], low.lin[short], low.quad[short] = redo.const, redo.lin, redo.quad
         return low
 
@@ -820,9 +842,12 @@ class TrustRegionBound(CurvatureBound):
         kappa: torch.Tensor,
         w: torch.Tensor,
         mu: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> QuadLower:
         """``C >= w^T M w / 2``, ``B >= ||a - M w||_2`` and ``mu / 2`` rounded up (module
-        docstring): ``phi(r) >= -(C + B r + mu r^2 / 2)``."""
+        docstring): ``phi(r) >= -(C + B r + mu r^2 / 2)``. ``at``: the rows' points (m,)
+        and the radius R (m,) up to which the bound must hold, for :meth:`set_terms` (the
+        ball's terms ignore them)."""
         h, d = self.U.shape
         t = w @ self.U.T  # (m, H)
         e = (w.abs() @ self.abs_u.T).mul_(gamma(d) * (1 + 2 * gamma(d))).add_(UNDERFLOW)
@@ -833,12 +858,30 @@ class TrustRegionBound(CurvatureBound):
         total = x_part + p_part + n_part
         const = 0.5 * ((x_part + p_part - n_part) + 4 * UNIT * total)
         qt = q * t
-        lin = self.residual(grad, err, w, mu, q.abs() * e, qt, qt @ self.U)
+        extra, lin, quad = self.set_terms(grad, err, w, mu, q.abs() * e, qt, qt @ self.U, at)
+        const = const + extra
         bad = ~torch.isfinite(mu)
         lin = torch.where(bad, torch.inf, lin)
         const = torch.where(bad, torch.inf, const)
-        quad = torch.where(bad, torch.inf, self.quadratic(mu))
+        quad = torch.where(bad, torch.inf, quad)
         return QuadLower(const=const, lin=lin, quad=quad)
+
+    def set_terms(
+        self,
+        grad: torch.Tensor,
+        err: torch.Tensor,
+        w: torch.Tensor,
+        mu: torch.Tensor,
+        qe: torch.Tensor,
+        qt: torch.Tensor,
+        z: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``-min ((a - M w)^T v - mu ||v||^2 / 2) <= const + lin r + quad r^2`` over the
+        set of radius ``r <= R`` (each (m,), rounded up): ``(0, B, mu / 2)`` over the ball
+        (:meth:`residual`, :meth:`quadratic`)."""
+        lin = self.residual(grad, err, w, mu, qe, qt, z)
+        return torch.zeros_like(lin), lin, self.quadratic(mu)
 
     def metric(self, w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
         """``mu ||w||^2`` (m,), rounded up: the part ``mu I`` of ``w^T M w``."""
