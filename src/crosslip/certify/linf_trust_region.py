@@ -74,7 +74,6 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, largest_eigenvalue
-from .linear_min import box_lower, dual_norm_lower, quad_radius
 from .linf_curvature import column_weights, pair_constants, scaling
 from .rounding import UNIT, gamma
 from .softplus_bounds import PreactivationRange
@@ -138,29 +137,15 @@ class LinfTrustRegionBound(TrustRegionBound):
             kappa, self.scaled_gram, units.norm_up, self.scaled_spec2, gamma(units.d)
         )
 
-    def first_radius(
-        self,
-        idx: torch.Tensor,
-        cls: torch.Tensor,
-        grad: torch.Tensor,
-        err: torch.Tensor,
-        kappa: torch.Tensor,
-        margin: torch.Tensor,
-        cheap: torch.Tensor,
-        big_r: torch.Tensor | None = None,
+    def first_curvature(
+        self, idx: torch.Tensor, cls: torch.Tensor, kappa: torch.Tensor, cheap: torch.Tensor
     ) -> torch.Tensor:
-        """The radii (nr,) of the L-inf curvature form (module docstring, *The first
-        form*); with a box-constrained range and ``big_r`` (nr,), the rows' R, the larger
-        of it and the same form with the box's linear term."""
+        """``Lambda`` (nr,) of the L-inf curvature form (module docstring, *The first
+        form*): the smallest of the ball's constants and ``cheap sum_i y_i``, ``cheap`` the
+        scaled cheap bound."""
         lam = CurvatureBound.curvature(self, kappa)  # the unscaled constant of the ball
         lam = torch.minimum(lam, (cheap * self.scaled.y_sum).mul_(1 + 2 * UNIT))
-        lam = torch.minimum(lam, self.pairs[self.rng.pred[idx], cls])
-        rho = quad_radius(margin, dual_norm_lower(grad, err, 1), 0.5 * lam)
-        if not self.rng.box or big_r is None:
-            return rho
-        # in the box, also with the box's linear term (as :class:`.LinfCurvatureBound`)
-        box = box_lower(grad, err, self.rng.x[idx], big_r, math.inf)
-        return torch.maximum(rho, quad_radius(margin, box, 0.5 * lam))
+        return torch.minimum(lam, self.pairs[self.rng.pred[idx], cls])
 
     def dual(
         self,
@@ -239,31 +224,19 @@ class LinfTrustRegionBound(TrustRegionBound):
         e3 = 8 * UNIT * norms * (1 + gamma(d + 2))
         return res, (err + e1 + e2 + e3).mul_(1 + 2 * UNIT)
 
-    def norm_up(self, mag: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
-        """``sum_i mag_i + spare`` (m,) for ``mag`` (m, d) >= 0, rounded up."""
-        d = mag.shape[1]
-        return (mag.sum(1) * (1 + gamma(d + 2)) + spare).mul_(1 + 4 * UNIT)
+    def norm_up(self, res: torch.Tensor, spare: torch.Tensor) -> torch.Tensor:
+        """``B >= ||res||_1 + spare`` (m,) for ``res`` (m, d), rounded up."""
+        d = res.shape[1]
+        return (res.abs().sum(1) * (1 + gamma(d + 2)) + spare).mul_(1 + 4 * UNIT)
 
-    def set_terms(
-        self,
-        grad: torch.Tensor,
-        err: torch.Tensor,
-        w: torch.Tensor,
-        mu: torch.Tensor,
-        qe: torch.Tensor,
-        qt: torch.Tensor,
-        z: torch.Tensor,
-        at: tuple[torch.Tensor, torch.Tensor] | None,
+    def box_terms(
+        self, res: torch.Tensor, spare: torch.Tensor, mu: torch.Tensor, points, big_r
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``-min (b^T v - mu/2 sum_i y_i v_i^2) <= const + lin r + quad r^2`` (each (m,),
-        rounded up) for ``r <= R``, ``b = a - M w``: over the cube ``(0, B, mu (sum y) /
-        2)``; with a box-constrained range (``at``: the rows' points and R) over the cube
-        in the box (module docstring, *The box*)."""
-        res, spare = self.residual_parts(grad, err, w, mu, qe, qt, z)
-        if at is None or not self.rng.box:
-            return torch.zeros_like(spare), self.norm_up(res.abs(), spare), self.quadratic(mu)
+        rounded up) for ``r <= R`` over the cube in the box (module docstring, *The box*):
+        ``res`` (m, d) the computed ``b = a - M w``, ``spare`` (m,) a bound on the L1 norm
+        of its error, ``points`` (m,) and ``big_r`` (m,) the rows' points and R."""
         d = res.shape[1]
-        points, big_r = at
         x, big_r = self.rng.x[points], big_r[:, None]
         down = torch.minimum(x, big_r)  # v_i >= -down_i
         up = torch.minimum((1 - x).mul_(1 + 4 * UNIT), big_r)  # v_i <= up_i, rounded up
@@ -277,10 +250,10 @@ class LinfTrustRegionBound(TrustRegionBound):
         loss = ends.clamp_min(0.0) + 4 * UNIT * size
         # where it is below the cube's |b_i| R + half_i R^2 at R, the coordinate costs that
         # constant for every r <= R; elsewhere |b_i| r + half_i r^2
-        boxed = loss < mag * big_r + half * big_r * big_r
-        const = loss.masked_fill(~boxed, 0.0).sum(1).mul_(1 + gamma(d + 3))
-        lin = self.norm_up(mag.masked_fill(boxed, 0.0), spare)
-        quad = half.masked_fill(boxed, 0.0).sum(1).mul_(1 + gamma(d + 3))
+        capped = loss < mag * big_r + half * big_r * big_r
+        const = loss.masked_fill(~capped, 0.0).sum(1).mul_(1 + gamma(d + 3))
+        lin = self.norm_up(mag.masked_fill(capped, 0.0), spare)
+        quad = half.masked_fill(capped, 0.0).sum(1).mul_(1 + gamma(d + 3))
         return const, lin, quad
 
     def quadratic(self, mu: torch.Tensor) -> torch.Tensor:
