@@ -128,3 +128,28 @@ def test_exact_points_and_their_share_equal_a_plain_check():
         rows = inst[(inst["model_id"] == row["model_id"]) & inst["correct"]]
         want = np.mean([f is True for f in exact_points(rows, "l2")])
         assert row["share_exact_l2"] == pytest.approx(want) and want > 0
+
+
+def test_exactness_is_judged_in_the_box_that_the_attacks_search():
+    """The attacks keep their samples in the box, so a point is exact where its box
+    certificate (at least the ball's) meets the upper bound; the certified accuracy stays
+    the ball's."""
+    from crosslip.certified_accuracy import best_upper_bound, certified_share, exact_points
+
+    inst = random_instances(4)
+    up = best_upper_bound(inst, "linf")
+    inst["guarantee_linf_best"] = up * 0.5  # the ball: far below every upper bound
+    inst["guarantee_linf_best_box"] = up * 0.995  # the box: at it
+    inst.loc[inst.index[::5], "guarantee_linf_best_box"] = np.nan  # no box: the ball's
+    flags = exact_points(inst, "linf")
+    known = up.notna()
+    box_known = inst["guarantee_linf_best_box"].notna()
+    assert all(flags[known & box_known] == True)  # noqa: E712
+    assert all(flags[known & ~box_known] == False)  # noqa: E712
+    assert flags[~known].isna().all()
+    ball_only = inst.drop(columns=["guarantee_linf_best_box"])
+    eps = np.array([0.01, 0.05])
+    assert np.array_equal(
+        certified_share(inst, "linf", eps), certified_share(ball_only, "linf", eps)
+    )
+    assert not any(f is True for f in exact_points(ball_only, "linf"))

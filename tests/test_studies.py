@@ -207,7 +207,9 @@ def instances(model: str, reg: str, paper: float, best: float, upper: float) -> 
 def test_the_bracket_study_measures_what_each_certificate_closes(tmp_path: Path) -> None:
     folder = tmp_path / "results" / "instances" / "mnist5k"
     folder.mkdir(parents=True)
-    instances("cl", "cross_lipschitz", 0.5, 1.0, 2.0).to_parquet(folder / "cl.parquet")
+    cl_rows = instances("cl", "cross_lipschitz", 0.5, 1.0, 2.0)
+    cl_rows["guarantee_l2_best_box"] = [1.6] * 4 + [9.0]  # the box: more than the ball
+    cl_rows.to_parquet(folder / "cl.parquet")
     instances("none", "none", 0.5, 0.5, 0.5 * math.e).to_parquet(folder / "none.parquet")
     out = tmp_path / "bracket.json"
     lines = run_benchmark(
@@ -224,11 +226,13 @@ def test_the_bracket_study_measures_what_each_certificate_closes(tmp_path: Path)
     assert cl["bracket_best_l2"] == 2.0 and cl["share_exact_l2"] == 0.0
     assert math.isclose(none["bracket_best_l2"], math.e)
     assert math.isnan(cl["bracket_best_l1"]) and math.isnan(cl["share_exact_linf"])
+    # the box's bracket (the attacks search the box): its certificate where the run has one
+    assert math.isclose(cl["bracket_box_l2"], 1.25) and math.isclose(none["bracket_box_l2"], math.e)
     tables = study_tables(res)
     assert [len(frame) for _, frame in tables] == [2, 2, 2]
     assert "×2.00" in tables[0][1]["best per point"].iloc[0]
     assert tables[1][1]["linear relaxation"].iloc[0] == "50%"
-    assert "×2.00, 0% exact" in tables[2][1]["l2"].iloc[0]
+    assert tables[2][1]["l2"].iloc[0] == "1.00 (×2.00); 1.60 (×1.25) / 2.00, 0% exact"
 
 
 def test_the_settings_study_compares_on_the_points_both_networks_get_right(tmp_path: Path) -> None:

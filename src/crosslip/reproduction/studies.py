@@ -106,9 +106,20 @@ def bracket_tables(result: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
         **{label[n]: f"{{closed_{n}:.0%}}" for n in names if n != "paper"},
         "best by paper / tightest / integrated / linear / curvature": shares,
     }
-    first, second, third = (t["caption"] for t in TABLES["bracket"]["tables"])
+    first, second, third, fourth = (t["caption"] for t in TABLES["bracket"]["tables"])
     out = [(first, cells(rows, means)), (second, cells(rows, closed))]
-    if all("bracket_best_l1" in r for r in rows):  # every norm's bracket (newer results)
+    if all("bracket_box_l1" in r for r in rows):  # the ball's and the box's brackets
+        norms = {
+            "network": "{network}",
+            **{
+                norm: f"{{mean_best_{norm}:num}} (×{{bracket_best_{norm}:.2f}}); "
+                f"{{mean_best_box_{norm}:num}} (×{{bracket_box_{norm}:.2f}}) / "
+                f"{{mean_upper_bound_{norm}:num}}, {{share_exact_{norm}:.0%}} exact"
+                for norm in ("l2", "l1", "linf")
+            },
+        }
+        out.append((fourth, cells(rows, norms)))
+    elif all("bracket_best_l1" in r for r in rows):  # every norm's bracket (older results)
         norms = {
             "network": "{network}",
             **{
