@@ -94,16 +94,17 @@ class ShiftedSpan(KrylovSpan):
     offset: torch.Tensor
 
     def solve(self, mu: torch.Tensor) -> torch.Tensor:
+        """The centred problem's ``w`` at ``mu`` (m,) minus the centre (m, d)."""
         return super().solve(mu) - self.offset
 
 
 class LinfTrustRegionBound(TrustRegionBound):
     """Per-class certified radii of the L-inf curvature bound minimised over the ball at R
     through the diagonal dual (module docstring), a radius function for
-    :func:`~.search.radius_search`. ``rng``: the L-inf pre-activation ranges (the ball's
-    bound holds in the box); ``m`` (n, K): lower bounds on the margins (``+inf`` at c);
-    ``steps``: Lanczos steps; ``expansions``: moves of the expansion points
-    (:mod:`.expansion`)."""
+    :func:`~.search.radius_search`. ``rng``: the L-inf pre-activation ranges (with a box's,
+    the bound is minimised over the cube in the box: module docstring, *The box*); ``m``
+    (n, K): lower bounds on the margins (``+inf`` at c); ``steps``: Lanczos steps;
+    ``expansions``: moves of the expansion points (:mod:`.expansion`)."""
 
     p = math.inf
     boxed = True

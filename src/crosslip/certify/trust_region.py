@@ -107,7 +107,8 @@ rounded down by ``1 - 4u``.
 
 The ball's radius holds in the box too. The L-inf ball has its own form, a multiplier per
 coordinate (:mod:`.linf_trust_region`, a subclass that changes the coordinates the proof and
-the dual work in, the first form and the linear term's norm); the L1 ball none (its
+the dual work in, the first form and the linear term's norm, and has a form of its own over
+the cube in the box: :attr:`TrustRegionBound.boxed`); the L1 ball none (its
 constraint is not quadratic: the L2 ball of the same radius holds it, and the vertex form of
 :mod:`.curvature` is exact for the concave model there).
 """
