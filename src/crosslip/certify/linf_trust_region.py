@@ -230,14 +230,22 @@ class LinfTrustRegionBound(TrustRegionBound):
         d = res.shape[1]
         return (res.abs().sum(1) * (1 + gamma(d + 2)) + spare).mul_(1 + 4 * UNIT)
 
-    def box_terms(
-        self, res: torch.Tensor, spare: torch.Tensor, mu: torch.Tensor, points, big_r
+    def set_terms(
+        self,
+        res: torch.Tensor,
+        spare: torch.Tensor,
+        mu: torch.Tensor,
+        at: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``-min (b^T v - mu/2 sum_i y_i v_i^2) <= const + lin r + quad r^2`` (each (m,),
-        rounded up) for ``r <= R`` over the cube in the box (module docstring, *The box*):
-        ``res`` (m, d) the computed ``b = a - M w``, ``spare`` (m,) a bound on the L1 norm
-        of its error, ``points`` (m,) and ``big_r`` (m,) the rows' points and R."""
+        rounded up) for ``r <= R``: ``res`` (m, d) the computed ``b = a - M w``, ``spare``
+        (m,) a bound on the L1 norm of its error; over the cube the base's terms, with a
+        box-constrained range and ``at`` (the rows' points and R) over the cube in the box
+        (module docstring, *The box*)."""
+        if at is None or not self.rng.box:
+            return super().set_terms(res, spare, mu, at)
         d = res.shape[1]
+        points, big_r = at
         x, big_r = self.rng.x[points], big_r[:, None]
         down = torch.minimum(x, big_r)  # v_i >= -down_i
         up = torch.minimum((1 - x).mul_(1 + 4 * UNIT), big_r)  # v_i <= up_i, rounded up

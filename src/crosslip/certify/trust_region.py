@@ -450,9 +450,9 @@ class TrustRegionBound(CurvatureBound):
 
     #: The norm of the ball (a subclass's, :class:`.linf_trust_region.LinfTrustRegionBound`).
     p: float = 2.0
-    #: Whether it has a form of its own over the ball in the box (:meth:`box_terms`), with
-    #: which the engine searches the box column (else that column is the curvature form's
-    #: own search in the box, and the ball's radius).
+    #: Whether it has a form of its own over the ball in the box (:meth:`set_terms` with
+    #: ``at``), with which the engine searches the box column (else that column is the
+    #: curvature form's own search in the box, and the ball's radius).
     boxed: bool = False
 
     def __init__(
@@ -873,7 +873,8 @@ class TrustRegionBound(CurvatureBound):
         total = x_part + p_part + n_part
         const = 0.5 * ((x_part + p_part - n_part) + 4 * UNIT * total)
         qt = q * t
-        extra, lin, quad = self.set_terms(grad, err, w, mu, q.abs() * e, qt, qt @ self.U, at)
+        res, spare = self.residual_parts(grad, err, w, mu, q.abs() * e, qt, qt @ self.U)
+        extra, lin, quad = self.set_terms(res, spare, mu, at)
         const = const + extra
         bad = ~torch.isfinite(mu)
         lin = torch.where(bad, torch.inf, lin)
@@ -883,35 +884,19 @@ class TrustRegionBound(CurvatureBound):
 
     def set_terms(
         self,
-        grad: torch.Tensor,
-        err: torch.Tensor,
-        w: torch.Tensor,
+        res: torch.Tensor,
+        spare: torch.Tensor,
         mu: torch.Tensor,
-        qe: torch.Tensor,
-        qt: torch.Tensor,
-        z: torch.Tensor,
         at: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``-min (b^T v - mu ||v||^2 / 2) <= const + lin r + quad r^2`` over the set of
-        radius ``r <= R`` (each (m,), rounded up), ``b = a - M w``: ``(0, B, mu / 2)`` over
-        the ball (:meth:`residual_parts`, :meth:`norm_up`, :meth:`quadratic`); with a
-        box-constrained range and ``at`` (the rows' points and R), for a :attr:`boxed`
-        subclass, over the ball in the box (:meth:`box_terms`)."""
-        res, spare = self.residual_parts(grad, err, w, mu, qe, qt, z)
-        if at is None or not (self.boxed and self.rng.box):
-            return torch.zeros_like(spare), self.norm_up(res, spare), self.quadratic(mu)
-        return self.box_terms(res, spare, mu, *at)
-
-    def box_terms(
-        self, res: torch.Tensor, spare: torch.Tensor, mu: torch.Tensor, points, big_r
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`set_terms` over the ball in the box, for a :attr:`boxed` subclass
-        (:class:`.linf_trust_region.LinfTrustRegionBound`): ``res`` (m, d) the computed
-        ``b``, ``spare`` (m,) a bound on the norm of its error, ``points`` (m,) and
-        ``big_r`` (m,) the rows' points and R. The L2 ball in the box keeps the ball's
-        terms (the box's linear term moved the record's L2 box column by 0.2% for 1.7
-        times its time)."""
-        raise NotImplementedError(f"{type(self).__name__} has no form of its own in the box")
+        radius ``r <= R`` (each (m,), rounded up), ``b = a - M w`` computed as ``res`` (m,
+        d) within ``spare`` (m,) in the norm (:meth:`residual_parts`): ``(0, B, mu / 2)``
+        over the ball (:meth:`norm_up`, :meth:`quadratic`). ``at``: the rows' points and R,
+        for a :attr:`boxed` subclass's own form in the box; the L2 ball keeps the ball's
+        terms there (the box's linear term moved the record's L2 box column by 0.2% for
+        1.7 times its time)."""
+        return torch.zeros_like(spare), self.norm_up(res, spare), self.quadratic(mu)
 
     def metric(self, w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
         """``mu ||w||^2`` (m,), rounded up: the part ``mu I`` of ``w^T M w``."""
