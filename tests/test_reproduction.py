@@ -417,6 +417,39 @@ def test_export_rejects_bad_input_with_one_line(tmp_path: Path) -> None:
     assert [r.name for r in load_runs(docs)] == ["x"]
 
 
+def test_a_forced_export_keeps_the_notes_and_the_benchmarks_it_cannot_make(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    res, cfg = make_results(tmp_path / "a", good_rows())
+    benches = {}
+    for name, value in [("bench_a", 1), ("bench_b", 2)]:
+        benches[name] = tmp_path / f"{name}.txt"
+        benches[name].write_text(f"machine: m\n{json.dumps({'x': value})}\n")
+    export_run(res, "x", [cfg], "cmd", docs=docs, machine="m", benchmarks=list(benches.values()))
+    folder = docs / "reproduction" / "x"
+    (folder / "notes.md").write_text("Why we differ.\n")
+    export_run(res, "x", [cfg], "cmd2", docs=docs, machine="m", force=True)
+    run = yaml.safe_load((folder / "run.yaml").read_text())
+    assert run["command"] == "cmd2"
+    assert run["benchmarks"] == {"bench_a": {"x": 1}, "bench_b": {"x": 2}}
+    assert (folder / "notes.md").read_text() == "Why we differ.\n"
+    # a benchmark named again replaces its old result; the others stay
+    benches["bench_b"].write_text('{"x": 3}\n')
+    export_run(
+        res, "x", [cfg], "cmd3", docs=docs, machine="m", force=True, benchmarks=[benches["bench_b"]]
+    )
+    run = yaml.safe_load((folder / "run.yaml").read_text())
+    assert run["benchmarks"] == {"bench_a": {"x": 1}, "bench_b": {"x": 3}}
+    assert (folder / "notes.md").is_file()
+    # an unreadable old run.yaml is named, and the folder is left as it was
+    (folder / "run.yaml").write_text("a: [\n")
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(ExportError, match=r"x/run.yaml: not YAML .*--force"):
+        export_run(res, "x", [cfg], "cmd4", docs=docs, machine="m", force=True)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
 def test_export_merges_config_files_as_snakemake(tmp_path: Path) -> None:
     """Several --configfile files: mappings merge key by key, later files win."""
     res, cfg = make_results(tmp_path, good_rows())

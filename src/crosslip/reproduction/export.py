@@ -43,6 +43,9 @@ FIGURES = [
 ]
 #: Where a run folder keeps the model files of ``--weights``.
 WEIGHTS_DIR = "models"
+#: A run folder's hand-written note (not generated), shown under the record's "Where we
+#: differ"; a forced export keeps it.
+NOTES_FILE = "notes.md"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -160,6 +163,21 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def kept_benchmarks(dest: Path) -> dict[str, Any]:
+    """The ``benchmarks`` of the run folder ``dest``'s run.yaml ({} where it has none)."""
+    try:
+        run = yaml.safe_load((dest / RUN_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as e:
+        raise ExportError(
+            f"{dest / RUN_FILE}: not YAML ({e.__class__.__name__}); mend or remove it "
+            "before replacing the run folder with --force"
+        ) from None
+    benches = run.get("benchmarks") if isinstance(run, dict) else None
+    return benches if isinstance(benches, dict) else {}
+
+
 def export_run(
     results: Path | str,
     name: str,
@@ -184,7 +202,10 @@ def export_run(
     ``benchmarks`` are kept in run.yaml by file name; the model files of the model ids
     ``weights`` (``--weights``) are copied to ``models/<model id>.pt``, their SHA-256 in
     run.yaml (``weights``). An existing run folder is replaced
-    only with ``force``, and only once the new one is complete (:func:`atomic_dir`).
+    only with ``force``, and only once the new one is complete (:func:`atomic_dir`); the
+    replacement keeps what an export cannot make again: the folder's hand-written
+    :data:`NOTES_FILE` and the old run.yaml's ``benchmarks`` that ``benchmarks`` does not
+    name anew.
     """
     results, docs = Path(results), Path(docs)
     if not NAME_RE.match(name):
@@ -217,7 +238,10 @@ def export_run(
                 f"{results}/models/<dataset>/{model_id}/model.pt; name a model the run trained"
             )
         model_files[model_id] = found[0]
+    old_benches = kept_benchmarks(dest) if dest.exists() else {}
     with atomic_dir(dest) as tmp:
+        if (dest / NOTES_FILE).is_file():
+            shutil.copyfile(dest / NOTES_FILE, tmp / NOTES_FILE)
         copied = []
         for pattern in TABLES + FIGURES:
             for src in sorted(results.glob(pattern)):
@@ -256,7 +280,7 @@ def export_run(
             "pool": pool,
             "wall_time_s": wall_time_s,
             "job_seconds": job_seconds(results),
-            "benchmarks": benches,
+            "benchmarks": {**old_benches, **benches},
             "files": copied,
             "weights": kept,
             "config": cfg,

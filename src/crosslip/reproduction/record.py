@@ -23,7 +23,7 @@ import yaml
 
 from ..results_schema import L2_UPPER_METHODS
 from . import claims as C
-from .export import RUN_FILE
+from .export import NOTES_FILE, RUN_FILE
 from .field import FIELD, anchors, field_runs
 from .paper import (
     AUTHORS_EPOCHS,
@@ -43,8 +43,6 @@ from .targets import Missing, targets
 
 RECORD_NAME = "reproduction.md"
 RUNS_DIR = "reproduction"
-#: Optional notes written with a run (not generated), shown under "Where we differ".
-NOTES_FILE = "notes.md"
 #: The columns of the record's tables (``record.yaml`` beside this module).
 TABLES = yaml.safe_load(Path(__file__).with_name("record.yaml").read_text(encoding="utf-8"))
 
