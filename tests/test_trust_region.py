@@ -39,15 +39,21 @@ def columns(norm: str) -> tuple[str, str]:
     return f"guarantee_{norm}_curvature", f"guarantee_{norm}_curvature_box"
 
 
+#: (moves, ascent steps) of the expansion points (.expansion): about the point, moved, and
+#: moved then optimised by gradient ascent.
+EXPANSIONS = [(0, 0), (3, 0), (2, 4)]
+
+
 @pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("expansions", [0, 3])  # about the point, and moved (.expansion)
+@pytest.mark.parametrize("expansions", EXPANSIONS)
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
 def test_no_attack_inside_a_trust_region_ball_changes_the_decision(
     d, k, h, seed, scale, expansions, norm
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(12, d, seed + 1)
-    res = trust(net, x, norm, rtol=1e-4, expansion_steps=expansions)
+    moves, ascents = expansions
+    res = trust(net, x, norm, rtol=1e-4, expansion_steps=moves, expansion_ascent_steps=ascents)
     for col in columns(norm):
         radius = res[col].clamp(max=1e6)
         assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius)), col
@@ -59,14 +65,15 @@ def test_no_attack_inside_a_trust_region_ball_changes_the_decision(
 
 
 @pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("expansions", [0, 3])
+@pytest.mark.parametrize("expansions", EXPANSIONS)
 @pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
 def test_no_trust_region_certificate_exceeds_the_exact_distance_on_the_plane(
     d, k, h, seed, scale, expansions, norm
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(6, d, seed + 100)
-    res = trust(net, x, norm, rtol=1e-5, expansion_steps=expansions)
+    moves, ascents = expansions
+    res = trust(net, x, norm, rtol=1e-5, expansion_steps=moves, expansion_ascent_steps=ascents)
     for col in columns(norm):
         exact = exact_distance(net, x, res["pred"], NORMS[norm], col.endswith("_box"))
         assert torch.all(res[col] <= exact), (col, res[col], exact)
@@ -109,7 +116,7 @@ def test_the_radius_function_alone_is_sound_at_every_radius_it_reports(p, kind):
     net = random_net(8, 5, 24, 12, 4.0)
     x = random_points(16, 8, 13)
     rng, m, unbounded, pred = pieces(net, x, p, False)
-    bound = kind(rng, m, 6, expansions=2)
+    bound = kind(rng, m, 6, expansions=2, ascents=3)
     for origin in (None, bound.origin):  # the unverified estimate at R = 0 only opens it
         cert = radius_search(bound, m, 1e-4, unbounded=unbounded, origin=origin)
         radius = cert.guarantee.clamp(max=1e6)

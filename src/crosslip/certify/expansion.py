@@ -37,6 +37,18 @@ mean by 0.1% or less. So only the first move is a full one; each later move (``e
 > 1``) goes :data:`EXPANSION_DAMPING` of the way from the last points to the new minimiser
 (in the L1 and L-inf balls: to the new vertex or corner), and each row keeps its best bound.
 
+*Optimised expansion points* (``expansion_ascent_steps``, after the moves). The bound is a
+sum of one term per unit, ``phi_l(e_l; h_l) = c0_l + c1_l h_l + q'_l h_l^2 / 2``, so by the
+envelope theorem the derivative of its minimum over the ball in the offsets ``e`` is
+``d phi_l / d e_l`` at the minimiser's ``h*`` (:func:`ascent_direction`: central
+differences, unit by unit). Moving every point to ``h*_l`` (the moves) maximises each
+``phi_l`` at ``h*`` alone, but ignores how far each unit's bound is from the network
+elsewhere; the derivative weighs the units: a unit whose secant curvature over its range
+changes much with its point moves more. Each step moves the points along it, the unit
+with the largest derivative by ``step`` times the mean ``|h*_l|``, and keeps the new bound
+where its radius is larger (the step then grows by :data:`ASCENT_GROW`, else shrinks by
+:data:`ASCENT_SHRINK`). Any points are sound, so each row keeps its best bound.
+
 *Rounding.* ``y = fl(z^ + e)`` is exact as it stands; ``e^ = fl(y - z^)`` is within ``slack =
 pad + 2u |e^|`` (plus ``2^-1000``) of the real ``e' = y - z`` (``z^`` within ``pad`` of the
 real ``z``). ``q'`` is :func:`.secant.secant_curvature`'s about ``y`` with no pad, times
@@ -68,6 +80,15 @@ from .secant import remainder, secant_curvature
 #: moves by 0.5%; in L1 by 6.5% (30 points), 4 full moves by 0.7%.
 EXPANSION_DAMPING = 0.3
 
+#: The relative step (times ``1 + |h|``) of :func:`ascent_direction`'s central differences.
+ASCENT_EPS = 1e-5
+#: The ascent's first step (module docstring, *Optimised expansion points*), and the factors
+#: by which an accepted step grows (up to :data:`ASCENT_MAX_STEP`) and a rejected one shrinks.
+ASCENT_STEP = 0.5
+ASCENT_GROW = 2.0
+ASCENT_MAX_STEP = 4.0
+ASCENT_SHRINK = 0.3
+
 
 def damped_move(last: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
     """The next expansion points (offsets from ``zh``, (nr, H)) of rows whose last ones are
@@ -88,6 +109,72 @@ class Expanded(NamedTuple):
     kappa: torch.Tensor
     convex: torch.Tensor
     margin: torch.Tensor
+
+
+class UnitTerms(NamedTuple):
+    """Each unit's terms about its expansion point (each (nr, H)), rounded as the module
+    docstring says: ``c0`` (the constant), ``c1`` (the linear coefficient) and its error
+    bound ``c1_err``, the concave units' ``kappa`` = ``-q'`` and the convex units' ``q'``."""
+
+    c0: torch.Tensor
+    c1: torch.Tensor
+    c1_err: torch.Tensor
+    kappa: torch.Tensor
+    convex: torch.Tensor
+
+    def at(self, h: torch.Tensor) -> torch.Tensor:
+        """Each unit's lower bound ``c0 + c1 h + q' h^2 / 2`` (nr, H) on ``delta_l
+        (sigma(z_l + h_l) - sigma(z_l))`` at its values ``h`` (nr, H) (rounding not
+        covered: a value to compare, not a bound)."""
+        return self.c0 + self.c1 * h + 0.5 * (self.convex - self.kappa) * h * h
+
+
+def unit_terms(
+    zh: torch.Tensor,
+    pad: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    delta: torch.Tensor,
+    offset: torch.Tensor,
+    alpha: float,
+) -> UnitTerms:
+    """The per-unit terms of :func:`expanded_terms` (same arguments; each (nr, H))."""
+    y = torch.minimum(torch.maximum(zh + offset, lo), hi)  # the secant bounds need y in range
+    e_hat = y - zh
+    slack = (pad + (2 * UNIT) * e_hat.abs()).add_(UNDERFLOW)
+    up, down = secant_curvature(
+        y,
+        torch.zeros_like(y),
+        lo,
+        hi,
+        alpha,
+        up_units=delta < 0,
+        down_units=delta > 0,
+    )
+    dabs = delta.abs()
+    kappa = torch.where(delta < 0, dabs * up, 0.0).mul_(1 + 4 * UNIT)
+    convex = torch.where(delta > 0, dabs * down, 0.0).mul_(1 - 4 * UNIT)
+    q = convex - kappa
+    # the linear coefficient
+    slope = torch.sigmoid(alpha * y)
+    c1 = delta * slope - q * e_hat
+    c1_err = dabs * (slope * (4 * FN_REL) + UNDERFLOW) + q.abs() * slack
+    c1_err += ((delta * slope).abs() + (q * e_hat).abs()).mul_(4 * UNIT)
+    # the constant: -delta D_y(s) + q e'^2 / 2 at s = z - y = -e'
+    s_hat = -e_hat
+    d_hat, d_err = remainder(y, s_hat, alpha)
+    lip = ((s_hat.abs() + slack) * (alpha / 4)).clamp_max_(1.0)
+    d_err = d_err + lip * slack
+    d_up = (d_hat + d_err).mul_(1 + 4 * UNIT)
+    d_lo = (d_hat - d_err).clamp_min_(0.0).mul_(1 - 4 * UNIT)
+    ea = e_hat.abs()
+    e2_up = (ea + slack).square().mul_(1 + 4 * UNIT)
+    e2_lo = (ea - slack).clamp_min_(0.0).square().mul_(1 - 4 * UNIT)
+    c0 = torch.where(delta > 0, -(dabs * d_up).mul_(1 + 4 * UNIT), (dabs * d_lo).mul_(1 - 4 * UNIT))
+    quad = torch.where(
+        q < 0, (0.5 * q * e2_up).mul_(1 + 4 * UNIT), (0.5 * q * e2_lo).mul_(1 - 4 * UNIT)
+    )
+    return UnitTerms(c0 + quad, c1, c1_err, kappa, convex)
 
 
 def expanded_terms(
@@ -111,45 +198,32 @@ def expanded_terms(
     up, ``alpha`` the softplus sharpness, ``tau`` the underflow floor of a gradient's
     error."""
     h = U.shape[0]
-    y = torch.minimum(torch.maximum(zh + offset, lo), hi)  # the secant bounds need y in range
-    e_hat = y - zh
-    slack = (pad + (2 * UNIT) * e_hat.abs()).add_(UNDERFLOW)
-    up, down = secant_curvature(
-        y,
-        torch.zeros_like(y),
-        lo,
-        hi,
-        alpha,
-        up_units=delta < 0,
-        down_units=delta > 0,
-    )
-    dabs = delta.abs()
-    kappa = torch.where(delta < 0, dabs * up, 0.0).mul_(1 + 4 * UNIT)
-    convex = torch.where(delta > 0, dabs * down, 0.0).mul_(1 - 4 * UNIT)
-    q = convex - kappa
-    # the linear coefficient
-    slope = torch.sigmoid(alpha * y)
-    c1 = delta * slope - q * e_hat
-    c1_err = dabs * (slope * (4 * FN_REL) + UNDERFLOW) + q.abs() * slack
-    c1_err += ((delta * slope).abs() + (q * e_hat).abs()).mul_(4 * UNIT)
-    grad = c1 @ U
+    t = unit_terms(zh, pad, lo, hi, delta, offset, alpha)
+    grad = t.c1 @ U
     g_h = gamma(h + 4)
-    err = ((c1_err + c1.abs() * g_h) @ unorm2).mul_(1 + gamma(h + 2)).add_(tau)
-    # the constant: -delta D_y(s) + q e'^2 / 2 at s = z - y = -e'
-    s_hat = -e_hat
-    d_hat, d_err = remainder(y, s_hat, alpha)
-    lip = ((s_hat.abs() + slack) * (alpha / 4)).clamp_max_(1.0)
-    d_err = d_err + lip * slack
-    d_up = (d_hat + d_err).mul_(1 + 4 * UNIT)
-    d_lo = (d_hat - d_err).clamp_min_(0.0).mul_(1 - 4 * UNIT)
-    ea = e_hat.abs()
-    e2_up = (ea + slack).square().mul_(1 + 4 * UNIT)
-    e2_lo = (ea - slack).clamp_min_(0.0).square().mul_(1 - 4 * UNIT)
-    c0 = torch.where(delta > 0, -(dabs * d_up).mul_(1 + 4 * UNIT), (dabs * d_lo).mul_(1 - 4 * UNIT))
-    quad = torch.where(
-        q < 0, (0.5 * q * e2_up).mul_(1 + 4 * UNIT), (0.5 * q * e2_lo).mul_(1 - 4 * UNIT)
-    )
-    c0 = c0 + quad
-    total = margin + c0.sum(1)
-    loss = (margin.abs() + c0.abs().sum(1)).mul_(gamma(h + 2))
-    return Expanded(grad, err, kappa, convex, total - loss)
+    err = ((t.c1_err + t.c1.abs() * g_h) @ unorm2).mul_(1 + gamma(h + 2)).add_(tau)
+    total = margin + t.c0.sum(1)
+    loss = (margin.abs() + t.c0.abs().sum(1)).mul_(gamma(h + 2))
+    return Expanded(grad, err, t.kappa, t.convex, total - loss)
+
+
+def ascent_direction(
+    zh: torch.Tensor,
+    pad: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    delta: torch.Tensor,
+    offset: torch.Tensor,
+    h: torch.Tensor,
+    alpha: float,
+) -> torch.Tensor:
+    """The derivative (nr, H) of each unit's lower bound at its values ``h`` (nr, H) (the
+    last bound's minimiser) in its expansion point's offset (:func:`unit_terms`' arguments;
+    central differences, each unit on its own: the bound is a sum of one term per unit):
+    by the envelope theorem, the gradient of the bound's minimum over the ball in the
+    offsets (module docstring, *Optimised expansion points*)."""
+    eps = (1 + h.abs()).mul_(ASCENT_EPS)
+    args = (zh, pad, lo, hi, delta)
+    up = unit_terms(*args, offset + eps, alpha).at(h)
+    down = unit_terms(*args, offset - eps, alpha).at(h)
+    return ((up - down) / (2 * eps)).nan_to_num_(0.0, 0.0, 0.0)

@@ -110,11 +110,16 @@ class LinfTrustRegionBound(TrustRegionBound):
     boxed = True
 
     def __init__(
-        self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
+        self,
+        rng: PreactivationRange,
+        m: torch.Tensor,
+        steps: int = 16,
+        expansions: int = 0,
+        ascents: int = 0,
     ) -> None:
         U = rng.terms.U
         self.scaled = scaling(U, column_weights(U, 1.0, DUAL_FLOOR))
-        super().__init__(rng, m, steps, expansions)
+        super().__init__(rng, m, steps, expansions, ascents)
         scaled = self.scaled
         self.y = scaled.s.square().reciprocal()  # within 3u of the exact 1 / s_i^2
         units = scaled.units

@@ -122,7 +122,14 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
-from .expansion import damped_move
+from .expansion import (
+    ASCENT_GROW,
+    ASCENT_MAX_STEP,
+    ASCENT_SHRINK,
+    ASCENT_STEP,
+    ascent_direction,
+    damped_move,
+)
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -445,6 +452,18 @@ class SignedPart:
         return torch.where(ok, torch.maximum(verified, mu), torch.inf)
 
 
+@dataclass
+class Ascent:
+    """Where :meth:`TrustRegionBound.ascend` starts: the live rows (positions in the chunk,
+    (nl,)), their last expansion points (offsets from ``zh``, (nl, H)), that bound's radius
+    (nl,) and its dual point."""
+
+    live: torch.Tensor
+    offsets: torch.Tensor
+    radius: torch.Tensor
+    dual: tuple[torch.Tensor, KrylovSpan]
+
+
 class TrustRegionBound(CurvatureBound):
     """Per-class certified radii of the L2 curvature bound minimised over the ball at R
     (module docstring), a radius function for :func:`~.search.radius_search`. ``rng``: the
@@ -462,7 +481,12 @@ class TrustRegionBound(CurvatureBound):
     boxed: bool = False
 
     def __init__(
-        self, rng: PreactivationRange, m: torch.Tensor, steps: int = 16, expansions: int = 0
+        self,
+        rng: PreactivationRange,
+        m: torch.Tensor,
+        steps: int = 16,
+        expansions: int = 0,
+        ascents: int = 0,
     ) -> None:
         if rng.p != self.p:
             raise ValueError(
@@ -471,6 +495,7 @@ class TrustRegionBound(CurvatureBound):
         super().__init__(rng, m)
         self.steps = steps
         self.expansions = expansions
+        self.ascents = ascents
         terms = rng.terms
         self.abs_u = terms.abs_u
         self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
@@ -586,11 +611,13 @@ class TrustRegionBound(CurvatureBound):
                 delta, grad, err, kappa, margin = self.rows(idx[p], c[p], j, s2_hi[p])
                 convex = self.convex(delta, s2_lo[p])
                 moves = self.expansions if verify or expand else 0
+                ascents = self.ascents if verify else 0  # not in an estimate
                 at = (idx[p], r[p])
-                dual = self.dual(grad, convex - kappa, margin, at) if moves else None
+                dual = self.dual(grad, convex - kappa, margin, at) if moves or ascents else None
                 args = (grad, err, convex, kappa, margin, verify, lam[chunk], enough[p, 0])
                 low = self.lower(*args, dual=dual, at=at)
-                best = torch.maximum(quad_radius(margin, low), rho[chunk])
+                now = quad_radius(margin, low)  # the live rows' last bound's own radius
+                best = torch.maximum(now, rho[chunk])
                 live = torch.arange(len(chunk), device=best.device)
                 last = None  # the live rows' last expansion points (offsets from zh)
                 for _ in range(moves):  # only rows short of a radius that suffices
@@ -608,7 +635,13 @@ class TrustRegionBound(CurvatureBound):
                     dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin, at)
                     args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, verify)
                     low = self.lower(*args, enough=enough[q, 0], dual=dual, at=at)
-                    best[live] = torch.maximum(best[live], quad_radius(ex.margin, low))
+                    now = quad_radius(ex.margin, low)
+                    best[live] = torch.maximum(best[live], now)
+                if ascents and len(live):
+                    if last is None:
+                        last = torch.zeros_like(delta[live])
+                    state = Ascent(live, last, now, dual)
+                    self.ascend(state, ascents, intervals, idx, r, p, delta, margin, enough, best)
                 got[p, j] = best
             return got
 
@@ -620,6 +653,64 @@ class TrustRegionBound(CurvatureBound):
         settled = torch.zeros_like(rows_open)
         settled[point, cls] = ~open_
         return got.masked_fill(settled, math.inf)
+
+    def ascend(
+        self,
+        state: Ascent,
+        steps: int,
+        intervals: tuple[torch.Tensor, ...],
+        idx: torch.Tensor,
+        r: torch.Tensor,
+        p: torch.Tensor,
+        delta: torch.Tensor,
+        margin: torch.Tensor,
+        enough: torch.Tensor,
+        best: torch.Tensor,
+    ) -> None:
+        """Raise ``best`` (nr,), the radii of the rows at positions ``p`` (nr,) of the
+        points ``idx``, by ``steps`` bounds about expansion points found by gradient ascent
+        (:mod:`.expansion`, *Optimised expansion points*), from ``state``: the live rows,
+        their last expansion points, that bound's radius and dual point. Each step moves
+        every live row's points along :func:`.expansion.ascent_direction` at the minimiser
+        of its last accepted bound (over the ball of the radius it reached), scaled so that
+        the unit with the largest derivative moves ``step`` times the mean ``|h|``; a bound
+        with a larger radius is accepted (its step grows), otherwise the step shrinks. Every
+        bound is sound, so each row keeps the best; a row stops at a radius that suffices
+        (``enough`` (m, 1), per point). ``r``: the points' R; ``delta``, ``margin``: the
+        rows' (nr, H) and (nr,)."""
+        live, off, cur = state.live, state.offsets, state.radius
+        pos = p[live]
+        reached = torch.minimum(cur, r[pos]).nan_to_num(0.0, 0.0, 0.0)
+        h = self.minimiser(state.dual, reached, idx[pos])
+        args = [t[pos] for t in intervals]
+        g = ascent_direction(*args, delta[live], off, h, self.alpha)
+        step = torch.full_like(cur, ASCENT_STEP)
+        tiny = torch.finfo(cur.dtype).tiny
+        for _ in range(steps):
+            keep = best[live] < enough[p[live], 0]
+            live, off, cur, h, g, step = (t[keep] for t in (live, off, cur, h, g, step))
+            if not len(live):
+                return
+            pos = p[live]
+            scale = step * h.abs().mean(1) / g.abs().amax(1).clamp_min(tiny)
+            trial = off + scale[:, None] * g
+            ex = self.expanded(intervals, pos, delta[live], trial, margin[live])
+            at = (idx[pos], r[pos])
+            dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin, at)
+            args = (ex.grad, ex.err, ex.convex, ex.kappa, ex.margin, True)
+            got = quad_radius(ex.margin, self.lower(*args, enough=enough[pos, 0], dual=dual, at=at))
+            best[live] = torch.maximum(best[live], got)
+            better = got > cur  # False for NaN
+            step = torch.where(better, step * ASCENT_GROW, step * ASCENT_SHRINK)
+            step.clamp_max_(ASCENT_MAX_STEP)
+            moved = better.nonzero()[:, 0]
+            if not len(moved):
+                continue
+            reached = torch.minimum(got, r[pos]).nan_to_num(0.0, 0.0, 0.0)
+            h_new = self.minimiser(dual, reached, idx[pos])[moved]
+            off[moved], cur[moved], h[moved] = trial[moved], got[moved], h_new
+            args = [t[pos[moved]] for t in intervals]
+            g[moved] = ascent_direction(*args, delta[live[moved]], off[moved], h_new, self.alpha)
 
     def first_radius(
         self,

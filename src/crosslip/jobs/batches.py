@@ -185,6 +185,7 @@ EVALUATION_PARAMS: dict[str, dict[str, str]] = {
         "tangent_steps": "certify.tangent_steps",
         "trust_region_steps": "certify.trust_region_steps",
         "expansion_steps": "certify.expansion_steps",
+        "expansion_ascent_steps": "certify.expansion_ascent_steps",
         "integration_nodes": "certify.integration_nodes",
         "device": "device",
         "memory_gb": "kernel.memory_gb",
