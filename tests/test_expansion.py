@@ -16,7 +16,8 @@ from crosslip.certify.expansion import ascent_direction, expanded_terms
 from crosslip.certify.linear_min import QuadLower, quad_radius
 
 from .helpers import random_net, random_points
-from .test_certify_beyond import CONFIGS, pieces
+from .test_certify import margin_attack
+from .test_certify_beyond import CONFIGS, PLANE, exact_distance, pieces
 
 
 def rows_at(net, x, radius: float, offsets, p: float = 2.0):
@@ -275,15 +276,54 @@ def test_the_ascent_direction_is_the_gradient_of_the_balls_minimum_in_the_offset
     assert checked >= len(point) - 1
 
 
-def test_ascent_on_the_expansion_points_never_lowers_the_certificate_and_raises_it():
+@pytest.mark.parametrize("norm,gain", [("l2", 1.002), ("l1", 1.002)])
+def test_ascent_on_the_expansion_points_never_lowers_the_certificate_and_raises_it(norm, gain):
     net = random_net(10, 4, 64, 3, 2.0)
     x = random_points(20, 10, 4)
-    moved = with_expansions(net, x, 2, "l2")
-    ascended = with_expansions(net, x, 2, "l2", expansion_ascent_steps=6)
+    moved = with_expansions(net, x, 2, norm)
+    ascended = with_expansions(net, x, 2, norm, expansion_ascent_steps=6)
     # each row keeps its best bound, the moves' among them; the search stops within its
     # rtol (1e-3) of each function's optimum
     assert torch.all(ascended >= moved * (1 - 1e-3))
-    assert torch.mean(ascended / moved) > 1.002
-    # the setting is the L2 ball's only
-    linf = [with_expansions(net, x, 2, "linf", expansion_ascent_steps=a) for a in (0, 6)]
-    assert torch.equal(*linf)
+    assert torch.mean(ascended / moved) > gain
+
+
+def test_the_ascent_is_the_l2_and_l1_balls_only():
+    net = random_net(10, 4, 64, 3, 2.0)
+    x = random_points(20, 10, 4)
+    for steps in (8, 0):  # the trust region's dual over the cube, and the curvature form
+        linf = [
+            with_expansions(net, x, 2, "linf", expansion_ascent_steps=a, trust_region_steps=steps)
+            for a in (0, 6)
+        ]
+        assert torch.equal(*linf)
+
+
+@pytest.mark.parametrize("norm,p", [("l2", 2.0), ("l1", 1.0)])
+@pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
+def test_no_attack_inside_a_ball_certified_with_ascended_points_changes_the_decision(
+    d, k, h, seed, scale, norm, p
+):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(12, d, seed + 1)
+    res = certify_softplus(
+        net, x, kinds=(norm, "curvature"), rtol=1e-4, expansion_steps=2, expansion_ascent_steps=4
+    )
+    radius = res[f"guarantee_{norm}_curvature"].clamp(max=1e6)
+    assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius))
+    adv, pred = margin_attack(net, x, res["pred"], radius * (1 - 1e-7), p, False, seed=seed)
+    assert torch.all(adv == pred)
+
+
+@pytest.mark.parametrize("norm,p", [("l2", 2.0), ("l1", 1.0)])
+@pytest.mark.parametrize("d,k,h,seed,scale", PLANE)
+def test_no_certificate_with_ascended_points_exceeds_the_exact_distance_on_the_plane(
+    d, k, h, seed, scale, norm, p
+):
+    net = random_net(d, k, h, seed, scale)
+    x = random_points(6, d, seed + 100)
+    res = certify_softplus(
+        net, x, kinds=(norm, "curvature"), rtol=1e-5, expansion_steps=2, expansion_ascent_steps=4
+    )
+    exact = exact_distance(net, x, res["pred"], p, False)
+    assert torch.all(res[f"guarantee_{norm}_curvature"] <= exact)

@@ -70,7 +70,15 @@ from typing import NamedTuple
 
 import torch
 
-from .expansion import Expanded, damped_move, expanded_terms
+from .expansion import (
+    ASCENT_STEP,
+    Expanded,
+    ascent_direction,
+    ascent_trial,
+    damped_move,
+    expanded_terms,
+    next_step,
+)
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import FN_REL, UNDERFLOW, UNIT, gamma
 from .secant import secant_curvature
@@ -85,9 +93,12 @@ class CurvatureBound:
     function for :func:`~.search.radius_search`. ``rng``: the pre-activation ranges of the
     set (its ``p`` and ``box``); ``m`` (n, K): lower bounds on the margins (``+inf`` at c)."""
 
-    def __init__(self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0) -> None:
+    def __init__(
+        self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0, ascents: int = 0
+    ) -> None:
         self.rng, self.m = rng, m
         self.expansions = expansions
+        self.ascents = ascents
         terms = rng.terms
         self.U, self.W, self.alpha = terms.U, terms.W, terms.alpha
         h, d = terms.dims
@@ -183,28 +194,60 @@ class CurvatureBound:
         """The radii ``rho`` (nr,) of the ball's ``rows`` raised by ``expansions`` bounds
         with the units expanded about their values at the last bound's minimiser
         (:mod:`.expansion`): the vertex ``-s sign(a_i) e_i`` that sets the L1 radius, the
-        corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most R)."""
+        corner ``-s sign(a)`` in L-inf, ``s`` the radius reached (at most R); in L1 then by
+        ``ascents`` bounds about points found by gradient ascent (:mod:`.expansion`,
+        *Optimised expansion points*; each row keeps a trial's points where its radius is
+        larger)."""
         intervals = self.rng.intervals(idx, r)
         p, c = rows.point, self.rng.pred[idx][rows.point]
         delta = self.W[c] - self.W[rows.cls]
         margin = rows.margin  # g(x)'s bound: each expansion adds its own constant to it
         best, last = rho, None
-        for _ in range(self.expansions):
-            s = torch.minimum(rho, r[p]).nan_to_num(0.0, 0.0, 0.0)[:, None]
-            sign = torch.sign(rows.grad)
-            if self.rng.p == 1:
-                score = rows.grad.abs() + 0.5 * s * (rows.kappa @ self.u_sq)
-                i = score.argmax(1)
-                h = -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
-            else:
-                h = -s * (sign @ self.U.T)
-            last = damped_move(last, h)
-            ex = self.expanded(intervals, p, delta, last, margin)
+
+        def bound(offsets: torch.Tensor) -> tuple[Rows, torch.Tensor]:
+            ex = self.expanded(intervals, p, delta, offsets, margin)
             lowers = [dual_norm_lower(ex.grad, ex.err, self.rng.q)]
-            rows = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
-            rho = self.row_radii(idx, rows)
+            new = Rows(p, rows.cls, ex.kappa, ex.margin, lowers, ex.grad, ex.err)
+            return new, self.row_radii(idx, new)
+
+        for _ in range(self.expansions):
+            last = damped_move(last, self.corner(rows, torch.minimum(rho, r[p])))
+            rows, rho = bound(last)
             best = torch.maximum(best, rho)
+        if not (self.ascents and self.rng.p == 1 and last is not None):
+            return best
+        h = self.corner(rows, torch.minimum(rho, r[p]))
+        local = [t[p] for t in intervals]
+        direction = ascent_direction(*local, delta, last, h, self.alpha)
+        step = torch.full_like(rho, ASCENT_STEP)
+        for _ in range(self.ascents):
+            trial = ascent_trial(last, h, direction, step)
+            got_rows, got = bound(trial)
+            best = torch.maximum(best, got)
+            better = got > rho  # False for NaN
+            step = next_step(step, better)
+            moved = better.nonzero()[:, 0]
+            if len(moved):
+                last[moved], rho[moved] = trial[moved], got[moved]
+                h[moved] = self.corner(got_rows, torch.minimum(got, r[p]))[moved]
+                where = [t[moved] for t in local]
+                direction[moved] = ascent_direction(
+                    *where, delta[moved], last[moved], h[moved], self.alpha
+                )
         return best
+
+    def corner(self, rows: Rows, reached: torch.Tensor) -> torch.Tensor:
+        """The units' values ``U v`` (nr, H) at the point of the ball of the radius
+        ``reached`` (nr,) where the ``rows``' bound is smallest: the vertex ``-s sign(a_i)
+        e_i`` of the largest ``|a_i| + s K_ii / 2`` in L1, the corner ``-s sign(a)`` in
+        L-inf (``s`` = ``reached``, NaN as 0)."""
+        s = reached.nan_to_num(0.0, 0.0, 0.0)[:, None]
+        sign = torch.sign(rows.grad)
+        if self.rng.p == 1:
+            score = rows.grad.abs() + 0.5 * s * (rows.kappa @ self.u_sq)
+            i = score.argmax(1)
+            return -(s[:, 0] * sign.gather(1, i[:, None])[:, 0])[:, None] * self.U.T[i]
+        return -s * (sign @ self.U.T)
 
     def vertex_radius(self, rows: Rows) -> torch.Tensor:
         """L1 (module docstring, *L1 at the vertices*): the radii (nr,) of the ``rows``'

@@ -207,6 +207,24 @@ def expanded_terms(
     return Expanded(grad, err, t.kappa, t.convex, total - loss)
 
 
+def ascent_trial(
+    offsets: torch.Tensor, h: torch.Tensor, direction: torch.Tensor, step: torch.Tensor
+) -> torch.Tensor:
+    """The expansion points' offsets (nr, H) moved along ``direction`` (nr, H), each row's
+    unit with the largest derivative by ``step`` (nr,) times the mean ``|h|`` of its values
+    ``h`` (nr, H) at the last minimiser (module docstring, *Optimised expansion points*)."""
+    tiny = torch.finfo(step.dtype).tiny
+    scale = step * h.abs().mean(1) / direction.abs().amax(1).clamp_min(tiny)
+    return offsets + scale[:, None] * direction
+
+
+def next_step(step: torch.Tensor, better: torch.Tensor) -> torch.Tensor:
+    """The rows' next ascent steps (nr,): grown where the trial's radius was larger
+    (``better``, (nr,) bool), shrunk elsewhere."""
+    grown = torch.where(better, step * ASCENT_GROW, step * ASCENT_SHRINK)
+    return grown.clamp_max_(ASCENT_MAX_STEP)
+
+
 def ascent_direction(
     zh: torch.Tensor,
     pad: torch.Tensor,

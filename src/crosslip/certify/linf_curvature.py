@@ -119,10 +119,12 @@ class LinfCurvatureBound(CurvatureBound):
     radius function for :func:`~.search.radius_search`. ``rng``: L-inf pre-activation
     ranges (ball or box); ``m`` (n, K): lower bounds on the margins (``+inf`` at c)."""
 
-    def __init__(self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0) -> None:
+    def __init__(
+        self, rng: PreactivationRange, m: torch.Tensor, expansions: int = 0, ascents: int = 0
+    ) -> None:
         if not math.isinf(rng.p):
             raise ValueError(f"the scaled curvature constant is an L-inf one, not p = {rng.p}")
-        super().__init__(rng, m, expansions)
+        super().__init__(rng, m, expansions, ascents)
         self.pairs = pair_constants(rng.terms)
 
     def constant(self, idx: torch.Tensor, rows: Rows) -> torch.Tensor:

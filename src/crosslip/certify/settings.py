@@ -25,8 +25,8 @@ class CertifySettings:
     ``kinds``: the guarantee families; ``tangent_steps``: steps on the linear relaxation's
     tangent points; ``trust_region_steps``: Lanczos steps of the L2 and L-inf curvature
     certificates minimised over the ball (0: their curvature forms only); ``expansion_steps``: its
-    bounds again about moved expansion points; ``expansion_ascent_steps``: then (L2) about
-    points found by gradient ascent; ``integration_nodes``:
+    bounds again about moved expansion points; ``expansion_ascent_steps``: then (L2, L1)
+    about points found by gradient ascent; ``integration_nodes``:
     nodes of Theorem 2.1 integrated; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
     ``memory_gb``: the Gaussian-kernel bound's budget."""
 

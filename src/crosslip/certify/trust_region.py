@@ -122,14 +122,7 @@ from dataclasses import dataclass
 import torch
 
 from .curvature import CurvatureBound, signed_units
-from .expansion import (
-    ASCENT_GROW,
-    ASCENT_MAX_STEP,
-    ASCENT_SHRINK,
-    ASCENT_STEP,
-    ascent_direction,
-    damped_move,
-)
+from .expansion import ASCENT_STEP, ascent_direction, ascent_trial, damped_move, next_step
 from .linear_min import QuadLower, box_lower, dual_norm_lower, quad_radius
 from .rounding import UNDERFLOW, UNIT, gamma
 from .search import undercutting_rounds
@@ -492,10 +485,8 @@ class TrustRegionBound(CurvatureBound):
             raise ValueError(
                 f"this trust-region certificate is an L{self.p:g} one, not p = {rng.p}"
             )
-        super().__init__(rng, m)
+        super().__init__(rng, m, expansions, ascents)
         self.steps = steps
-        self.expansions = expansions
-        self.ascents = ascents
         terms = rng.terms
         self.abs_u = terms.abs_u
         self.spec = float(terms.spectral_norm) * (1 + 2 * UNIT)
@@ -685,15 +676,13 @@ class TrustRegionBound(CurvatureBound):
         args = [t[pos] for t in intervals]
         g = ascent_direction(*args, delta[live], off, h, self.alpha)
         step = torch.full_like(cur, ASCENT_STEP)
-        tiny = torch.finfo(cur.dtype).tiny
         for _ in range(steps):
             keep = best[live] < enough[p[live], 0]
             live, off, cur, h, g, step = (t[keep] for t in (live, off, cur, h, g, step))
             if not len(live):
                 return
             pos = p[live]
-            scale = step * h.abs().mean(1) / g.abs().amax(1).clamp_min(tiny)
-            trial = off + scale[:, None] * g
+            trial = ascent_trial(off, h, g, step)
             ex = self.expanded(intervals, pos, delta[live], trial, margin[live])
             at = (idx[pos], r[pos])
             dual = self.dual(ex.grad, ex.convex - ex.kappa, ex.margin, at)
@@ -701,8 +690,7 @@ class TrustRegionBound(CurvatureBound):
             got = quad_radius(ex.margin, self.lower(*args, enough=enough[pos, 0], dual=dual, at=at))
             best[live] = torch.maximum(best[live], got)
             better = got > cur  # False for NaN
-            step = torch.where(better, step * ASCENT_GROW, step * ASCENT_SHRINK)
-            step.clamp_max_(ASCENT_MAX_STEP)
+            step = next_step(step, better)
             moved = better.nonzero()[:, 0]
             if not len(moved):
                 continue
