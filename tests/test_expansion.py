@@ -299,6 +299,14 @@ def test_the_ascent_is_the_l2_and_l1_balls_only():
         assert torch.equal(*linf)
 
 
+def ascended(net, x, norm: str, rtol: float) -> dict:
+    """The curvature certificate of ``norm`` with two moves and four ascent steps."""
+    kinds = (norm, "curvature")
+    return certify_softplus(
+        net, x, kinds=kinds, rtol=rtol, expansion_steps=2, expansion_ascent_steps=4
+    )
+
+
 @pytest.mark.parametrize("norm,p", [("l2", 2.0), ("l1", 1.0)])
 @pytest.mark.parametrize("d,k,h,seed,scale", CONFIGS)
 def test_no_attack_inside_a_ball_certified_with_ascended_points_changes_the_decision(
@@ -306,9 +314,7 @@ def test_no_attack_inside_a_ball_certified_with_ascended_points_changes_the_deci
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(12, d, seed + 1)
-    res = certify_softplus(
-        net, x, kinds=(norm, "curvature"), rtol=1e-4, expansion_steps=2, expansion_ascent_steps=4
-    )
+    res = ascended(net, x, norm, 1e-4)
     radius = res[f"guarantee_{norm}_curvature"].clamp(max=1e6)
     assert torch.all(radius >= 0) and not torch.any(torch.isnan(radius))
     adv, pred = margin_attack(net, x, res["pred"], radius * (1 - 1e-7), p, False, seed=seed)
@@ -322,8 +328,6 @@ def test_no_certificate_with_ascended_points_exceeds_the_exact_distance_on_the_p
 ):
     net = random_net(d, k, h, seed, scale)
     x = random_points(6, d, seed + 100)
-    res = certify_softplus(
-        net, x, kinds=(norm, "curvature"), rtol=1e-5, expansion_steps=2, expansion_ascent_steps=4
-    )
+    res = ascended(net, x, norm, 1e-5)
     exact = exact_distance(net, x, res["pred"], p, False)
     assert torch.all(res[f"guarantee_{norm}_curvature"] <= exact)
