@@ -264,7 +264,7 @@ def test_the_ascent_direction_is_the_gradient_of_the_balls_minimum_in_the_offset
 
         off = offsets[row : row + 1]
         low, v = minimum(off)
-        g = ascent_direction(*sub, off, (U @ v)[None], terms.alpha)
+        g = ascent_direction(sub, off, (U @ v)[None], terms.alpha)
         norm2 = float(g.square().sum())
         if norm2 < 1e-12:
             continue

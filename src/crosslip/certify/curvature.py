@@ -217,8 +217,8 @@ class CurvatureBound:
         if not (self.ascents and self.rng.p == 1 and last is not None):
             return best
         h = self.corner(rows, torch.minimum(rho, r[p]))
-        local = [t[p] for t in intervals]
-        direction = ascent_direction(*local, delta, last, h, self.alpha)
+        local = (*(t[p] for t in intervals), delta)
+        direction = ascent_direction(local, last, h, self.alpha)
         step = torch.full_like(rho, ASCENT_STEP)
         for _ in range(self.ascents):
             trial = ascent_trial(last, h, direction, step)
@@ -230,10 +230,8 @@ class CurvatureBound:
             if len(moved):
                 last[moved], rho[moved] = trial[moved], got[moved]
                 h[moved] = self.corner(got_rows, torch.minimum(got, r[p]))[moved]
-                where = [t[moved] for t in local]
-                direction[moved] = ascent_direction(
-                    *where, delta[moved], last[moved], h[moved], self.alpha
-                )
+                where = tuple(t[moved] for t in local)
+                direction[moved] = ascent_direction(where, last[moved], h[moved], self.alpha)
         return best
 
     def corner(self, rows: Rows, reached: torch.Tensor) -> torch.Tensor:

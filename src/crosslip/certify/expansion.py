@@ -226,22 +226,15 @@ def next_step(step: torch.Tensor, better: torch.Tensor) -> torch.Tensor:
 
 
 def ascent_direction(
-    zh: torch.Tensor,
-    pad: torch.Tensor,
-    lo: torch.Tensor,
-    hi: torch.Tensor,
-    delta: torch.Tensor,
-    offset: torch.Tensor,
-    h: torch.Tensor,
-    alpha: float,
+    rows: tuple[torch.Tensor, ...], offset: torch.Tensor, h: torch.Tensor, alpha: float
 ) -> torch.Tensor:
     """The derivative (nr, H) of each unit's lower bound at its values ``h`` (nr, H) (the
-    last bound's minimiser) in its expansion point's offset (:func:`unit_terms`' arguments;
-    central differences, each unit on its own: the bound is a sum of one term per unit):
-    by the envelope theorem, the gradient of the bound's minimum over the ball in the
-    offsets (module docstring, *Optimised expansion points*)."""
+    last bound's minimiser) in its expansion point's offset; ``rows``: the first five
+    arguments of :func:`unit_terms` (``zh, pad, lo, hi, delta``, each (nr, H)). Central
+    differences, each unit on its own (the bound is a sum of one term per unit): by the
+    envelope theorem, the gradient of the bound's minimum over the ball in the offsets
+    (module docstring, *Optimised expansion points*)."""
     eps = (1 + h.abs()).mul_(ASCENT_EPS)
-    args = (zh, pad, lo, hi, delta)
-    up = unit_terms(*args, offset + eps, alpha).at(h)
-    down = unit_terms(*args, offset - eps, alpha).at(h)
+    up = unit_terms(*rows, offset + eps, alpha).at(h)
+    down = unit_terms(*rows, offset - eps, alpha).at(h)
     return ((up - down) / (2 * eps)).nan_to_num_(0.0, 0.0, 0.0)

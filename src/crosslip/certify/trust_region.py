@@ -673,8 +673,7 @@ class TrustRegionBound(CurvatureBound):
         pos = p[live]
         reached = torch.minimum(cur, r[pos]).nan_to_num(0.0, 0.0, 0.0)
         h = self.minimiser(state.dual, reached, idx[pos])
-        args = [t[pos] for t in intervals]
-        g = ascent_direction(*args, delta[live], off, h, self.alpha)
+        g = ascent_direction((*(t[pos] for t in intervals), delta[live]), off, h, self.alpha)
         step = torch.full_like(cur, ASCENT_STEP)
         for _ in range(steps):
             keep = best[live] < enough[p[live], 0]
@@ -697,8 +696,8 @@ class TrustRegionBound(CurvatureBound):
             reached = torch.minimum(got, r[pos]).nan_to_num(0.0, 0.0, 0.0)
             h_new = self.minimiser(dual, reached, idx[pos])[moved]
             off[moved], cur[moved], h[moved] = trial[moved], got[moved], h_new
-            args = [t[pos[moved]] for t in intervals]
-            g[moved] = ascent_direction(*args, delta[live[moved]], off[moved], h_new, self.alpha)
+            rows = (*(t[pos[moved]] for t in intervals), delta[live[moved]])
+            g[moved] = ascent_direction(rows, off[moved], h_new, self.alpha)
 
     def first_radius(
         self,
